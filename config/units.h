@@ -1,0 +1,21 @@
+/*
+ * units.h — parsing of the value types the configuration and the tools accept.
+ * Each returns 0 on success and -1 (leaving *out unchanged) on any malformed or out-of-range text.
+ *  size:  a decimal count of bytes with an optional unit: 512, 4k, 512KiB, 64MB, 2M, 1G, 1.5GiB.
+ *         K/M/G/T (with or without B / iB) are powers of 1024; KB/MB/GB/TB too (GPU convention).
+ *  bool:  on/off, true/false, yes/no, 1/0 (any case).
+ *  double: a finite decimal number.
+ *  int:   a decimal integer.
+ */
+#ifndef GML_UNITS_H
+#define GML_UNITS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+int gml_parse_size(const char *s, size_t *out);
+int gml_parse_bool(const char *s, bool *out);
+int gml_parse_double(const char *s, double *out);
+int gml_parse_int(const char *s, long *out);
+
+#endif /* GML_UNITS_H */

@@ -1,0 +1,256 @@
+/*
+ * blocks.c — block records and the operations on them: the best-fit choice, split, merge, carve.
+ *
+ * Best fit: each bin keeps its free blocks per space in a red-black tree ordered by (size, addr);
+ * RB_NFIND gives the smallest block >= the request (lowest address among equals).  A request on
+ * stream S looks in S's bin and in the ready bin and takes the smaller fit.
+ * Split: the request is cut from the tail of the free block, so the remainder keeps its address.
+ * Merge: a freed block joins free neighbours of the same bin; the larger record survives, so that
+ * re-pointing slot owners costs the size of the smaller side only.
+ * Records come from slabs and are recycled; the hot path never calls malloc.
+ */
+#include <stdlib.h>
+
+#include "pool_impl.h"
+
+static int gml_size_cmp(const gml_block *a, const gml_block *b)
+{
+    if (a->size != b->size)
+        return a->size < b->size ? -1 : 1;
+    return a->addr < b->addr ? -1 : (a->addr > b->addr);
+}
+
+RB_GENERATE(gml_size_tree, gml_block, snode, gml_size_cmp)
+
+enum { SLAB_RECORDS = 1024 };
+
+__attribute__((noinline)) static gml_block *rec_refill(gml_pool *p)
+{
+    if (p->nslabs == p->cap_slabs) {
+        size_t cap = p->cap_slabs ? p->cap_slabs * 2 : 16;
+        void **s = realloc(p->slabs, cap * sizeof *s);
+        if (!s)
+            return NULL;
+        p->slabs = s;
+        p->cap_slabs = cap;
+    }
+    gml_block *slab = calloc(SLAB_RECORDS, sizeof *slab);
+    if (!slab)
+        return NULL;
+    p->slabs[p->nslabs++] = slab;
+    for (size_t i = 1; i < SLAB_RECORDS; i++) {
+        slab[i].next = p->rec_free;
+        p->rec_free = &slab[i];
+    }
+    return &slab[0];
+}
+
+gml_block *gml_rec_get(gml_pool *p)
+{
+    gml_block *b = p->rec_free;
+    if (__builtin_expect(b == NULL, 0))
+        return rec_refill(p);
+    p->rec_free = b->next;
+    b->next = NULL;
+    return b;
+}
+
+void gml_rec_put(gml_pool *p, gml_block *b)
+{
+    b->prev = NULL;
+    b->sb = NULL;
+    b->part_next = NULL;
+    b->bin = NULL;
+    b->next = p->rec_free;
+    p->rec_free = b;
+}
+
+void gml_claim(gml_pool *p, gml_block *b, uintptr_t addr, size_t size)
+{
+    size_t first = gml_slot_of(p, addr);
+    size_t end = (addr + size - p->arena) >> p->chunk_shift; /* slots whose last byte < addr+size */
+    for (size_t i = first; i < end; i++)
+        p->slots[i].owner = b;
+}
+
+gml_block *gml_block_at(gml_pool *p, uintptr_t addr)
+{
+    gml_block *b = p->slots[gml_slot_of(p, addr)].owner;
+    while (b && b->addr > addr)
+        b = b->prev;
+    return b;
+}
+
+void gml_free_tree_remove(gml_block *b)
+{
+    gml_bin *bin = b->bin;
+    RB_REMOVE(gml_size_tree, &bin->free[b->space], b);
+    bin->nfree--;
+}
+
+static inline void tree_insert(gml_block *b)
+{
+    gml_bin *bin = b->bin;
+    RB_INSERT(gml_size_tree, &bin->free[b->space], b);
+    bin->nfree++;
+}
+
+/* l immediately precedes r in one space; returns the survivor holding both ranges. */
+static gml_block *merge(gml_pool *p, gml_block *l, gml_block *r)
+{
+    if (l->size >= r->size) {
+        gml_claim(p, l, r->addr, r->size);
+        l->size += r->size;
+        l->next = r->next;
+        if (r->next)
+            r->next->prev = l;
+        gml_rec_put(p, r);
+        return l;
+    }
+    gml_claim(p, r, l->addr, l->size);
+    r->addr = l->addr;
+    r->size += l->size;
+    r->prev = l->prev;
+    if (l->prev)
+        l->prev->next = r;
+    gml_rec_put(p, l);
+    return r;
+}
+
+gml_block *gml_free_insert(gml_pool *p, gml_block *b, gml_bin *bin)
+{
+    b->state = GML_B_FREE;
+    b->bin = bin;
+    gml_block *n = b->prev;
+    if (n && n->state == GML_B_FREE && n->bin == bin) {
+        gml_free_tree_remove(n);
+        b = merge(p, n, b);
+    }
+    n = b->next;
+    if (n && n->state == GML_B_FREE && n->bin == bin) {
+        gml_free_tree_remove(n);
+        b = merge(p, b, n);
+    }
+    b->state = GML_B_FREE;
+    b->bin = bin;
+    b->seq = ++p->seq;
+    tree_insert(b);
+    return b;
+}
+
+static inline gml_block *nfind(struct gml_size_tree *t, size_t need)
+{
+    gml_block key = {.size = need, .addr = 0};
+    return RB_NFIND(gml_size_tree, t, &key);
+}
+
+gml_block *gml_best_fit(gml_pool *p, gml_bin *bin, int space, size_t need)
+{
+    gml_block *a = nfind(&bin->free[space], need);
+    if (bin == p->ready)
+        return a;
+    gml_block *r = nfind(&p->ready->free[space], need);
+    if (!a)
+        return r;
+    if (r && r->size < a->size)
+        return r;
+    return a;
+}
+
+bool gml_usable(const gml_block *b, const gml_bin *bin, const gml_pool *p)
+{
+    return b->state == GML_B_FREE && (b->bin == bin || b->bin == p->ready);
+}
+
+gml_block *gml_take(gml_pool *p, gml_block *f, size_t need, size_t req)
+{
+    gml_free_tree_remove(f);
+    gml_block *l = f;
+    if (f->size > need) {
+        l = gml_rec_get(p);
+        if (__builtin_expect(!l, 0)) {
+            tree_insert(f);
+            return NULL;
+        }
+        f->size -= need;
+        l->addr = f->addr + f->size;
+        l->size = need;
+        l->space = f->space;
+        l->prev = f;
+        l->next = f->next;
+        if (f->next)
+            f->next->prev = l;
+        f->next = l;
+        gml_claim(p, l, l->addr, need);
+        tree_insert(f);
+    }
+    l->state = GML_B_LIVE;
+    l->bin = NULL;
+    l->req = req;
+    HASH_ADD(hh, p->live, addr, sizeof l->addr, l);
+    return l;
+}
+
+gml_block *gml_carve(gml_pool *p, gml_block *f, uintptr_t a, size_t len)
+{
+    uintptr_t end = f->addr + f->size;
+    gml_block *mid = f, *tail = NULL;
+    if (a + len < end) {
+        tail = gml_rec_get(p);
+        if (!tail)
+            return NULL;
+    }
+    if (a > f->addr) {
+        mid = gml_rec_get(p);
+        if (!mid) {
+            if (tail)
+                gml_rec_put(p, tail);
+            return NULL;
+        }
+    }
+    gml_free_tree_remove(f);
+    gml_bin *bin = f->bin;
+    uint64_t seq = f->seq;
+    gml_block *after = f->next;
+    if (mid != f) { /* f keeps the head */
+        f->size = a - f->addr;
+        mid->space = f->space;
+        mid->prev = f;
+        f->next = mid;
+        tree_insert(f);
+    }
+    mid->addr = a;
+    mid->size = len;
+    mid->next = after;
+    if (after)
+        after->prev = mid;
+    if (mid != f)
+        gml_claim(p, mid, a, len);
+    if (tail) {
+        tail->addr = a + len;
+        tail->size = end - (a + len);
+        tail->space = mid->space;
+        tail->prev = mid;
+        tail->next = mid->next;
+        if (mid->next)
+            mid->next->prev = tail;
+        mid->next = tail;
+        tail->state = GML_B_FREE;
+        tail->bin = bin;
+        tail->seq = seq;
+        gml_claim(p, tail, tail->addr, tail->size);
+        tree_insert(tail);
+    }
+    mid->bin = NULL;
+    mid->state = GML_B_PART; /* the caller sets what the cut becomes */
+    return mid;
+}
+
+void gml_detach(gml_block *b)
+{
+    if (b->prev)
+        b->prev->next = NULL;
+    if (b->next)
+        b->next->prev = NULL;
+    b->prev = b->next = NULL;
+}

@@ -1,0 +1,36 @@
+/* device.c — the counting wrapper around a device implementation (contract in device.h). */
+#include "device.h"
+
+#include <stdlib.h>
+
+static const char *const devcall_names[GMLAKE_DC_COUNT] = {
+    "chunk_create", "chunk_release", "va_reserve", "va_free", "map", "unmap", "set_access",
+    "event_create", "event_destroy", "event_record", "event_query", "event_sync", "synchronize",
+};
+
+const char *gmlake_devcall_name(int kind)
+{
+    if (kind < 0 || kind >= GMLAKE_DC_COUNT)
+        return "unknown";
+    return devcall_names[kind];
+}
+
+gml_device *gml_device_new(const gml_device_ops *ops, void *ctx, int ordinal)
+{
+    gml_device *dev = calloc(1, sizeof *dev);
+    if (!dev)
+        return NULL;
+    dev->ops = ops;
+    dev->ctx = ctx;
+    dev->ordinal = ordinal;
+    return dev;
+}
+
+void gml_device_destroy(gml_device *dev)
+{
+    if (!dev)
+        return;
+    if (dev->ops->destroy)
+        dev->ops->destroy(dev->ctx);
+    free(dev);
+}

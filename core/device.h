@@ -1,0 +1,127 @@
+/*
+ * device.h — everything the pool asks of a GPU, behind one small ops table.
+ *
+ * Contract (for every implementation):
+ *  - Functions return GMLAKE_OK (0) on success; GMLAKE_ERR_NOMEM when the device has no physical
+ *    memory left for chunk_create; GMLAKE_ERR_BUSY only from event_query (not complete yet);
+ *    GMLAKE_ERR_DEVICE for any other failure.  Pointer arguments are never NULL.
+ *  - A chunk is one physical allocation (its own handle) of the pool's chunk size, a multiple of
+ *    granularity().  map() maps a whole chunk at offset 0 (CUDA requires offset 0) into a reserved
+ *    virtual range; the range is not accessible until set_access() covers it.  unmap() covers one
+ *    or more whole mappings.  A released chunk's memory returns to the device once it is unmapped
+ *    everywhere.  va_free() needs the range to hold no mapping.
+ *  - Events: event_record() captures the work submitted to a stream so far; event_query() says
+ *    whether it has completed; event_sync() waits for it; synchronize() waits for the whole device.
+ *
+ * Implementations: sim (device_sim.c, host memory, for tests and replay) and cuda (device_cuda.c,
+ * the driver API resolved at run time).  Callers go through the gml_dev_* wrappers below, which
+ * count every call by kind (the counts are the pool's "device calls").
+ */
+#ifndef GML_DEVICE_H
+#define GML_DEVICE_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "gmlake.h"
+
+typedef uint64_t gml_handle;  /* physical chunk (CUmemGenericAllocationHandle, or sim's) */
+typedef uintptr_t gml_stream; /* a CUstream value as the program passed it */
+typedef void *gml_event;
+
+/* "No stream": a free that promises the device is idle for this block (cudaFree semantics). */
+#define GML_STREAM_NONE ((gml_stream)UINTPTR_MAX)
+
+typedef struct gml_device_ops {
+    const char *name;
+    int (*chunk_create)(void *ctx, size_t size, gml_handle *out);
+    int (*chunk_release)(void *ctx, gml_handle h);
+    int (*va_reserve)(void *ctx, size_t size, size_t align, uintptr_t *out);
+    int (*va_free)(void *ctx, uintptr_t va, size_t size);
+    int (*map)(void *ctx, uintptr_t va, size_t size, gml_handle h);
+    int (*unmap)(void *ctx, uintptr_t va, size_t size);
+    int (*set_access)(void *ctx, uintptr_t va, size_t size);
+    int (*event_create)(void *ctx, gml_event *out);
+    int (*event_destroy)(void *ctx, gml_event ev);
+    int (*event_record)(void *ctx, gml_event ev, gml_stream s);
+    int (*event_query)(void *ctx, gml_event ev);
+    int (*event_sync)(void *ctx, gml_event ev);
+    int (*synchronize)(void *ctx);
+    size_t (*granularity)(void *ctx);
+    int (*mem_info)(void *ctx, size_t *free_bytes, size_t *total_bytes);
+    void (*destroy)(void *ctx);
+} gml_device_ops;
+
+typedef struct gml_device {
+    const gml_device_ops *ops;
+    void *ctx;
+    int ordinal;
+    _Atomic uint64_t calls[GMLAKE_DC_COUNT];
+} gml_device;
+
+/* Wraps an implementation; the device owns ctx and calls ops->destroy(ctx) in gml_device_destroy. */
+gml_device *gml_device_new(const gml_device_ops *ops, void *ctx, int ordinal);
+void gml_device_destroy(gml_device *dev);
+
+#define GML_DEV_COUNT(dev, kind) atomic_fetch_add_explicit(&(dev)->calls[kind], 1, memory_order_relaxed)
+
+static inline int gml_dev_chunk_create(gml_device *d, size_t size, gml_handle *out)
+{ GML_DEV_COUNT(d, GMLAKE_DC_CHUNK_CREATE); return d->ops->chunk_create(d->ctx, size, out); }
+static inline int gml_dev_chunk_release(gml_device *d, gml_handle h)
+{ GML_DEV_COUNT(d, GMLAKE_DC_CHUNK_RELEASE); return d->ops->chunk_release(d->ctx, h); }
+static inline int gml_dev_va_reserve(gml_device *d, size_t size, size_t align, uintptr_t *out)
+{ GML_DEV_COUNT(d, GMLAKE_DC_VA_RESERVE); return d->ops->va_reserve(d->ctx, size, align, out); }
+static inline int gml_dev_va_free(gml_device *d, uintptr_t va, size_t size)
+{ GML_DEV_COUNT(d, GMLAKE_DC_VA_FREE); return d->ops->va_free(d->ctx, va, size); }
+static inline int gml_dev_map(gml_device *d, uintptr_t va, size_t size, gml_handle h)
+{ GML_DEV_COUNT(d, GMLAKE_DC_MAP); return d->ops->map(d->ctx, va, size, h); }
+static inline int gml_dev_unmap(gml_device *d, uintptr_t va, size_t size)
+{ GML_DEV_COUNT(d, GMLAKE_DC_UNMAP); return d->ops->unmap(d->ctx, va, size); }
+static inline int gml_dev_set_access(gml_device *d, uintptr_t va, size_t size)
+{ GML_DEV_COUNT(d, GMLAKE_DC_SET_ACCESS); return d->ops->set_access(d->ctx, va, size); }
+static inline int gml_dev_event_create(gml_device *d, gml_event *out)
+{ GML_DEV_COUNT(d, GMLAKE_DC_EVENT_CREATE); return d->ops->event_create(d->ctx, out); }
+static inline int gml_dev_event_destroy(gml_device *d, gml_event ev)
+{ GML_DEV_COUNT(d, GMLAKE_DC_EVENT_DESTROY); return d->ops->event_destroy(d->ctx, ev); }
+static inline int gml_dev_event_record(gml_device *d, gml_event ev, gml_stream s)
+{ GML_DEV_COUNT(d, GMLAKE_DC_EVENT_RECORD); return d->ops->event_record(d->ctx, ev, s); }
+static inline int gml_dev_event_query(gml_device *d, gml_event ev)
+{ GML_DEV_COUNT(d, GMLAKE_DC_EVENT_QUERY); return d->ops->event_query(d->ctx, ev); }
+static inline int gml_dev_event_sync(gml_device *d, gml_event ev)
+{ GML_DEV_COUNT(d, GMLAKE_DC_EVENT_SYNC); return d->ops->event_sync(d->ctx, ev); }
+static inline int gml_dev_synchronize(gml_device *d)
+{ GML_DEV_COUNT(d, GMLAKE_DC_SYNCHRONIZE); return d->ops->synchronize(d->ctx); }
+/* granularity and mem_info are queries of fixed facts and are not counted. */
+static inline size_t gml_dev_granularity(gml_device *d) { return d->ops->granularity(d->ctx); }
+static inline int gml_dev_mem_info(gml_device *d, size_t *free_bytes, size_t *total_bytes)
+{ return d->ops->mem_info(d->ctx, free_bytes, total_bytes); }
+
+/* ---- sim: host-memory device (device_sim.c) ---- */
+typedef struct gml_sim_config {
+    size_t capacity;    /* physical bytes the device has */
+    size_t granularity; /* allocation granularity (2 MiB if 0) */
+    bool backed;        /* false: no host memory behind chunks, fake addresses (replay mode) */
+} gml_sim_config;
+
+/* NULL on bad config (capacity not a positive multiple of granularity) or host failure. */
+gml_device *gml_sim_create(const gml_sim_config *cfg);
+/* Manual events: a recorded event completes only at gml_sim_complete_events / event_sync /
+ * synchronize.  Off by default (events complete at once). */
+void gml_sim_set_manual_events(gml_device *dev, bool manual);
+void gml_sim_complete_events(gml_device *dev);
+/* Physical bytes held by chunks not yet freed, and live chunk / mapping / reservation counts. */
+size_t gml_sim_bytes_in_use(gml_device *dev);
+size_t gml_sim_mapping_count(gml_device *dev);
+size_t gml_sim_reservation_count(gml_device *dev);
+/* Make the n-th next call of `kind` (1 = the next one) fail with GMLAKE_ERR_DEVICE. */
+void gml_sim_fail_call(gml_device *dev, int kind, int nth);
+
+/* ---- cuda: the real driver (device_cuda.c) ---- */
+/* Looks a driver symbol up; the interposer passes one that reaches the real libcuda. */
+typedef void *(*gml_sym_resolver)(const char *name);
+/* NULL when the driver or a needed function is missing; *err (if not NULL) says why. */
+gml_device *gml_cuda_device_create(int ordinal, gml_sym_resolver resolve, const char **err);
+
+#endif /* GML_DEVICE_H */

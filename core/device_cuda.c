@@ -1,0 +1,216 @@
+/*
+ * device_cuda.c — the device ops over the CUDA driver API.  No link-time libcuda: every function
+ * is looked up through the resolver the caller gives (the interposer's reaches the real libcuda,
+ * past its own hooks).  The pool's calls run in the caller's current context; the device records
+ * the ordinal it was created for.
+ *
+ * Chunks: cuMemCreate of pinned device memory on this ordinal; access is read/write for this
+ * device only.  Events are created with CU_EVENT_DISABLE_TIMING (cheaper to record and query).
+ */
+#include <cuda.h>
+#include <stdlib.h>
+
+#include "device.h"
+
+typedef struct cuda_api {
+    CUresult (*cuMemCreate)(CUmemGenericAllocationHandle *, size_t, const CUmemAllocationProp *,
+                            unsigned long long);
+    CUresult (*cuMemRelease)(CUmemGenericAllocationHandle);
+    CUresult (*cuMemAddressReserve)(CUdeviceptr *, size_t, size_t, CUdeviceptr, unsigned long long);
+    CUresult (*cuMemAddressFree)(CUdeviceptr, size_t);
+    CUresult (*cuMemMap)(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle,
+                         unsigned long long);
+    CUresult (*cuMemUnmap)(CUdeviceptr, size_t);
+    CUresult (*cuMemSetAccess)(CUdeviceptr, size_t, const CUmemAccessDesc *, size_t);
+    CUresult (*cuMemGetAllocationGranularity)(size_t *, const CUmemAllocationProp *,
+                                              CUmemAllocationGranularity_flags);
+    CUresult (*cuEventCreate)(CUevent *, unsigned int);
+    CUresult (*cuEventDestroy_v2)(CUevent);
+    CUresult (*cuEventRecord)(CUevent, CUstream);
+    CUresult (*cuEventQuery)(CUevent);
+    CUresult (*cuEventSynchronize)(CUevent);
+    CUresult (*cuCtxSynchronize)(void);
+    CUresult (*cuMemGetInfo_v2)(size_t *, size_t *);
+} cuda_api;
+
+typedef struct cuda_dev {
+    cuda_api api;
+    int ordinal;
+    size_t granularity;
+    CUmemAllocationProp prop;
+} cuda_dev;
+
+static int st(CUresult r)
+{
+    if (r == CUDA_SUCCESS)
+        return GMLAKE_OK;
+    if (r == CUDA_ERROR_OUT_OF_MEMORY)
+        return GMLAKE_ERR_NOMEM;
+    if (r == CUDA_ERROR_NOT_READY)
+        return GMLAKE_ERR_BUSY;
+    return GMLAKE_ERR_DEVICE;
+}
+
+static int cu_chunk_create(void *ctx, size_t size, gml_handle *out)
+{
+    cuda_dev *d = ctx;
+    CUmemGenericAllocationHandle h;
+    int rc = st(d->api.cuMemCreate(&h, size, &d->prop, 0));
+    if (rc == GMLAKE_OK)
+        *out = (gml_handle)h;
+    return rc;
+}
+
+static int cu_chunk_release(void *ctx, gml_handle h)
+{
+    return st(((cuda_dev *)ctx)->api.cuMemRelease((CUmemGenericAllocationHandle)h));
+}
+
+static int cu_va_reserve(void *ctx, size_t size, size_t align, uintptr_t *out)
+{
+    CUdeviceptr p;
+    int rc = st(((cuda_dev *)ctx)->api.cuMemAddressReserve(&p, size, align, 0, 0));
+    if (rc == GMLAKE_OK)
+        *out = (uintptr_t)p;
+    return rc == GMLAKE_ERR_NOMEM ? GMLAKE_ERR_DEVICE : rc;
+}
+
+static int cu_va_free(void *ctx, uintptr_t va, size_t size)
+{
+    return st(((cuda_dev *)ctx)->api.cuMemAddressFree((CUdeviceptr)va, size));
+}
+
+static int cu_map(void *ctx, uintptr_t va, size_t size, gml_handle h)
+{
+    int rc = st(((cuda_dev *)ctx)->api.cuMemMap((CUdeviceptr)va, size, 0,
+                                                (CUmemGenericAllocationHandle)h, 0));
+    return rc == GMLAKE_ERR_NOMEM ? GMLAKE_ERR_DEVICE : rc;
+}
+
+static int cu_unmap(void *ctx, uintptr_t va, size_t size)
+{
+    return st(((cuda_dev *)ctx)->api.cuMemUnmap((CUdeviceptr)va, size));
+}
+
+static int cu_set_access(void *ctx, uintptr_t va, size_t size)
+{
+    cuda_dev *d = ctx;
+    CUmemAccessDesc a = {.location = d->prop.location, .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+    int rc = st(d->api.cuMemSetAccess((CUdeviceptr)va, size, &a, 1));
+    return rc == GMLAKE_ERR_NOMEM ? GMLAKE_ERR_DEVICE : rc;
+}
+
+static int cu_event_create(void *ctx, gml_event *out)
+{
+    CUevent e;
+    int rc = st(((cuda_dev *)ctx)->api.cuEventCreate(&e, CU_EVENT_DISABLE_TIMING));
+    if (rc == GMLAKE_OK)
+        *out = e;
+    return rc == GMLAKE_ERR_NOMEM ? GMLAKE_ERR_DEVICE : rc;
+}
+
+static int cu_event_destroy(void *ctx, gml_event ev)
+{
+    return st(((cuda_dev *)ctx)->api.cuEventDestroy_v2((CUevent)ev));
+}
+
+static int cu_event_record(void *ctx, gml_event ev, gml_stream s)
+{
+    return st(((cuda_dev *)ctx)->api.cuEventRecord((CUevent)ev, (CUstream)s));
+}
+
+static int cu_event_query(void *ctx, gml_event ev)
+{
+    return st(((cuda_dev *)ctx)->api.cuEventQuery((CUevent)ev));
+}
+
+static int cu_event_sync(void *ctx, gml_event ev)
+{
+    return st(((cuda_dev *)ctx)->api.cuEventSynchronize((CUevent)ev));
+}
+
+static int cu_synchronize(void *ctx) { return st(((cuda_dev *)ctx)->api.cuCtxSynchronize()); }
+
+static size_t cu_granularity(void *ctx) { return ((cuda_dev *)ctx)->granularity; }
+
+static int cu_mem_info(void *ctx, size_t *free_bytes, size_t *total_bytes)
+{
+    return st(((cuda_dev *)ctx)->api.cuMemGetInfo_v2(free_bytes, total_bytes));
+}
+
+static void cu_destroy(void *ctx) { free(ctx); }
+
+static const gml_device_ops cuda_ops = {
+    .name = "cuda",
+    .chunk_create = cu_chunk_create,
+    .chunk_release = cu_chunk_release,
+    .va_reserve = cu_va_reserve,
+    .va_free = cu_va_free,
+    .map = cu_map,
+    .unmap = cu_unmap,
+    .set_access = cu_set_access,
+    .event_create = cu_event_create,
+    .event_destroy = cu_event_destroy,
+    .event_record = cu_event_record,
+    .event_query = cu_event_query,
+    .event_sync = cu_event_sync,
+    .synchronize = cu_synchronize,
+    .granularity = cu_granularity,
+    .mem_info = cu_mem_info,
+    .destroy = cu_destroy,
+};
+
+#define RESOLVE(name)                                                                             \
+    do {                                                                                          \
+        *(void **)&d->api.name = resolve(#name);                                                  \
+        if (!d->api.name) {                                                                       \
+            if (err)                                                                              \
+                *err = "the CUDA driver lacks " #name;                                            \
+            free(d);                                                                              \
+            return NULL;                                                                          \
+        }                                                                                         \
+    } while (0)
+
+gml_device *gml_cuda_device_create(int ordinal, gml_sym_resolver resolve, const char **err)
+{
+    cuda_dev *d = calloc(1, sizeof *d);
+    if (!d) {
+        if (err)
+            *err = "out of host memory";
+        return NULL;
+    }
+    RESOLVE(cuMemCreate);
+    RESOLVE(cuMemRelease);
+    RESOLVE(cuMemAddressReserve);
+    RESOLVE(cuMemAddressFree);
+    RESOLVE(cuMemMap);
+    RESOLVE(cuMemUnmap);
+    RESOLVE(cuMemSetAccess);
+    RESOLVE(cuMemGetAllocationGranularity);
+    RESOLVE(cuEventCreate);
+    RESOLVE(cuEventDestroy_v2);
+    RESOLVE(cuEventRecord);
+    RESOLVE(cuEventQuery);
+    RESOLVE(cuEventSynchronize);
+    RESOLVE(cuCtxSynchronize);
+    RESOLVE(cuMemGetInfo_v2);
+    d->ordinal = ordinal;
+    d->prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    d->prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    d->prop.location.id = ordinal;
+    if (d->api.cuMemGetAllocationGranularity(&d->granularity, &d->prop,
+                                             CU_MEM_ALLOC_GRANULARITY_MINIMUM) != CUDA_SUCCESS ||
+        d->granularity == 0) {
+        if (err)
+            *err = "cuMemGetAllocationGranularity failed (does the device support virtual memory management?)";
+        free(d);
+        return NULL;
+    }
+    gml_device *dev = gml_device_new(&cuda_ops, d, ordinal);
+    if (!dev) {
+        free(d);
+        if (err)
+            *err = "out of host memory";
+    }
+    return dev;
+}

@@ -1,0 +1,579 @@
+/*
+ * device_sim.c — a GPU made of host memory, for tests and offline replay.
+ *
+ * Backed mode: physical memory is one memfd of `capacity` bytes; a chunk is a run of
+ * granularity-sized units of it; map() is mmap(MAP_SHARED|MAP_FIXED) of the chunk's pages into a
+ * reserved PROT_NONE range, so one chunk mapped at two addresses truly aliases.  Pages become
+ * readable and writable only at set_access(), like CUDA.  A chunk's pages are punched out of the
+ * memfd when it is released and unmapped everywhere.
+ * Unbacked mode (replay of multi-GB traces): the same bookkeeping and checks, no host memory, and
+ * reservations are fake addresses that must never be dereferenced.
+ *
+ * The sim checks what the CUDA driver checks (mapping into a reservation, no overlap, unmapping
+ * whole mappings, freeing only unmapped reservations) and fails such calls with
+ * GMLAKE_ERR_DEVICE, so pool bugs show up as errors in the tests.
+ */
+
+#include "device.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+#include <uthash.h>
+
+typedef struct sim_chunk {
+    uint64_t id; /* the handle */
+    size_t unit0, nunits;
+    int maps;
+    bool released;
+    UT_hash_handle hh;
+} sim_chunk;
+
+typedef struct sim_resv {
+    uintptr_t va;
+    size_t size;
+    size_t mapped_units;
+    struct sim_resv *next;
+} sim_resv;
+
+/* One record per mapped granularity unit of virtual address space. */
+typedef struct sim_unit_map {
+    uintptr_t va; /* key */
+    uintptr_t map_va;
+    size_t map_size;
+    sim_chunk *chunk;
+    sim_resv *resv;
+    bool access;
+    UT_hash_handle hh;
+} sim_unit_map;
+
+typedef struct sim_event {
+    bool done;
+    struct sim_event *next, *prev;
+} sim_event;
+
+typedef struct sim {
+    pthread_mutex_t mu;
+    gml_sim_config cfg;
+    int memfd;
+    uint8_t *unit_used;
+    size_t nunits, hint, used_units;
+    uint64_t next_id;
+    sim_chunk *chunks;
+    sim_unit_map *units;
+    size_t nmappings;
+    sim_resv *resv;
+    size_t nresv;
+    sim_event *events;
+    bool manual;
+    uintptr_t fake_next;
+    int fail_kind, fail_nth;
+} sim;
+
+static sim *sim_of(gml_device *dev) { return (sim *)dev->ctx; }
+
+/* Called with the lock held: true when this call is the injected failure. */
+static bool injected(sim *s, int kind)
+{
+    if (s->fail_nth <= 0 || s->fail_kind != kind)
+        return false;
+    return --s->fail_nth == 0;
+}
+
+static sim_resv *resv_containing(sim *s, uintptr_t va, size_t size)
+{
+    for (sim_resv *r = s->resv; r; r = r->next)
+        if (va >= r->va && va + size <= r->va + r->size && va + size > va)
+            return r;
+    return NULL;
+}
+
+static void release_units(sim *s, sim_chunk *c)
+{
+    size_t g = s->cfg.granularity;
+    memset(s->unit_used + c->unit0, 0, c->nunits);
+    s->used_units -= c->nunits;
+    if (c->unit0 < s->hint)
+        s->hint = c->unit0;
+    if (s->cfg.backed)
+        fallocate(s->memfd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)(c->unit0 * g),
+                  (off_t)(c->nunits * g));
+    HASH_DEL(s->chunks, c);
+    free(c);
+}
+
+static int sim_chunk_create(void *ctx, size_t size, gml_handle *out)
+{
+    sim *s = ctx;
+    size_t g = s->cfg.granularity;
+    if (size == 0 || size % g)
+        return GMLAKE_ERR_DEVICE;
+    size_t n = size / g;
+    pthread_mutex_lock(&s->mu);
+    int rc = GMLAKE_ERR_NOMEM;
+    if (injected(s, GMLAKE_DC_CHUNK_CREATE)) {
+        rc = GMLAKE_ERR_DEVICE;
+        goto out;
+    }
+    if (s->used_units + n > s->nunits)
+        goto out;
+    /* first fit of n free units, starting at the lowest unit that may be free */
+    for (size_t i = s->hint; i + n <= s->nunits; i++) {
+        size_t run = 0;
+        while (run < n && !s->unit_used[i + run])
+            run++;
+        if (run < n) {
+            i += run;
+            continue;
+        }
+        sim_chunk *c = calloc(1, sizeof *c);
+        if (!c) {
+            rc = GMLAKE_ERR_DEVICE;
+            goto out;
+        }
+        c->id = ++s->next_id;
+        c->unit0 = i;
+        c->nunits = n;
+        memset(s->unit_used + i, 1, n);
+        s->used_units += n;
+        if (i == s->hint)
+            s->hint = i + n;
+        HASH_ADD(hh, s->chunks, id, sizeof c->id, c);
+        *out = c->id;
+        rc = GMLAKE_OK;
+        break;
+    }
+out:
+    pthread_mutex_unlock(&s->mu);
+    return rc;
+}
+
+static int sim_chunk_release(void *ctx, gml_handle h)
+{
+    sim *s = ctx;
+    pthread_mutex_lock(&s->mu);
+    sim_chunk *c = NULL;
+    HASH_FIND(hh, s->chunks, &h, sizeof h, c);
+    int rc = GMLAKE_OK;
+    if (!c || c->released || injected(s, GMLAKE_DC_CHUNK_RELEASE)) {
+        rc = GMLAKE_ERR_DEVICE;
+    } else {
+        c->released = true;
+        if (c->maps == 0)
+            release_units(s, c);
+    }
+    pthread_mutex_unlock(&s->mu);
+    return rc;
+}
+
+static int sim_va_reserve(void *ctx, size_t size, size_t align, uintptr_t *out)
+{
+    sim *s = ctx;
+    size_t g = s->cfg.granularity;
+    if (size == 0 || size % g)
+        return GMLAKE_ERR_DEVICE;
+    if (align < g)
+        align = g;
+    sim_resv *r = calloc(1, sizeof *r);
+    if (!r)
+        return GMLAKE_ERR_DEVICE;
+    pthread_mutex_lock(&s->mu);
+    int rc = GMLAKE_OK;
+    if (injected(s, GMLAKE_DC_VA_RESERVE)) {
+        rc = GMLAKE_ERR_DEVICE;
+        goto out;
+    }
+    if (s->cfg.backed) {
+        size_t span = size + align;
+        void *p = mmap(NULL, span, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        if (p == MAP_FAILED) {
+            rc = GMLAKE_ERR_DEVICE;
+            goto out;
+        }
+        uintptr_t base = ((uintptr_t)p + align - 1) & ~(uintptr_t)(align - 1);
+        if (base > (uintptr_t)p)
+            munmap(p, base - (uintptr_t)p);
+        uintptr_t end = (uintptr_t)p + span;
+        if (end > base + size)
+            munmap((void *)(base + size), end - (base + size));
+        r->va = base;
+    } else {
+        uintptr_t base = (s->fake_next + align - 1) & ~(uintptr_t)(align - 1);
+        s->fake_next = base + size + g; /* a guard gap: neighbouring ranges never touch */
+        r->va = base;
+    }
+    r->size = size;
+    r->next = s->resv;
+    s->resv = r;
+    s->nresv++;
+    *out = r->va;
+    r = NULL;
+out:
+    pthread_mutex_unlock(&s->mu);
+    free(r);
+    return rc;
+}
+
+static int sim_va_free(void *ctx, uintptr_t va, size_t size)
+{
+    sim *s = ctx;
+    pthread_mutex_lock(&s->mu);
+    int rc = GMLAKE_ERR_DEVICE;
+    for (sim_resv **pp = &s->resv; *pp; pp = &(*pp)->next) {
+        sim_resv *r = *pp;
+        if (r->va != va || r->size != size)
+            continue;
+        if (r->mapped_units || injected(s, GMLAKE_DC_VA_FREE))
+            break;
+        *pp = r->next;
+        s->nresv--;
+        if (s->cfg.backed)
+            munmap((void *)va, size);
+        free(r);
+        rc = GMLAKE_OK;
+        break;
+    }
+    pthread_mutex_unlock(&s->mu);
+    return rc;
+}
+
+static int sim_map(void *ctx, uintptr_t va, size_t size, gml_handle h)
+{
+    sim *s = ctx;
+    size_t g = s->cfg.granularity;
+    pthread_mutex_lock(&s->mu);
+    int rc = GMLAKE_ERR_DEVICE;
+    sim_chunk *c = NULL;
+    HASH_FIND(hh, s->chunks, &h, sizeof h, c);
+    sim_resv *r = resv_containing(s, va, size);
+    if (!c || c->released || size != c->nunits * g || va % g || !r || injected(s, GMLAKE_DC_MAP))
+        goto out;
+    for (uintptr_t u = va; u < va + size; u += g) {
+        sim_unit_map *m = NULL;
+        HASH_FIND(hh, s->units, &u, sizeof u, m);
+        if (m)
+            goto out; /* overlaps a mapping */
+    }
+    if (s->cfg.backed) {
+        void *p = mmap((void *)va, size, PROT_NONE, MAP_SHARED | MAP_FIXED, s->memfd,
+                       (off_t)(c->unit0 * g));
+        if (p == MAP_FAILED)
+            goto out;
+    }
+    for (uintptr_t u = va; u < va + size; u += g) {
+        sim_unit_map *m = calloc(1, sizeof *m);
+        if (!m)
+            goto out; /* host out of memory: the test run is lost anyway */
+        m->va = u;
+        m->map_va = va;
+        m->map_size = size;
+        m->chunk = c;
+        m->resv = r;
+        HASH_ADD(hh, s->units, va, sizeof m->va, m);
+    }
+    r->mapped_units += size / g;
+    c->maps++;
+    s->nmappings++;
+    rc = GMLAKE_OK;
+out:
+    pthread_mutex_unlock(&s->mu);
+    return rc;
+}
+
+static int sim_unmap(void *ctx, uintptr_t va, size_t size)
+{
+    sim *s = ctx;
+    size_t g = s->cfg.granularity;
+    pthread_mutex_lock(&s->mu);
+    int rc = GMLAKE_ERR_DEVICE;
+    if (size == 0 || va % g || size % g || injected(s, GMLAKE_DC_UNMAP))
+        goto out;
+    /* validate: the range is exactly a sequence of whole mappings */
+    for (uintptr_t u = va; u < va + size;) {
+        sim_unit_map *m = NULL;
+        HASH_FIND(hh, s->units, &u, sizeof u, m);
+        if (!m || m->map_va != u || u + m->map_size > va + size)
+            goto out;
+        u += m->map_size;
+    }
+    for (uintptr_t u = va; u < va + size;) {
+        sim_unit_map *m = NULL;
+        HASH_FIND(hh, s->units, &u, sizeof u, m);
+        sim_chunk *c = m->chunk;
+        size_t msize = m->map_size;
+        for (uintptr_t k = u; k < u + msize; k += g) {
+            sim_unit_map *mk = NULL;
+            HASH_FIND(hh, s->units, &k, sizeof k, mk);
+            mk->resv->mapped_units--;
+            HASH_DEL(s->units, mk);
+            free(mk);
+        }
+        s->nmappings--;
+        if (--c->maps == 0 && c->released)
+            release_units(s, c);
+        u += msize;
+    }
+    if (s->cfg.backed)
+        mmap((void *)va, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE,
+             -1, 0);
+    rc = GMLAKE_OK;
+out:
+    pthread_mutex_unlock(&s->mu);
+    return rc;
+}
+
+static int sim_set_access(void *ctx, uintptr_t va, size_t size)
+{
+    sim *s = ctx;
+    size_t g = s->cfg.granularity;
+    pthread_mutex_lock(&s->mu);
+    int rc = GMLAKE_ERR_DEVICE;
+    if (size == 0 || va % g || size % g || injected(s, GMLAKE_DC_SET_ACCESS))
+        goto out;
+    for (uintptr_t u = va; u < va + size; u += g) {
+        sim_unit_map *m = NULL;
+        HASH_FIND(hh, s->units, &u, sizeof u, m);
+        if (!m)
+            goto out;
+    }
+    if (s->cfg.backed && mprotect((void *)va, size, PROT_READ | PROT_WRITE) != 0)
+        goto out;
+    for (uintptr_t u = va; u < va + size; u += g) {
+        sim_unit_map *m = NULL;
+        HASH_FIND(hh, s->units, &u, sizeof u, m);
+        m->access = true;
+    }
+    rc = GMLAKE_OK;
+out:
+    pthread_mutex_unlock(&s->mu);
+    return rc;
+}
+
+static int sim_event_create(void *ctx, gml_event *out)
+{
+    sim *s = ctx;
+    sim_event *e = calloc(1, sizeof *e);
+    if (!e)
+        return GMLAKE_ERR_DEVICE;
+    e->done = true;
+    pthread_mutex_lock(&s->mu);
+    e->next = s->events;
+    if (s->events)
+        s->events->prev = e;
+    s->events = e;
+    pthread_mutex_unlock(&s->mu);
+    *out = e;
+    return GMLAKE_OK;
+}
+
+static int sim_event_destroy(void *ctx, gml_event ev)
+{
+    sim *s = ctx;
+    sim_event *e = ev;
+    pthread_mutex_lock(&s->mu);
+    if (e->prev)
+        e->prev->next = e->next;
+    else
+        s->events = e->next;
+    if (e->next)
+        e->next->prev = e->prev;
+    pthread_mutex_unlock(&s->mu);
+    free(e);
+    return GMLAKE_OK;
+}
+
+static int sim_event_record(void *ctx, gml_event ev, gml_stream st)
+{
+    (void)st;
+    sim *s = ctx;
+    pthread_mutex_lock(&s->mu);
+    int rc = injected(s, GMLAKE_DC_EVENT_RECORD) ? GMLAKE_ERR_DEVICE : GMLAKE_OK;
+    if (rc == GMLAKE_OK)
+        ((sim_event *)ev)->done = !s->manual;
+    pthread_mutex_unlock(&s->mu);
+    return rc;
+}
+
+static int sim_event_query(void *ctx, gml_event ev)
+{
+    sim *s = ctx;
+    pthread_mutex_lock(&s->mu);
+    int rc = ((sim_event *)ev)->done ? GMLAKE_OK : GMLAKE_ERR_BUSY;
+    pthread_mutex_unlock(&s->mu);
+    return rc;
+}
+
+static int sim_event_sync(void *ctx, gml_event ev)
+{
+    sim *s = ctx;
+    pthread_mutex_lock(&s->mu);
+    ((sim_event *)ev)->done = true; /* waiting lets the simulated work finish */
+    pthread_mutex_unlock(&s->mu);
+    return GMLAKE_OK;
+}
+
+static void complete_all_locked(sim *s)
+{
+    for (sim_event *e = s->events; e; e = e->next)
+        e->done = true;
+}
+
+static int sim_synchronize(void *ctx)
+{
+    sim *s = ctx;
+    pthread_mutex_lock(&s->mu);
+    complete_all_locked(s);
+    pthread_mutex_unlock(&s->mu);
+    return GMLAKE_OK;
+}
+
+static size_t sim_granularity(void *ctx) { return ((sim *)ctx)->cfg.granularity; }
+
+static int sim_mem_info(void *ctx, size_t *free_bytes, size_t *total_bytes)
+{
+    sim *s = ctx;
+    pthread_mutex_lock(&s->mu);
+    *total_bytes = s->cfg.capacity;
+    *free_bytes = (s->nunits - s->used_units) * s->cfg.granularity;
+    pthread_mutex_unlock(&s->mu);
+    return GMLAKE_OK;
+}
+
+static void sim_destroy(void *ctx)
+{
+    sim *s = ctx;
+    sim_unit_map *m, *mt;
+    HASH_ITER(hh, s->units, m, mt) {
+        HASH_DEL(s->units, m);
+        free(m);
+    }
+    sim_chunk *c, *ct;
+    HASH_ITER(hh, s->chunks, c, ct) {
+        HASH_DEL(s->chunks, c);
+        free(c);
+    }
+    while (s->resv) {
+        sim_resv *r = s->resv;
+        s->resv = r->next;
+        if (s->cfg.backed)
+            munmap((void *)r->va, r->size);
+        free(r);
+    }
+    while (s->events) {
+        sim_event *e = s->events;
+        s->events = e->next;
+        free(e);
+    }
+    if (s->memfd >= 0)
+        close(s->memfd);
+    free(s->unit_used);
+    pthread_mutex_destroy(&s->mu);
+    free(s);
+}
+
+static const gml_device_ops sim_ops = {
+    .name = "sim",
+    .chunk_create = sim_chunk_create,
+    .chunk_release = sim_chunk_release,
+    .va_reserve = sim_va_reserve,
+    .va_free = sim_va_free,
+    .map = sim_map,
+    .unmap = sim_unmap,
+    .set_access = sim_set_access,
+    .event_create = sim_event_create,
+    .event_destroy = sim_event_destroy,
+    .event_record = sim_event_record,
+    .event_query = sim_event_query,
+    .event_sync = sim_event_sync,
+    .synchronize = sim_synchronize,
+    .granularity = sim_granularity,
+    .mem_info = sim_mem_info,
+    .destroy = sim_destroy,
+};
+
+gml_device *gml_sim_create(const gml_sim_config *cfg)
+{
+    size_t g = cfg->granularity ? cfg->granularity : (size_t)2 << 20;
+    if (cfg->capacity == 0 || cfg->capacity % g || (g & (g - 1)))
+        return NULL;
+    sim *s = calloc(1, sizeof *s);
+    if (!s)
+        return NULL;
+    pthread_mutex_init(&s->mu, NULL);
+    s->cfg = *cfg;
+    s->cfg.granularity = g;
+    s->memfd = -1;
+    s->nunits = cfg->capacity / g;
+    s->fake_next = (uintptr_t)1 << 44;
+    s->unit_used = calloc(s->nunits, 1);
+    if (!s->unit_used)
+        goto fail;
+    if (cfg->backed) {
+        s->memfd = memfd_create("gmlake-sim", MFD_CLOEXEC);
+        if (s->memfd < 0 || ftruncate(s->memfd, (off_t)cfg->capacity) != 0)
+            goto fail;
+    }
+    gml_device *dev = gml_device_new(&sim_ops, s, 0);
+    if (!dev)
+        goto fail;
+    return dev;
+fail:
+    sim_destroy(s);
+    return NULL;
+}
+
+void gml_sim_set_manual_events(gml_device *dev, bool manual)
+{
+    sim *s = sim_of(dev);
+    pthread_mutex_lock(&s->mu);
+    s->manual = manual;
+    pthread_mutex_unlock(&s->mu);
+}
+
+void gml_sim_complete_events(gml_device *dev)
+{
+    sim *s = sim_of(dev);
+    pthread_mutex_lock(&s->mu);
+    complete_all_locked(s);
+    pthread_mutex_unlock(&s->mu);
+}
+
+size_t gml_sim_bytes_in_use(gml_device *dev)
+{
+    sim *s = sim_of(dev);
+    pthread_mutex_lock(&s->mu);
+    size_t n = s->used_units * s->cfg.granularity;
+    pthread_mutex_unlock(&s->mu);
+    return n;
+}
+
+size_t gml_sim_mapping_count(gml_device *dev)
+{
+    sim *s = sim_of(dev);
+    pthread_mutex_lock(&s->mu);
+    size_t n = s->nmappings;
+    pthread_mutex_unlock(&s->mu);
+    return n;
+}
+
+size_t gml_sim_reservation_count(gml_device *dev)
+{
+    sim *s = sim_of(dev);
+    pthread_mutex_lock(&s->mu);
+    size_t n = s->nresv;
+    pthread_mutex_unlock(&s->mu);
+    return n;
+}
+
+void gml_sim_fail_call(gml_device *dev, int kind, int nth)
+{
+    sim *s = sim_of(dev);
+    pthread_mutex_lock(&s->mu);
+    s->fail_kind = kind;
+    s->fail_nth = nth;
+    pthread_mutex_unlock(&s->mu);
+}

@@ -1,0 +1,92 @@
+/*
+ * gmlake.h — the public C API of libgmlake.
+ *
+ * libgmlake serves a program's CUDA allocations from a per-device pool built on CUDA virtual
+ * memory management, and stitches free physical chunks into fresh virtual ranges when no single
+ * free block fits (GMLake's virtual memory stitching).  Most programs never call this API: they
+ * run under LD_PRELOAD=libgmlake.so (or `gmlake run -- CMD`).  A program that wants gmlake's own
+ * figures, or to return cached memory to the GPU, may call these functions; it can look them up
+ * with dlsym(RTLD_DEFAULT, "gmlake_get_stats") to stay runnable without gmlake.
+ *
+ * Every function returns a gmlake_status: GMLAKE_OK (0) on success, another value on failure.
+ * Functions never abort the process.  `device` is a CUDA device ordinal; a device whose pool was
+ * never created (no allocation served there yet) answers GMLAKE_ERR_NO_POOL.
+ */
+#ifndef GMLAKE_H
+#define GMLAKE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define GMLAKE_API __attribute__((visibility("default")))
+
+typedef enum gmlake_status {
+    GMLAKE_OK = 0,
+    GMLAKE_ERR_NOMEM = 1,     /* the device (or the configured limit) has no memory left */
+    GMLAKE_ERR_INVALID = 2,   /* bad argument: unknown pointer, NULL output, bad size */
+    GMLAKE_ERR_DEVICE = 3,    /* the CUDA driver reported an error */
+    GMLAKE_ERR_BUSY = 4,      /* an event has not completed yet (internal) */
+    GMLAKE_ERR_NO_POOL = 5,   /* no pool exists for that device */
+    GMLAKE_ERR_CORRUPT = 6,   /* the consistency checker found a broken invariant */
+} gmlake_status;
+
+/* Device calls counted by kind (index into gmlake_stats.device_calls). */
+enum gmlake_devcall {
+    GMLAKE_DC_CHUNK_CREATE = 0, /* cuMemCreate */
+    GMLAKE_DC_CHUNK_RELEASE,    /* cuMemRelease */
+    GMLAKE_DC_VA_RESERVE,       /* cuMemAddressReserve */
+    GMLAKE_DC_VA_FREE,          /* cuMemAddressFree */
+    GMLAKE_DC_MAP,              /* cuMemMap */
+    GMLAKE_DC_UNMAP,            /* cuMemUnmap */
+    GMLAKE_DC_SET_ACCESS,       /* cuMemSetAccess */
+    GMLAKE_DC_EVENT_CREATE,     /* cuEventCreate */
+    GMLAKE_DC_EVENT_DESTROY,    /* cuEventDestroy */
+    GMLAKE_DC_EVENT_RECORD,     /* cuEventRecord */
+    GMLAKE_DC_EVENT_QUERY,      /* cuEventQuery */
+    GMLAKE_DC_EVENT_SYNC,       /* cuEventSynchronize */
+    GMLAKE_DC_SYNCHRONIZE,      /* cuCtxSynchronize */
+    GMLAKE_DC_COUNT
+};
+
+/* Names of the device-call kinds, in enum order ("chunk_create", ...). */
+GMLAKE_API const char *gmlake_devcall_name(int kind);
+
+typedef struct gmlake_stats {
+    uint64_t active_bytes;          /* sum of the sizes asked for by live allocations */
+    uint64_t peak_active_bytes;
+    uint64_t reserved_bytes;        /* physical chunks held x chunk size */
+    uint64_t peak_reserved_bytes;
+    uint64_t allocations;           /* successful allocations since the pool was created */
+    uint64_t frees;
+    uint64_t live_allocations;
+    uint64_t failed_allocations;    /* requests answered with out-of-memory */
+    uint64_t stitches;              /* stitched blocks created (device calls made) */
+    uint64_t stitch_reuses;         /* requests served by a cached stitched block */
+    uint64_t stitch_evictions;      /* stitched mappings torn down (StitchFree, GC, release) */
+    uint64_t stitched_blocks;       /* stitched blocks mapped now (live + cached) */
+    uint64_t stitched_bytes;        /* virtual bytes mapped by those blocks */
+    uint64_t cache_releases;        /* times cached chunks were returned to the device */
+    uint64_t chunk_size;
+    double utilization;             /* peak_active / peak_reserved, 0 when nothing was reserved */
+    uint64_t device_calls[GMLAKE_DC_COUNT];
+} gmlake_stats;
+
+/* Fill *out with the pool of `device`. */
+GMLAKE_API int gmlake_get_stats(int device, gmlake_stats *out);
+/* Return every cached free chunk of `device` to the GPU (waits for the device first). */
+GMLAKE_API int gmlake_empty_cache(int device);
+/* Set the peaks to the current values. */
+GMLAKE_API int gmlake_reset_peak_stats(int device);
+/* Run the whole-pool consistency checker; GMLAKE_ERR_CORRUPT names nothing, the log does. */
+GMLAKE_API int gmlake_check(int device);
+/* A one-line description of a status code. */
+GMLAKE_API const char *gmlake_strerror(int status);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* GMLAKE_H */

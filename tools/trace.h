@@ -1,0 +1,47 @@
+/*
+ * trace.h — reading `gmlake-trace v1` files and replaying them through a pool.
+ *
+ * Format: one event a line, plain text or gzip; '#' starts a comment line; blank lines are skipped.
+ *   A <ptr hex> <size bytes> <stream hex> <t_us>   an allocation that returned ptr
+ *   F <ptr hex> 0 <stream hex> <t_us>              a free of ptr
+ * A malformed line, an allocation of a pointer that is live, or a free of one that is not, is an
+ * error that names the file and the line.
+ */
+#ifndef GML_TRACE_H
+#define GML_TRACE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../core/pool.h"
+
+typedef struct gml_trace_event {
+    char op; /* 'A' or 'F' */
+    uint64_t ptr, size, stream, t_us;
+    uint32_t line;
+} gml_trace_event;
+
+typedef struct gml_trace {
+    char *path;
+    gml_trace_event *ev;
+    size_t n;
+} gml_trace;
+
+/* 0 on success; -1 with a message "PATH:LINE: what" in err. */
+int gml_trace_load(const char *path, gml_trace *out, char *err, size_t errlen);
+void gml_trace_free(gml_trace *t);
+
+typedef struct gml_replay_result {
+    uint64_t allocations, frees, failed;
+    uint64_t calls_total, calls_second_half; /* device calls (all kinds) */
+    uint64_t calls_first_half[GMLAKE_DC_COUNT];
+    gmlake_stats stats;                      /* the pool's at the end */
+    double seconds;
+} gml_replay_result;
+
+/* Replays t through p (trace streams passed as they are).  check_every > 0 runs the pool checker
+ * after every that many events.  0 on success; -1 with "PATH:LINE: what" in err. */
+int gml_replay(gml_pool *p, const gml_trace *t, size_t check_every, gml_replay_result *res,
+               char *err, size_t errlen);
+
+#endif /* GML_TRACE_H */
