@@ -5,8 +5,8 @@
  * RB_NFIND gives the smallest block >= the request (lowest address among equals).  A request on
  * stream S looks in S's bin and in the ready bin and takes the smaller fit.
  * Split: the request is cut from the tail of the free block, so the remainder keeps its address.
- * Merge: a freed block joins free neighbours of the same bin; the larger record survives, so that
- * re-pointing slot owners costs the size of the smaller side only.
+ * Merge: a freed block joins free neighbours of its bin or of the ready bin; the larger record
+ * survives, so that re-pointing slot owners costs the size of the smaller side only.
  * Records come from slabs and are recycled; the hot path never calls malloc.
  */
 #include <stdlib.h>
@@ -117,17 +117,24 @@ static gml_block *merge(gml_pool *p, gml_block *l, gml_block *r)
     return r;
 }
 
+/* A free neighbour joins a block freed into `bin` if it is in that bin, or in the ready bin (a
+ * ready block may serve any stream, so restricting it to `bin` is safe). */
+static inline bool joins(const gml_pool *p, const gml_block *n, const gml_bin *bin)
+{
+    return n && n->state == GML_B_FREE && (n->bin == bin || n->bin == p->ready);
+}
+
 gml_block *gml_free_insert(gml_pool *p, gml_block *b, gml_bin *bin)
 {
     b->state = GML_B_FREE;
     b->bin = bin;
     gml_block *n = b->prev;
-    if (n && n->state == GML_B_FREE && n->bin == bin) {
+    if (joins(p, n, bin)) {
         gml_free_tree_remove(n);
         b = merge(p, n, b);
     }
     n = b->next;
-    if (n && n->state == GML_B_FREE && n->bin == bin) {
+    if (joins(p, n, bin)) {
         gml_free_tree_remove(n);
         b = merge(p, b, n);
     }

@@ -34,6 +34,13 @@ bool gml_bin_passed(gml_pool *p, gml_bin *bin, uint64_t seq, bool wait)
 {
     if (bin == p->ready || bin->done_seq >= seq)
         return true;
+    /* an event recorded earlier may have completed: learn that before recording a newer one */
+    if (bin->ev && bin->ev_seq > bin->done_seq &&
+        gml_dev_event_query(p->dev, bin->ev) == GMLAKE_OK) {
+        bin->done_seq = bin->ev_seq;
+        if (bin->done_seq >= seq)
+            return true;
+    }
     if (!bin->ev && gml_dev_event_create(p->dev, &bin->ev) != GMLAKE_OK) {
         bin->ev = NULL;
         return false;

@@ -1,0 +1,254 @@
+/* test_pool.c — the core pool on the sim device: fit, split/merge, small packing, streams,
+ * out-of-memory handling, statistics, bad frees, device failures.  Every step runs the checker. */
+#include <string.h>
+
+#include "helpers.h"
+
+static void no_stitch(gml_pool_settings *s) { s->vmm_defragment = false; }
+
+Test(pool, best_fit_picks_the_smallest_hole)
+{
+    fixture f = fx_make(64 * MiB, false, NULL);
+    gml_pool *p = f.pool;
+    uintptr_t a = must_alloc(p, 4 * MiB, 0);
+    uintptr_t g1 = must_alloc(p, 1 * MiB, 0);
+    uintptr_t c = must_alloc(p, 2 * MiB, 0);
+    uintptr_t g2 = must_alloc(p, 1 * MiB, 0);
+    uintptr_t e = must_alloc(p, 3 * MiB, 0);
+    uintptr_t g3 = must_alloc(p, 1 * MiB, 0);
+    must_free(p, a, 0);
+    must_free(p, c, 0);
+    must_free(p, e, 0);
+    uint64_t calls = calls_of(p);
+    uintptr_t x = must_alloc(p, 2 * MiB + MiB / 2, 0); /* fits the 3 MiB hole best */
+    cr_assert(x >= e && x + 2 * MiB + MiB / 2 <= e + 3 * MiB, "2.5 MiB went to %#lx", (unsigned long)x);
+    cr_assert_eq(must_alloc(p, 2 * MiB, 0), c, "an exact fit is taken whole");
+    cr_assert_eq(must_alloc(p, 4 * MiB, 0), a);
+    cr_assert_eq(calls_of(p), calls, "hits make no device call");
+    (void)g1, (void)g2, (void)g3;
+    fx_free(&f);
+}
+
+Test(pool, split_blocks_merge_back)
+{
+    fixture f = fx_make(64 * MiB, false, NULL);
+    gml_pool *p = f.pool;
+    uintptr_t x = must_alloc(p, 8 * MiB, 0);
+    must_free(p, x, 0);
+    uint64_t reserved = stats_of(p).reserved_bytes, calls = calls_of(p);
+    uintptr_t parts[8];
+    for (int i = 0; i < 8; i++)
+        parts[i] = must_alloc(p, 1 * MiB, 0);
+    for (int i = 0; i < 8; i++)
+        cr_assert(parts[i] >= x && parts[i] < x + 8 * MiB, "split from the one free block");
+    for (int i = 0; i < 8; i += 2)
+        must_free(p, parts[i], 0);
+    for (int i = 1; i < 8; i += 2)
+        must_free(p, parts[i], 0);
+    cr_assert_eq(must_alloc(p, 8 * MiB, 0), x, "the pieces merged into one block again");
+    cr_assert_eq(stats_of(p).reserved_bytes, reserved);
+    cr_assert_eq(calls_of(p), calls);
+    fx_free(&f);
+}
+
+Test(pool, small_requests_are_packed_with_fine_rounding)
+{
+    fixture f = fx_make(64 * MiB, false, NULL);
+    gml_pool *p = f.pool;
+    static uintptr_t v[4097];
+    for (int i = 0; i < 4096; i++) {
+        cr_assert_eq(gml_pool_alloc(p, 100, 0, &v[i]), GMLAKE_OK);
+        cr_assert_eq(v[i] % 512, 0);
+    }
+    CHECK_POOL(p);
+    cr_assert_eq(stats_of(p).reserved_bytes, 2 * MiB, "4096 requests of 100 B fill one chunk");
+    cr_assert_eq(stats_of(p).active_bytes, 409600);
+    v[4096] = must_alloc(p, 100, 0);
+    cr_assert_eq(stats_of(p).reserved_bytes, 4 * MiB, "the 4097th needs a second chunk");
+    for (int i = 0; i < 4097; i++)
+        cr_assert_eq(gml_pool_free(p, v[i], 0), GMLAKE_OK);
+    CHECK_POOL(p);
+    /* a fully free small chunk goes back to large requests without device calls */
+    uint64_t calls = calls_of(p);
+    uintptr_t big = must_alloc(p, 4 * MiB, 0);
+    cr_assert_eq(calls_of(p), calls, "the small chunks were reused for a large request");
+    must_free(p, big, 0);
+    fx_free(&f);
+}
+
+Test(pool, small_blocks_do_not_pin_large_chunks)
+{
+    fixture f = fx_make(64 * MiB, false, NULL);
+    gml_pool *p = f.pool;
+    uintptr_t l = must_alloc(p, 3 * MiB, 0); /* 2 chunks, 1 MiB of the run stays free */
+    uintptr_t s = must_alloc(p, 4 * KiB, 0);
+    size_t cs = s / (2 * MiB), c0 = l / (2 * MiB), c1 = (l + 3 * MiB - 1) / (2 * MiB);
+    cr_assert(cs < c0 || cs > c1, "the small block is not in the large block's chunks");
+    cr_assert_eq(stats_of(p).reserved_bytes, 6 * MiB, "a separate small chunk");
+    fx_free(&f);
+}
+
+Test(pool, stream_ordered_reuse_waits_for_events)
+{
+    fixture f = fx_make(64 * MiB, false, no_stitch);
+    gml_pool *p = f.pool;
+    gml_sim_set_manual_events(f.dev, true);
+    const gml_stream s1 = 0x1000, s2 = 0x2000, s3 = 0x3000;
+    uintptr_t x = must_alloc(p, 4 * MiB, s1);
+    must_free(p, x, s1);
+    cr_assert_eq(must_alloc(p, 4 * MiB, s1), x, "the same stream reuses at once");
+    must_free(p, x, s1);
+    uintptr_t y = must_alloc(p, 4 * MiB, s2);
+    cr_assert_neq(y, x, "another stream must not take a block whose work may be running");
+    cr_assert_eq(stats_of(p).reserved_bytes, 8 * MiB);
+    must_free(p, y, s2);
+    gml_sim_complete_events(f.dev);
+    uint64_t reserved = stats_of(p).reserved_bytes;
+    uintptr_t z = must_alloc(p, 4 * MiB, s3);
+    cr_assert(z == x || z == y, "after the event completed the block crosses streams");
+    cr_assert_eq(stats_of(p).reserved_bytes, reserved, "no growth");
+    must_free(p, z, s3);
+    /* a free with no stream (cudaFree) may serve any stream at once */
+    uintptr_t w = must_alloc(p, 10 * MiB, s1);
+    must_free(p, w, GML_STREAM_NONE);
+    cr_assert_eq(must_alloc(p, 10 * MiB, s2), w);
+    fx_free(&f);
+}
+
+Test(pool, out_of_memory_releases_cache_then_fails_cleanly)
+{
+    fixture f = fx_make(16 * MiB, false, no_stitch);
+    gml_pool *p = f.pool;
+    uintptr_t a = must_alloc(p, 6 * MiB, 0);
+    uintptr_t b = must_alloc(p, 6 * MiB, 0);
+    must_free(p, a, 0);
+    uintptr_t c = must_alloc(p, 8 * MiB, 0); /* 12 + 8 > 16: release A's chunks, then grow */
+    gmlake_stats s = stats_of(p);
+    cr_assert_eq(s.cache_releases, 1);
+    cr_assert_eq(s.reserved_bytes, 14 * MiB);
+    cr_assert_eq(s.device_calls[GMLAKE_DC_CHUNK_RELEASE], 3);
+    uintptr_t d = 0;
+    cr_assert_eq(gml_pool_alloc(p, 4 * MiB, 0, &d), GMLAKE_ERR_NOMEM);
+    CHECK_POOL(p);
+    s = stats_of(p);
+    cr_assert_eq(s.failed_allocations, 1);
+    cr_assert_eq(s.live_allocations, 2);
+    cr_assert_eq(gml_sim_bytes_in_use(f.dev), s.reserved_bytes, "no chunk leaked");
+    must_free(p, b, 0);
+    d = must_alloc(p, 4 * MiB, 0);
+    must_free(p, c, 0);
+    must_free(p, d, 0);
+    cr_assert_eq(gml_pool_empty_cache(p), GMLAKE_OK);
+    CHECK_POOL(p);
+    cr_assert_eq(stats_of(p).reserved_bytes, 0);
+    cr_assert_eq(gml_sim_bytes_in_use(f.dev), 0);
+    fx_free(&f);
+}
+
+static void limit_8m(gml_pool_settings *s) { s->limit_bytes = 8 * MiB; }
+
+Test(pool, limit_bytes_caps_reservation)
+{
+    fixture f = fx_make(64 * MiB, false, limit_8m);
+    uintptr_t a = must_alloc(f.pool, 8 * MiB, 0), b = 0;
+    cr_assert_eq(gml_pool_alloc(f.pool, 512, 0, &b), GMLAKE_ERR_NOMEM);
+    CHECK_POOL(f.pool);
+    must_free(f.pool, a, 0);
+    fx_free(&f);
+}
+
+Test(pool, statistics_are_exact)
+{
+    fixture f = fx_make(64 * MiB, false, NULL);
+    gml_pool *p = f.pool;
+    uintptr_t a = must_alloc(p, 1000, 0);
+    uintptr_t b = must_alloc(p, 5000, 0);
+    uintptr_t c = must_alloc(p, 3 * MiB + 1, 0);
+    gmlake_stats s = stats_of(p);
+    cr_assert_eq(s.active_bytes, 1000 + 5000 + 3 * MiB + 1);
+    cr_assert_eq(s.peak_active_bytes, s.active_bytes);
+    cr_assert_eq(s.reserved_bytes, 2 * MiB /* small */ + 4 * MiB /* large */);
+    cr_assert_eq(s.allocations, 3);
+    must_free(p, c, 0);
+    s = stats_of(p);
+    cr_assert_eq(s.active_bytes, 6000);
+    cr_assert_eq(s.peak_active_bytes, 6000 + 3 * MiB + 1);
+    cr_assert_eq(s.frees, 1);
+    cr_assert_eq(s.live_allocations, 2);
+    cr_assert_float_eq(s.utilization, (double)(6000 + 3 * MiB + 1) / (6 * MiB), 1e-12);
+    gml_pool_reset_peaks(p);
+    s = stats_of(p);
+    cr_assert_eq(s.peak_active_bytes, 6000);
+    cr_assert_eq(s.peak_reserved_bytes, s.reserved_bytes);
+    must_free(p, a, 0);
+    must_free(p, b, 0);
+    cr_assert_eq(stats_of(p).active_bytes, 0);
+    fx_free(&f);
+}
+
+Test(pool, bad_frees_leave_the_pool_intact)
+{
+    fixture f = fx_make(64 * MiB, false, NULL);
+    gml_pool *p = f.pool;
+    uintptr_t a = must_alloc(p, 3 * MiB, 0), z = 0;
+    cr_assert_eq(gml_pool_free(p, a + 512, 0), GMLAKE_ERR_INVALID, "interior pointer");
+    cr_assert_eq(gml_pool_free(p, 0xdead000, 0), GMLAKE_ERR_INVALID, "foreign pointer");
+    cr_assert_eq(gml_pool_alloc(p, 0, 0, &z), GMLAKE_ERR_INVALID, "size 0");
+    CHECK_POOL(p);
+    must_free(p, a, 0);
+    cr_assert_eq(gml_pool_free(p, a, 0), GMLAKE_ERR_INVALID, "double free");
+    CHECK_POOL(p);
+    cr_assert_eq(stats_of(p).frees, 1);
+    cr_assert(gml_pool_owns(p, a));
+    cr_assert(!gml_pool_owns(p, 0xdead000));
+    fx_free(&f);
+}
+
+Test(pool, device_failures_are_reported_and_undone)
+{
+    fixture f = fx_make(64 * MiB, false, no_stitch);
+    gml_pool *p = f.pool;
+    int kinds[] = {GMLAKE_DC_CHUNK_CREATE, GMLAKE_DC_MAP, GMLAKE_DC_SET_ACCESS};
+    for (int k = 0; k < 3; k++) {
+        for (int nth = 1; nth <= 3; nth++) {
+            gml_sim_fail_call(f.dev, kinds[k], nth);
+            uintptr_t x = 0;
+            int rc = gml_pool_alloc(p, 6 * MiB, 0, &x);
+            cr_assert(rc == GMLAKE_OK || rc == GMLAKE_ERR_DEVICE || rc == GMLAKE_ERR_NOMEM,
+                      "rc %d", rc);
+            CHECK_POOL(p);
+            cr_assert_eq(gml_sim_bytes_in_use(f.dev), stats_of(p).reserved_bytes, "no leak");
+            if (rc == GMLAKE_OK)
+                must_free(p, x, 0);
+            gml_sim_fail_call(f.dev, 0, 0);
+            cr_assert_eq(gml_pool_empty_cache(p), GMLAKE_OK);
+            CHECK_POOL(p);
+        }
+    }
+    fx_free(&f);
+}
+
+Test(pool, data_written_survives_reuse_of_neighbours)
+{
+    fixture f = fx_make(64 * MiB, true, NULL);
+    gml_pool *p = f.pool;
+    size_t sizes[] = {700, 4096, 1 * MiB, 3 * MiB + 512, 100 * KiB, 5 * MiB};
+    uintptr_t v[6];
+    for (int i = 0; i < 6; i++) {
+        v[i] = must_alloc(p, sizes[i], 0);
+        memset((void *)v[i], 0x10 + i, sizes[i]);
+    }
+    must_free(p, v[1], 0);
+    must_free(p, v[4], 0);
+    uintptr_t n1 = must_alloc(p, 2000, 0), n2 = must_alloc(p, 2 * MiB, 0);
+    memset((void *)n1, 0xee, 2000);
+    memset((void *)n2, 0xdd, 2 * MiB);
+    for (int i = 0; i < 6; i++) {
+        if (i == 1 || i == 4)
+            continue;
+        const unsigned char *q = (const unsigned char *)v[i];
+        for (size_t j = 0; j < sizes[i]; j += 61)
+            cr_assert_eq(q[j], 0x10 + i, "block %d byte %zu", i, j);
+    }
+    fx_free(&f);
+}

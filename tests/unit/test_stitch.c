@@ -1,0 +1,269 @@
+/* test_stitch.c — virtual memory stitching on the sim device: aliasing, the stitched-block cache,
+ * StitchFree order, auto GC, deficit-only growth and every knob.  Every step runs the checker. */
+#include <string.h>
+
+#include "helpers.h"
+
+/* Allocates n 2 MiB blocks (one chunk each, adjacent) and frees those whose bit is set in
+ * `holes`; returns the blocks in v. */
+static void checkerboard(gml_pool *p, uintptr_t *v, int n, unsigned holes)
+{
+    for (int i = 0; i < n; i++)
+        v[i] = must_alloc(p, 2 * MiB, 0);
+    for (int i = 0; i < n; i++)
+        if (holes & (1u << i))
+            must_free(p, v[i], 0);
+}
+
+static bool in_block(uintptr_t x, uintptr_t b, size_t n) { return x >= b && x < b + n; }
+
+Test(stitch, stitched_range_aliases_its_chunks)
+{
+    fixture f = fx_make(32 * MiB, true, NULL);
+    gml_pool *p = f.pool;
+    uintptr_t v[8];
+    checkerboard(p, v, 8, 0x55); /* holes at 0, 2, 4, 6 */
+    uint64_t reserved = stats_of(p).reserved_bytes;
+    uintptr_t s = must_alloc(p, 8 * MiB, 0);
+    gmlake_stats st = stats_of(p);
+    cr_assert_eq(st.stitches, 1);
+    cr_assert_eq(st.reserved_bytes, reserved, "stitching asked the device for no memory");
+    for (int i = 0; i < 8; i++)
+        cr_assert(!in_block(s, v[i], 2 * MiB), "the stitched block is a fresh range");
+    /* each 2 MiB of the stitched range is one of the holes: find which, both directions */
+    for (int k = 0; k < 4; k++) {
+        unsigned char *view = (unsigned char *)(s + k * 2 * MiB);
+        memset(view, 0x40 + k, 2 * MiB);
+        int found = -1;
+        for (int i = 0; i < 8; i += 2)
+            if (((unsigned char *)v[i])[12345] == 0x40 + k &&
+                ((unsigned char *)v[i])[2 * MiB - 1] == 0x40 + k)
+                found = i;
+        cr_assert_neq(found, -1, "part %d of the stitched range is visible at a home range", k);
+        memset((void *)(v[found] + 4096), 0x99, 100);
+        cr_assert_eq(view[4096 + 50], 0x99, "a write at home shows through the stitched view");
+    }
+    must_free(p, s, 0);
+    fx_free(&f);
+}
+
+Test(stitch, cached_block_is_reused_without_device_calls)
+{
+    fixture f = fx_make(32 * MiB, false, NULL);
+    gml_pool *p = f.pool;
+    uintptr_t v[8];
+    checkerboard(p, v, 8, 0x55);
+    uintptr_t s = must_alloc(p, 8 * MiB, 0);
+    must_free(p, s, 0);
+    uint64_t calls = calls_of(p);
+    for (int round = 0; round < 5; round++) {
+        uintptr_t t = must_alloc(p, 7 * MiB + 3, 0);
+        cr_assert_eq(t, s, "the cached stitched block is taken again");
+        must_free(p, t, 0);
+    }
+    gmlake_stats st = stats_of(p);
+    cr_assert_eq(calls_of(p), calls, "reuse makes zero device calls");
+    cr_assert_eq(st.stitches, 1);
+    cr_assert_eq(st.stitch_reuses, 5);
+    cr_assert_eq(st.stitched_blocks, 1);
+    fx_free(&f);
+}
+
+static void gc2(gml_pool_settings *s) { s->auto_gc = 2; }
+
+Test(stitch, stale_blocks_are_evicted_lru_first)
+{
+    fixture f = fx_make(64 * MiB, false, gc2);
+    gml_pool *p = f.pool;
+    uintptr_t v[12];
+    checkerboard(p, v, 12, 0x555); /* holes at 0,2,4,6,8,10 */
+    uintptr_t s1 = must_alloc(p, 4 * MiB, 0);
+    uintptr_t s2 = must_alloc(p, 4 * MiB, 0);
+    must_free(p, s1, 0); /* s1 is now the least recently used */
+    must_free(p, s2, 0);
+    uintptr_t h[4];
+    for (int i = 0; i < 4; i++) /* lowest holes first: both cached blocks go stale */
+        h[i] = must_alloc(p, 2 * MiB, 0);
+    uintptr_t s3 = must_alloc(p, 4 * MiB, 0);
+    gmlake_stats st = stats_of(p);
+    cr_assert_eq(st.stitches, 3);
+    cr_assert_eq(st.stitch_evictions, 1);
+    cr_assert_eq(st.stitched_blocks, 2, "auto GC keeps the count at its bound");
+    cr_assert(!gml_pool_owns(p, s1), "the least recently used stale block went first");
+    cr_assert(gml_pool_owns(p, s2));
+    cr_assert(gml_pool_owns(p, s3));
+    (void)h;
+    fx_free(&f);
+}
+
+static void gc1(gml_pool_settings *s) { s->auto_gc = 1; }
+
+Test(stitch, blocks_in_use_or_pending_are_never_evicted)
+{
+    fixture f = fx_make(64 * MiB, false, gc1);
+    gml_pool *p = f.pool;
+    gml_sim_set_manual_events(f.dev, true);
+    const gml_stream st1 = 0x1000;
+    uintptr_t v[12];
+    for (int i = 0; i < 12; i++)
+        v[i] = must_alloc(p, 2 * MiB, st1);
+    for (int i = 0; i < 12; i += 2)
+        must_free(p, v[i], st1);
+    uintptr_t s1 = must_alloc(p, 4 * MiB, st1);
+    uintptr_t s2 = must_alloc(p, 4 * MiB, st1);
+    cr_assert_eq(stats_of(p).stitched_blocks, 2, "two live stitched blocks exceed the bound");
+    must_free(p, s1, st1); /* the GPU may still be using s1 */
+    uintptr_t h = must_alloc(p, 2 * MiB, st1); /* a hole: makes s1 stale */
+    uintptr_t s3 = must_alloc(p, 4 * MiB, st1);
+    cr_assert(gml_pool_owns(p, s1), "not torn down before its last use completed");
+    cr_assert_eq(stats_of(p).stitch_evictions, 0);
+    gml_sim_complete_events(f.dev);
+    must_free(p, s2, st1);
+    uintptr_t s4 = 0;
+    must_free(p, h, st1);
+    s4 = must_alloc(p, 6 * MiB, st1); /* a new stitch runs the GC */
+    cr_assert_geq(stats_of(p).stitch_evictions, 1);
+    cr_assert(!gml_pool_owns(p, s1), "torn down once its work completed");
+    cr_assert(gml_pool_owns(p, s3) && gml_pool_owns(p, s4), "live blocks stay");
+    fx_free(&f);
+}
+
+static void bytes8(gml_pool_settings *s) { s->stitch_bytes_limit = 8 * MiB; }
+
+Test(stitch, auto_gc_bounds_stitched_bytes)
+{
+    fixture f = fx_make(64 * MiB, false, bytes8);
+    gml_pool *p = f.pool;
+    uintptr_t v[12];
+    checkerboard(p, v, 12, 0x555);
+    uintptr_t s1 = must_alloc(p, 4 * MiB, 0), s2 = must_alloc(p, 4 * MiB, 0);
+    must_free(p, s1, 0);
+    uintptr_t h = must_alloc(p, 2 * MiB, 0); /* the lowest hole, one of s1's: s1 goes stale */
+    uintptr_t s3 = must_alloc(p, 4 * MiB, 0);
+    gmlake_stats st = stats_of(p);
+    cr_assert_eq(st.stitches, 3);
+    cr_assert_eq(st.stitch_evictions, 1);
+    cr_assert_leq(st.stitched_bytes, 8 * MiB);
+    cr_assert(!gml_pool_owns(p, s1) && gml_pool_owns(p, s2) && gml_pool_owns(p, s3));
+    (void)h;
+    fx_free(&f);
+}
+
+Test(stitch, growth_is_only_the_deficit)
+{
+    fixture f = fx_make(64 * MiB, false, NULL);
+    gml_pool *p = f.pool;
+    uintptr_t v[4];
+    checkerboard(p, v, 4, 0x5); /* 2 free chunks */
+    uint64_t reserved = stats_of(p).reserved_bytes;
+    uintptr_t s = must_alloc(p, 8 * MiB, 0); /* 4 chunks: 2 free + 2 new */
+    cr_assert_eq(stats_of(p).reserved_bytes, reserved + 4 * MiB);
+    cr_assert_eq(stats_of(p).stitches, 1);
+    must_free(p, s, 0);
+    fx_free(&f);
+}
+
+static void off(gml_pool_settings *s) { s->vmm_defragment = false; }
+static void frag16(gml_pool_settings *s) { s->frag_limit = 16 * MiB; }
+
+Test(stitch, knob_vmm_defragment_off_and_frag_limit)
+{
+    void (*tweaks[])(gml_pool_settings *) = {off, frag16};
+    for (int t = 0; t < 2; t++) {
+        fixture f = fx_make(64 * MiB, false, tweaks[t]);
+        uintptr_t v[8];
+        checkerboard(f.pool, v, 8, 0x55);
+        uint64_t reserved = stats_of(f.pool).reserved_bytes;
+        must_alloc(f.pool, 8 * MiB, 0);
+        cr_assert_eq(stats_of(f.pool).stitches, 0, "tweak %d", t);
+        cr_assert_eq(stats_of(f.pool).reserved_bytes, reserved + 8 * MiB, "grew the whole request");
+        fx_free(&f);
+    }
+}
+
+static void reuse2(gml_pool_settings *s) { s->reuse_limit = 2.0; }
+
+Test(stitch, knob_reuse_limit)
+{
+    for (int t = 0; t < 2; t++) {
+        fixture f = fx_make(64 * MiB, false, t ? reuse2 : NULL);
+        uintptr_t v[8];
+        checkerboard(f.pool, v, 8, 0x55);
+        uintptr_t s = must_alloc(f.pool, 8 * MiB, 0);
+        must_free(f.pool, s, 0);
+        must_alloc(f.pool, 6 * MiB, 0); /* 8 MiB block: 8 > 6 x 1.25, but 8 <= 6 x 2 */
+        gmlake_stats st = stats_of(f.pool);
+        cr_assert_eq(st.stitch_reuses, (uint64_t)t, "reuse_limit %s", t ? "2.0" : "1.25");
+        cr_assert_eq(st.stitches, t ? 1 : 2);
+        fx_free(&f);
+    }
+}
+
+static void level1(gml_pool_settings *s) { s->defrag_level = 1; }
+static void level2(gml_pool_settings *s) { s->defrag_level = 2; }
+
+Test(stitch, knob_defrag_level)
+{
+    /* ample memory: level 1 grows instead of stitching */
+    fixture f = fx_make(64 * MiB, false, level1);
+    uintptr_t v[8];
+    checkerboard(f.pool, v, 8, 0x55);
+    must_alloc(f.pool, 8 * MiB, 0);
+    cr_assert_eq(stats_of(f.pool).stitches, 0);
+    fx_free(&f);
+    /* 10 chunks on the device, 8 held, 4 of them free: a 4-chunk request */
+    void (*tweaks[])(gml_pool_settings *) = {NULL, level1, level2};
+    for (int lvl = 0; lvl < 3; lvl++) {
+        f = fx_make(20 * MiB, false, tweaks[lvl]);
+        checkerboard(f.pool, v, 8, 0x55);
+        must_alloc(f.pool, 8 * MiB, 0);
+        gmlake_stats st = stats_of(f.pool);
+        cr_assert_eq(st.stitches, lvl < 2 ? 1 : 0, "level %d", lvl);
+        cr_assert_eq(st.device_calls[GMLAKE_DC_CHUNK_RELEASE], lvl < 2 ? 0 : 4,
+                     "level 2 releases the cache before anything else");
+        cr_assert_eq(st.reserved_bytes, 16 * MiB);
+        fx_free(&f);
+    }
+}
+
+Test(stitch, cached_block_follows_stream_rules)
+{
+    fixture f = fx_make(64 * MiB, false, NULL);
+    gml_pool *p = f.pool;
+    gml_sim_set_manual_events(f.dev, true);
+    const gml_stream a = 0x1000, b = 0x2000;
+    uintptr_t v[8];
+    for (int i = 0; i < 8; i++)
+        v[i] = must_alloc(p, 2 * MiB, a);
+    for (int i = 0; i < 8; i += 2)
+        must_free(p, v[i], a);
+    uintptr_t s = must_alloc(p, 8 * MiB, a);
+    must_free(p, s, a);
+    uintptr_t t = must_alloc(p, 8 * MiB, b);
+    cr_assert_neq(t, s, "another stream does not take chunks whose work may be running");
+    cr_assert_eq(stats_of(p).stitch_reuses, 0);
+    must_free(p, t, b);
+    cr_assert_eq(must_alloc(p, 8 * MiB, a), s, "the freeing stream reuses it at once");
+    fx_free(&f);
+}
+
+Test(stitch, empty_cache_tears_everything_down)
+{
+    fixture f = fx_make(32 * MiB, true, NULL);
+    gml_pool *p = f.pool;
+    uintptr_t v[8];
+    checkerboard(p, v, 8, 0x55);
+    uintptr_t s = must_alloc(p, 8 * MiB, 0);
+    must_free(p, s, 0);
+    for (int i = 1; i < 8; i += 2)
+        must_free(p, v[i], 0);
+    cr_assert_eq(gml_pool_empty_cache(p), GMLAKE_OK);
+    CHECK_POOL(p);
+    gmlake_stats st = stats_of(p);
+    cr_assert_eq(st.stitched_blocks, 0);
+    cr_assert_eq(st.reserved_bytes, 0);
+    cr_assert_eq(gml_sim_bytes_in_use(f.dev), 0);
+    cr_assert_eq(gml_sim_mapping_count(f.dev), 0);
+    cr_assert_eq(gml_sim_reservation_count(f.dev), 1, "only the arena stays reserved");
+    fx_free(&f);
+}
