@@ -27,12 +27,11 @@ static int parse_line(char *s, gml_trace_event *e, const char **why)
 {
     char *save, *tok[6];
     int n = 0;
-    for (char *t = strtok_r(s, " \t\r\n", &save); t; t = strtok_r(NULL, " \t\r\n", &save)) {
-        if (n == 6) {
-            *why = "too many fields (want: OP PTR SIZE STREAM T_US)";
-            return -1;
-        }
+    for (char *t = strtok_r(s, " \t\r\n", &save); t && n < 6; t = strtok_r(NULL, " \t\r\n", &save))
         tok[n++] = t;
+    if (n > 5) {
+        *why = "too many fields (want: OP PTR SIZE STREAM T_US)";
+        return -1;
     }
     if (n != 5) {
         *why = "expected 5 fields: OP PTR SIZE STREAM T_US";

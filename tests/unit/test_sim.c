@@ -1,0 +1,64 @@
+/* test_sim.c — the sim device behaves like the CUDA driver where the pool depends on it. */
+#include <string.h>
+
+#include "helpers.h"
+
+Test(sim, aliasing_access_and_driver_checks)
+{
+    gml_sim_config c = {.capacity = 8 * MiB, .backed = true};
+    gml_device *d = gml_sim_create(&c);
+    cr_assert_not_null(d);
+    gml_handle h, h2;
+    uintptr_t va1, va2;
+    cr_assert_eq(gml_dev_chunk_create(d, 2 * MiB, &h), GMLAKE_OK);
+    cr_assert_eq(gml_dev_va_reserve(d, 4 * MiB, 2 * MiB, &va1), GMLAKE_OK);
+    cr_assert_eq(gml_dev_va_reserve(d, 2 * MiB, 2 * MiB, &va2), GMLAKE_OK);
+    cr_assert_eq(va1 % (2 * MiB), 0);
+    cr_assert_eq(gml_dev_map(d, va1, 2 * MiB, h), GMLAKE_OK);
+    cr_assert_eq(gml_dev_map(d, va1, 2 * MiB, h), GMLAKE_ERR_DEVICE, "overlapping map");
+    cr_assert_eq(gml_dev_map(d, va1 + 1, 2 * MiB, h), GMLAKE_ERR_DEVICE, "misaligned map");
+    cr_assert_eq(gml_dev_map(d, 0x1000, 2 * MiB, h), GMLAKE_ERR_DEVICE, "outside a reservation");
+    cr_assert_eq(gml_dev_map(d, va2, 2 * MiB, h), GMLAKE_OK);
+    cr_assert_eq(gml_dev_set_access(d, va1, 2 * MiB), GMLAKE_OK);
+    cr_assert_eq(gml_dev_set_access(d, va2, 2 * MiB), GMLAKE_OK);
+    cr_assert_eq(gml_dev_set_access(d, va1 + 2 * MiB, 2 * MiB), GMLAKE_ERR_DEVICE, "unmapped");
+    memset((void *)va1, 0x5a, 2 * MiB);
+    cr_assert_eq(((unsigned char *)va2)[777], 0x5a, "one chunk at two addresses aliases");
+    cr_assert_eq(gml_dev_va_free(d, va1, 4 * MiB), GMLAKE_ERR_DEVICE, "still mapped");
+    cr_assert_eq(gml_dev_chunk_release(d, h), GMLAKE_OK);
+    cr_assert_eq(gml_sim_bytes_in_use(d), 2 * MiB, "mapped chunks outlive their release");
+    cr_assert_eq(gml_dev_unmap(d, va1, 2 * MiB), GMLAKE_OK);
+    cr_assert_eq(gml_dev_unmap(d, va2, 2 * MiB), GMLAKE_OK);
+    cr_assert_eq(gml_sim_bytes_in_use(d), 0);
+    cr_assert_eq(gml_dev_unmap(d, va2, 2 * MiB), GMLAKE_ERR_DEVICE, "double unmap");
+    cr_assert_eq(gml_dev_va_free(d, va1, 4 * MiB), GMLAKE_OK);
+    /* capacity */
+    for (int i = 0; i < 4; i++)
+        cr_assert_eq(gml_dev_chunk_create(d, 2 * MiB, &h2), GMLAKE_OK);
+    cr_assert_eq(gml_dev_chunk_create(d, 2 * MiB, &h2), GMLAKE_ERR_NOMEM);
+    gmlake_stats dummy;
+    (void)dummy;
+    cr_assert_eq(d->calls[GMLAKE_DC_CHUNK_CREATE], 6, "calls are counted by kind");
+    gml_device_destroy(d);
+}
+
+Test(sim, events_complete_later_in_manual_mode)
+{
+    gml_sim_config c = {.capacity = 2 * MiB};
+    gml_device *d = gml_sim_create(&c);
+    gml_event e;
+    cr_assert_eq(gml_dev_event_create(d, &e), GMLAKE_OK);
+    cr_assert_eq(gml_dev_event_record(d, e, 0), GMLAKE_OK);
+    cr_assert_eq(gml_dev_event_query(d, e), GMLAKE_OK);
+    gml_sim_set_manual_events(d, true);
+    cr_assert_eq(gml_dev_event_record(d, e, 0), GMLAKE_OK);
+    cr_assert_eq(gml_dev_event_query(d, e), GMLAKE_ERR_BUSY);
+    gml_sim_complete_events(d);
+    cr_assert_eq(gml_dev_event_query(d, e), GMLAKE_OK);
+    cr_assert_eq(gml_dev_event_record(d, e, 0), GMLAKE_OK);
+    cr_assert_eq(gml_dev_event_sync(d, e), GMLAKE_OK);
+    cr_assert_eq(gml_dev_event_query(d, e), GMLAKE_OK);
+    cr_assert_eq(gml_dev_event_destroy(d, e), GMLAKE_OK);
+    cr_assert_null(gml_sim_create(&(gml_sim_config){.capacity = 3 * MiB}), "not a granularity multiple");
+    gml_device_destroy(d);
+}
