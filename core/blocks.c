@@ -128,13 +128,12 @@ gml_block *gml_free_insert(gml_pool *p, gml_block *b, gml_bin *bin)
 {
     b->state = GML_B_FREE;
     b->bin = bin;
-    gml_block *n = b->prev;
-    if (joins(p, n, bin)) {
+    /* loops: absorbing a ready neighbour can bring a block of `bin` next to b */
+    for (gml_block *n = b->prev; joins(p, n, bin); n = b->prev) {
         gml_free_tree_remove(n);
         b = merge(p, n, b);
     }
-    n = b->next;
-    if (joins(p, n, bin)) {
+    for (gml_block *n = b->next; joins(p, n, bin); n = b->next) {
         gml_free_tree_remove(n);
         b = merge(p, b, n);
     }

@@ -7,7 +7,7 @@
 
 #include "helpers.h"
 
-enum { THREADS = 8, OPS = 3000, SLOTS = 24 };
+enum { THREADS = 8, OPS = 20000, SLOTS = 24 };
 
 typedef struct worker {
     gml_pool *pool;
@@ -50,7 +50,7 @@ static void *run(void *arg)
         size[k] = sz;
         unsigned char *q = (unsigned char *)ptr[k];
         q[0] = q[sz - 1] = q[sz / 2] = (unsigned char)w->id;
-        if (op % 500 == 0) {
+        if (op % 2000 == 0) {
             char why[256];
             if (gml_pool_check(w->pool, why, sizeof why) != GMLAKE_OK) {
                 fprintf(stderr, "check: %s\n", why);
