@@ -100,7 +100,8 @@ static int check_locked(gml_pool *p, char *why, size_t whylen)
              (unsigned long)active);
     if (p->c.peak_active < p->c.active || p->c.peak_reserved < p->c.reserved)
         FAIL("a peak is below its current value");
-    qsort(all.v, all.n, sizeof *all.v, by_addr);
+    if (all.n)
+        qsort(all.v, all.n, sizeof *all.v, by_addr);
     /* tiling, spaces, links, owners */
     for (size_t i = 0; i < all.n; i++) {
         gml_block *b = all.v[i], *n = i + 1 < all.n ? all.v[i + 1] : NULL;

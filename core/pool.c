@@ -46,7 +46,7 @@ void gml_pool_settings_default(gml_pool_settings *s)
     s->defrag_level = 0;
     s->auto_gc = 256;
     s->stitch_bytes_limit = 0;
-    s->strategy = GML_STITCH_BESTFIT;
+    s->strategy = GML_STITCH_LARGEST;
 }
 
 gml_pool *gml_pool_create(gml_device *dev, const gml_pool_settings *settings, const char **err)

@@ -1,0 +1,83 @@
+/*
+ * bench_pool.c — allocate+free pairs on the sim device, after warm-up (every request a cache
+ * hit), mixed sizes: 70% small (512 B .. 64 KiB), 30% large (1 .. 32 MiB), 16 live blocks kept
+ * around so that frees merge and requests split.  Prints ns per pair: the median of RUNS runs.
+ *   bench_pool [PAIRS_PER_RUN] [RUNS]
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+#include "core/pool.h"
+
+static double now_ns(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec * 1e9 + (double)t.tv_nsec;
+}
+
+static int cmp(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+int main(int argc, char **argv)
+{
+    long pairs = argc > 1 ? atol(argv[1]) : 1000000;
+    int runs = argc > 2 ? atoi(argv[2]) : 7;
+    if (pairs <= 0 || runs <= 0 || runs > 99) {
+        fprintf(stderr, "usage: bench_pool [PAIRS_PER_RUN>0] [RUNS 1..99]\n");
+        return 2;
+    }
+    gml_sim_config sc = {.capacity = (size_t)8 << 30, .backed = false};
+    gml_device *dev = gml_sim_create(&sc);
+    gml_pool_settings s;
+    gml_pool_settings_default(&s);
+    const char *err = "no device";
+    gml_pool *p = dev ? gml_pool_create(dev, &s, &err) : NULL;
+    if (!p) {
+        fprintf(stderr, "bench_pool: %s\n", err);
+        return 1;
+    }
+    enum { NSIZES = 4096, KEEP = 16 };
+    size_t *sizes = malloc(NSIZES * sizeof *sizes);
+    uint64_t r = 88172645463325252ull;
+    for (int i = 0; i < NSIZES; i++) {
+        r ^= r << 13, r ^= r >> 7, r ^= r << 17;
+        sizes[i] = (r % 10 < 7) ? 512 + (r >> 16) % (64 << 10) : ((size_t)1 << 20) + (r >> 16) % ((size_t)31 << 20);
+    }
+    uintptr_t keep[KEEP];
+    for (int i = 0; i < KEEP; i++)
+        gml_pool_alloc(p, sizes[i * 7], 0, &keep[i]);
+    double res[99];
+    for (int run = -1; run < runs; run++) { /* run -1 warms up */
+        double t0 = now_ns();
+        for (long i = 0; i < pairs; i++) {
+            uintptr_t x;
+            if (gml_pool_alloc(p, sizes[i & (NSIZES - 1)], 0, &x) != GMLAKE_OK) {
+                fprintf(stderr, "bench_pool: allocation failed\n");
+                return 1;
+            }
+            gml_pool_free(p, x, 0);
+        }
+        if (run >= 0)
+            res[run] = (now_ns() - t0) / (double)pairs;
+    }
+    qsort(res, (size_t)runs, sizeof *res, cmp);
+    gmlake_stats st;
+    gml_pool_stats(p, &st);
+    uint64_t calls = 0;
+    for (int i = 0; i < GMLAKE_DC_COUNT; i++)
+        calls += st.device_calls[i];
+    printf("alloc+free pair: median %.1f ns (min %.1f, max %.1f) over %d runs of %ld pairs; "
+           "device calls in total %lu\n",
+           res[runs / 2], res[0], res[runs - 1], runs, pairs, (unsigned long)calls);
+    for (int i = 0; i < KEEP; i++)
+        gml_pool_free(p, keep[i], 0);
+    gml_pool_destroy(p);
+    gml_device_destroy(dev);
+    free(sizes);
+    return 0;
+}
