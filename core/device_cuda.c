@@ -31,6 +31,9 @@ typedef struct cuda_api {
     CUresult (*cuEventSynchronize)(CUevent);
     CUresult (*cuCtxSynchronize)(void);
     CUresult (*cuMemGetInfo_v2)(size_t *, size_t *);
+    CUresult (*cuCtxGetCurrent)(CUcontext *);
+    CUresult (*cuCtxSetCurrent)(CUcontext);
+    CUresult (*cuDevicePrimaryCtxRetain)(CUcontext *, CUdevice);
 } cuda_api;
 
 typedef struct cuda_dev {
@@ -38,7 +41,20 @@ typedef struct cuda_dev {
     int ordinal;
     size_t granularity;
     CUmemAllocationProp prop;
+    CUcontext primary;
 } cuda_dev;
+
+/* The pool's driver calls need a current context; a thread that made none current gets the
+ * device's primary context (the one the runtime uses). */
+static void ensure_ctx(cuda_dev *d)
+{
+    CUcontext c = NULL;
+    if (d->api.cuCtxGetCurrent(&c) == CUDA_SUCCESS && c)
+        return;
+    if (!d->primary && d->api.cuDevicePrimaryCtxRetain(&d->primary, d->ordinal) != CUDA_SUCCESS)
+        return;
+    d->api.cuCtxSetCurrent(d->primary);
+}
 
 static int st(CUresult r)
 {
@@ -54,6 +70,7 @@ static int st(CUresult r)
 static int cu_chunk_create(void *ctx, size_t size, gml_handle *out)
 {
     cuda_dev *d = ctx;
+    ensure_ctx(d);
     CUmemGenericAllocationHandle h;
     int rc = st(d->api.cuMemCreate(&h, size, &d->prop, 0));
     if (rc == GMLAKE_OK)
@@ -69,6 +86,7 @@ static int cu_chunk_release(void *ctx, gml_handle h)
 static int cu_va_reserve(void *ctx, size_t size, size_t align, uintptr_t *out)
 {
     CUdeviceptr p;
+    ensure_ctx(ctx);
     int rc = st(((cuda_dev *)ctx)->api.cuMemAddressReserve(&p, size, align, 0, 0));
     if (rc == GMLAKE_OK)
         *out = (uintptr_t)p;
@@ -103,6 +121,7 @@ static int cu_set_access(void *ctx, uintptr_t va, size_t size)
 static int cu_event_create(void *ctx, gml_event *out)
 {
     CUevent e;
+    ensure_ctx(ctx);
     int rc = st(((cuda_dev *)ctx)->api.cuEventCreate(&e, CU_EVENT_DISABLE_TIMING));
     if (rc == GMLAKE_OK)
         *out = e;
@@ -129,12 +148,17 @@ static int cu_event_sync(void *ctx, gml_event ev)
     return st(((cuda_dev *)ctx)->api.cuEventSynchronize((CUevent)ev));
 }
 
-static int cu_synchronize(void *ctx) { return st(((cuda_dev *)ctx)->api.cuCtxSynchronize()); }
+static int cu_synchronize(void *ctx)
+{
+    ensure_ctx(ctx);
+    return st(((cuda_dev *)ctx)->api.cuCtxSynchronize());
+}
 
 static size_t cu_granularity(void *ctx) { return ((cuda_dev *)ctx)->granularity; }
 
 static int cu_mem_info(void *ctx, size_t *free_bytes, size_t *total_bytes)
 {
+    ensure_ctx(ctx);
     return st(((cuda_dev *)ctx)->api.cuMemGetInfo_v2(free_bytes, total_bytes));
 }
 
@@ -194,10 +218,14 @@ gml_device *gml_cuda_device_create(int ordinal, gml_sym_resolver resolve, const 
     RESOLVE(cuEventSynchronize);
     RESOLVE(cuCtxSynchronize);
     RESOLVE(cuMemGetInfo_v2);
+    RESOLVE(cuCtxGetCurrent);
+    RESOLVE(cuCtxSetCurrent);
+    RESOLVE(cuDevicePrimaryCtxRetain);
     d->ordinal = ordinal;
     d->prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
     d->prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
     d->prop.location.id = ordinal;
+    ensure_ctx(d);
     if (d->api.cuMemGetAllocationGranularity(&d->granularity, &d->prop,
                                              CU_MEM_ALLOC_GRANULARITY_MINIMUM) != CUDA_SUCCESS ||
         d->granularity == 0) {

@@ -1,0 +1,81 @@
+/*
+ * config.h — gmlake's settings and where they come from.
+ *
+ * Sources, later ones winning:  built-in defaults < /etc/gmlake.conf
+ *   < $XDG_CONFIG_HOME/gmlake/gmlake.conf (default ~/.config/gmlake/gmlake.conf)
+ *   < the file named by GMLAKE_CONFIG < environment variables.
+ * Files: `key = value` lines, `#` comments, blank lines.  Environment: GMLAKE_<KEY> (upper case)
+ * for every key, and GMLake's original names (vmmDefragment, fragLimit, reuseLimit, defragLevel,
+ * autoGC) as aliases; when both are set, GMLAKE_<KEY> wins and a warning says so.
+ * GMLAKE_SYSCONFDIR replaces /etc (for tests and non-root installs).
+ *
+ * One table (options.c) drives parsing, validation, printing, the example file and the docs.
+ * Bad input (unknown key, malformed or out-of-range value, unreadable file) gives one message that
+ * names the file and line or the variable, the key and the accepted values; that setting keeps its
+ * previous value and loading goes on.  Loading never fails as a whole.
+ */
+#ifndef GML_CONFIG_H
+#define GML_CONFIG_H
+
+#include <stdbool.h>
+#include <stdio.h>
+
+#include "../core/pool.h"
+
+enum gml_log_level { GML_LOG_ERROR = 0, GML_LOG_WARN, GML_LOG_INFO, GML_LOG_DEBUG };
+
+#define GML_PATH_MAX 1024
+
+typedef struct gml_config {
+    bool enable;
+    gml_pool_settings pool;
+    int log_level;
+    char log_file[GML_PATH_MAX];
+    char stats_file[GML_PATH_MAX];
+    char trace_file[GML_PATH_MAX];
+} gml_config;
+
+enum gml_opt_type { GML_OPT_BOOL, GML_OPT_SIZE, GML_OPT_DOUBLE, GML_OPT_INT, GML_OPT_UINT, GML_OPT_ENUM, GML_OPT_PATH };
+
+typedef struct gml_option {
+    const char *key;        /* file key; GMLAKE_<KEY> in the environment */
+    const char *alias;      /* GMLake's environment name, or NULL */
+    int type;
+    const char *def;        /* default, as text */
+    double min, max;        /* INT / DOUBLE / SIZE range (max 0: none) */
+    const char *const *choices; /* ENUM: NULL-terminated names, index is the value */
+    const char *help;
+} gml_option;
+
+extern const gml_option gml_options[];
+extern const int gml_option_count;
+
+#define GML_SOURCE_MAX 160
+
+typedef struct gml_config_report {
+    char source[32][GML_SOURCE_MAX]; /* per option (index in gml_options): where its value came from */
+    int errors;                      /* bad inputs seen */
+    int warnings;
+} gml_config_report;
+
+/* Fills c with the defaults. */
+void gml_config_defaults(gml_config *c);
+/* Loads every source into c; messages go to `msgs` (NULL: stderr), one line each, prefixed
+ * "gmlake: ".  rep (may be NULL) receives the sources and counts. */
+void gml_config_load(gml_config *c, gml_config_report *rep, FILE *msgs);
+/* Applies `key = value` text (a file's content); `origin` names it in messages. */
+void gml_config_apply_text(gml_config *c, gml_config_report *rep, const char *text, size_t len,
+                           const char *origin, FILE *msgs);
+/* Sets one key from text; 0 or -1 with a message naming `where`. */
+int gml_config_set(gml_config *c, gml_config_report *rep, const char *key, const char *value,
+                   const char *where, FILE *msgs);
+/* Parses `text` for option i into c (internal to config/): 0, or -1 with the accepted values. */
+int gml_option_parse(gml_config *c, int i, const char *text, char *acc, size_t acclen);
+/* `key = value  # source` for every option. */
+void gml_config_print(FILE *out, const gml_config *c, const gml_config_report *rep);
+/* A commented example file with every key at its default. */
+void gml_config_print_example(FILE *out);
+/* The current value of option i as text. */
+void gml_config_value_text(const gml_config *c, int i, char *buf, size_t len);
+
+#endif /* GML_CONFIG_H */

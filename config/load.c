@@ -1,0 +1,202 @@
+/* load.c — reading the configuration sources in order (contract in config.h).  This is the only
+ * place in gmlake that reads GMLAKE_* environment variables. */
+#include <ctype.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "config.h"
+
+static int find_key(const char *key)
+{
+    for (int i = 0; i < gml_option_count; i++)
+        if (strcmp(gml_options[i].key, key) == 0)
+            return i;
+    return -1;
+}
+
+static void note(gml_config_report *rep, FILE *msgs, bool error, const char *fmt, const char *a,
+                 const char *b, const char *c, const char *d)
+{
+    if (rep) {
+        if (error)
+            rep->errors++;
+        else
+            rep->warnings++;
+    }
+    FILE *out = msgs ? msgs : stderr;
+    fputs("gmlake: ", out);
+    fprintf(out, fmt, a, b, c, d);
+    fputc('\n', out);
+}
+
+int gml_config_set(gml_config *c, gml_config_report *rep, const char *key, const char *value,
+                   const char *where, FILE *msgs)
+{
+    int i = find_key(key);
+    if (i < 0) {
+        char known[512];
+        size_t n = 0;
+        for (int k = 0; k < gml_option_count && n < sizeof known; k++)
+            n += (size_t)snprintf(known + n, sizeof known - n, "%s%s", k ? ", " : "", gml_options[k].key);
+        note(rep, msgs, true, "%s: unknown key '%s' (known keys: %s)%s", where, key, known, "");
+        return -1;
+    }
+    char acc[200];
+    if (gml_option_parse(c, i, value, acc, sizeof acc) != 0) {
+        note(rep, msgs, true, "%s: %s = '%s' is not valid; accepted: %s (the setting keeps its previous value)",
+             where, key, value, acc);
+        return -1;
+    }
+    if (rep)
+        snprintf(rep->source[i], GML_SOURCE_MAX, "%s", where);
+    return 0;
+}
+
+static char *trim(char *s)
+{
+    while (isspace((unsigned char)*s))
+        s++;
+    char *e = s + strlen(s);
+    while (e > s && isspace((unsigned char)e[-1]))
+        *--e = 0;
+    return s;
+}
+
+void gml_config_apply_text(gml_config *c, gml_config_report *rep, const char *text, size_t len,
+                           const char *origin, FILE *msgs)
+{
+    size_t pos = 0;
+    unsigned line = 0;
+    while (pos < len) {
+        line++;
+        size_t end = pos;
+        while (end < len && text[end] != '\n')
+            end++;
+        char buf[2048], where[GML_SOURCE_MAX + 32];
+        snprintf(where, sizeof where, "%s:%u", origin, line);
+        size_t n = end - pos;
+        if (n >= sizeof buf) {
+            note(rep, msgs, true, "%s: line longer than %s bytes, ignored%s%s", where, "2047", "", "");
+            pos = end + 1;
+            continue;
+        }
+        memcpy(buf, text + pos, n);
+        buf[n] = 0;
+        pos = end + 1;
+        if (memchr(buf, 0, n)) {
+            note(rep, msgs, true, "%s: a NUL byte in the line, ignored%s%s%s", where, "", "", "");
+            continue;
+        }
+        char *hash = strchr(buf, '#');
+        if (hash)
+            *hash = 0;
+        char *s = trim(buf);
+        if (!*s)
+            continue;
+        char *eq = strchr(s, '=');
+        if (!eq) {
+            note(rep, msgs, true, "%s: expected 'key = value', found '%s'%s%s", where, s, "", "");
+            continue;
+        }
+        *eq = 0;
+        char *key = trim(s), *value = trim(eq + 1);
+        if (!*key) {
+            note(rep, msgs, true, "%s: a value with no key%s%s%s", where, "", "", "");
+            continue;
+        }
+        gml_config_set(c, rep, key, value, where, msgs);
+    }
+}
+
+static void apply_file(gml_config *c, gml_config_report *rep, const char *path, bool must_exist,
+                       FILE *msgs)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        if (must_exist || errno != ENOENT)
+            note(rep, msgs, true, "%s: cannot read the configuration file: %s%s%s", path,
+                 strerror(errno), "", "");
+        return;
+    }
+    char *text = NULL;
+    size_t len = 0, cap = 0;
+    for (;;) {
+        if (len + 4096 > cap) {
+            cap = cap ? cap * 2 : 8192;
+            if (cap > ((size_t)1 << 20)) {
+                note(rep, msgs, true, "%s: larger than 1 MiB, ignored%s%s%s", path, "", "", "");
+                free(text);
+                fclose(f);
+                return;
+            }
+            char *t = realloc(text, cap);
+            if (!t)
+                break;
+            text = t;
+        }
+        size_t got = fread(text + len, 1, cap - len, f);
+        len += got;
+        if (got == 0)
+            break;
+    }
+    if (ferror(f))
+        note(rep, msgs, true, "%s: read error%s%s%s", path, "", "", "");
+    else if (text)
+        gml_config_apply_text(c, rep, text, len, path, msgs);
+    free(text);
+    fclose(f);
+}
+
+void gml_config_load(gml_config *c, gml_config_report *rep, FILE *msgs)
+{
+    gml_config_defaults(c);
+    if (rep) {
+        memset(rep, 0, sizeof *rep);
+        for (int i = 0; i < gml_option_count; i++)
+            snprintf(rep->source[i], GML_SOURCE_MAX, "default");
+    }
+    char path[GML_PATH_MAX + 64];
+    const char *etc = getenv("GMLAKE_SYSCONFDIR");
+    snprintf(path, sizeof path, "%s/gmlake.conf", etc && *etc ? etc : "/etc");
+    apply_file(c, rep, path, false, msgs);
+    const char *xdg = getenv("XDG_CONFIG_HOME"), *home = getenv("HOME");
+    if (xdg && *xdg) {
+        snprintf(path, sizeof path, "%s/gmlake/gmlake.conf", xdg);
+        apply_file(c, rep, path, false, msgs);
+    } else if (home && *home) {
+        snprintf(path, sizeof path, "%s/.config/gmlake/gmlake.conf", home);
+        apply_file(c, rep, path, false, msgs);
+    }
+    const char *named = getenv("GMLAKE_CONFIG");
+    if (named && *named)
+        apply_file(c, rep, named, true, msgs);
+    for (int i = 0; i < gml_option_count; i++) {
+        const gml_option *o = &gml_options[i];
+        char var[96], where[128];
+        snprintf(var, sizeof var, "GMLAKE_");
+        for (size_t k = 0; o->key[k] && k + 8 < sizeof var; k++)
+            var[7 + k] = (char)toupper((unsigned char)o->key[k]), var[8 + k] = 0;
+        const char *v = getenv(var);
+        const char *a = o->alias ? getenv(o->alias) : NULL;
+        if (v && a) {
+            note(rep, msgs, false, "both %s and %s are set; %s=%s wins", var, o->alias, var, v);
+        }
+        if (v) {
+            snprintf(where, sizeof where, "environment %s", var);
+            gml_config_set(c, rep, o->key, v, where, msgs);
+        } else if (a) {
+            snprintf(where, sizeof where, "environment %s", o->alias);
+            gml_config_set(c, rep, o->key, a, where, msgs);
+        }
+    }
+}
+
+void gml_config_print(FILE *out, const gml_config *c, const gml_config_report *rep)
+{
+    for (int i = 0; i < gml_option_count; i++) {
+        char v[GML_PATH_MAX + 8];
+        gml_config_value_text(c, i, v, sizeof v);
+        fprintf(out, "%-18s = %-12s # %s\n", gml_options[i].key, v, rep ? rep->source[i] : "");
+    }
+}

@@ -1,0 +1,199 @@
+/*
+ * options.c — the one table of gmlake's settings, and the code that reads, checks and prints a
+ * value of each type.  Adding a setting: a row here and a case in field_of().
+ */
+#include <stddef.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "config.h"
+#include "units.h"
+
+static const char *const strategies[] = {"largest", "bestfit", NULL};
+static const char *const levels[] = {"error", "warn", "info", "debug", NULL};
+
+#define TiB 1099511627776.0
+
+const gml_option gml_options[] = {
+    {"enable", NULL, GML_OPT_BOOL, "on", 0, 0, NULL,
+     "serve CUDA allocations from gmlake; off passes every call to CUDA untouched"},
+    {"stitch", "vmmDefragment", GML_OPT_BOOL, "on", 0, 0, NULL,
+     "virtual memory stitching: map free chunks into one range when no single block fits"},
+    {"frag_limit", "fragLimit", GML_OPT_SIZE, "2MiB", 0, TiB, NULL,
+     "smallest request that may be stitched"},
+    {"reuse_limit", "reuseLimit", GML_OPT_DOUBLE, "1.25", 1, 64, NULL,
+     "a cached stitched block serves a request if its size <= request x this"},
+    {"defrag_level", "defragLevel", GML_OPT_INT, "0", 0, 2, NULL,
+     "when to stitch: 0 before growing, 1 after growing failed, 2 after releasing the cache"},
+    {"auto_gc", "autoGC", GML_OPT_UINT, "256", 0, 1000000, NULL,
+     "most stitched blocks kept mapped (0: no bound); least recently used stale ones go first"},
+    {"stitch_bytes_limit", NULL, GML_OPT_SIZE, "0", 0, 0, NULL,
+     "most virtual bytes in stitched blocks (0: no bound)"},
+    {"stitch_strategy", NULL, GML_OPT_ENUM, "largest", 0, 0, strategies,
+     "which free chunks a stitch takes: largest (GMLake's) or bestfit"},
+    {"chunk_size", NULL, GML_OPT_SIZE, "2MiB", 2097152, 1073741824, NULL,
+     "physical chunk size (a power of two, rounded up to the device granularity)"},
+    {"small_limit", NULL, GML_OPT_SIZE, "1MiB", 512, 1073741824, NULL,
+     "requests below this are packed into shared small chunks (at most chunk_size)"},
+    {"memory_limit", NULL, GML_OPT_SIZE, "0", 0, 0, NULL,
+     "most device memory gmlake may reserve in this process, per device (0: the whole device)"},
+    {"log_level", NULL, GML_OPT_ENUM, "warn", 0, 0, levels, "error, warn, info or debug"},
+    {"log_file", NULL, GML_OPT_PATH, "", 0, 0, NULL, "where messages go (empty: standard error)"},
+    {"stats_file", NULL, GML_OPT_PATH, "", 0, 0, NULL,
+     "JSON statistics written at exit (empty: none)"},
+    {"trace_file", NULL, GML_OPT_PATH, "", 0, 0, NULL,
+     "record a gmlake-trace v1 of every allocation and free (empty: none)"},
+};
+const int gml_option_count = (int)(sizeof gml_options / sizeof gml_options[0]);
+
+/* The field option i sets. */
+static void *field_of(gml_config *c, int i)
+{
+    switch (i) {
+    case 0: return &c->enable;
+    case 1: return &c->pool.vmm_defragment;
+    case 2: return &c->pool.frag_limit;
+    case 3: return &c->pool.reuse_limit;
+    case 4: return &c->pool.defrag_level;
+    case 5: return &c->pool.auto_gc;
+    case 6: return &c->pool.stitch_bytes_limit;
+    case 7: return &c->pool.strategy;
+    case 8: return &c->pool.chunk_size;
+    case 9: return &c->pool.small_limit;
+    case 10: return &c->pool.limit_bytes;
+    case 11: return &c->log_level;
+    case 12: return c->log_file;
+    case 13: return c->stats_file;
+    case 14: return c->trace_file;
+    default: return NULL;
+    }
+}
+
+/* Writes the accepted values of option o into buf (for messages). */
+static void accepted(const gml_option *o, char *buf, size_t len)
+{
+    switch (o->type) {
+    case GML_OPT_BOOL: snprintf(buf, len, "on/off, true/false, yes/no, 1/0"); break;
+    case GML_OPT_SIZE:
+        if (o->max > 0)
+            snprintf(buf, len, "a size from %.0f to %.0f bytes, with an optional unit (512KiB, 2MiB, 1G)",
+                     o->min, o->max);
+        else
+            snprintf(buf, len, "a size in bytes with an optional unit (512KiB, 2MiB, 1G)");
+        break;
+    case GML_OPT_DOUBLE: snprintf(buf, len, "a number from %g to %g", o->min, o->max); break;
+    case GML_OPT_INT:
+    case GML_OPT_UINT: snprintf(buf, len, "an integer from %.0f to %.0f", o->min, o->max); break;
+    case GML_OPT_ENUM: {
+        size_t n = 0;
+        buf[0] = 0;
+        for (int k = 0; o->choices[k] && n < len; k++)
+            n += (size_t)snprintf(buf + n, len - n, "%s%s", k ? ", " : "one of ", o->choices[k]);
+        break;
+    }
+    default: snprintf(buf, len, "a file path (at most %d bytes)", GML_PATH_MAX - 1); break;
+    }
+}
+
+/* Parses `text` for option i into c; 0, or -1 with *acc describing what is accepted. */
+int gml_option_parse(gml_config *c, int i, const char *text, char *acc, size_t acclen)
+{
+    const gml_option *o = &gml_options[i];
+    void *f = field_of(c, i);
+    switch (o->type) {
+    case GML_OPT_BOOL: {
+        bool v;
+        if (gml_parse_bool(text, &v) == 0) {
+            *(bool *)f = v;
+            return 0;
+        }
+        break;
+    }
+    case GML_OPT_SIZE: {
+        size_t v;
+        if (gml_parse_size(text, &v) == 0 && v >= o->min && (o->max == 0 || v <= o->max)) {
+            *(size_t *)f = v;
+            return 0;
+        }
+        break;
+    }
+    case GML_OPT_DOUBLE: {
+        double v;
+        if (gml_parse_double(text, &v) == 0 && v >= o->min && v <= o->max) {
+            *(double *)f = v;
+            return 0;
+        }
+        break;
+    }
+    case GML_OPT_INT:
+    case GML_OPT_UINT: {
+        long v;
+        if (gml_parse_int(text, &v) == 0 && v >= o->min && v <= o->max) {
+            if (o->type == GML_OPT_UINT)
+                *(unsigned *)f = (unsigned)v;
+            else
+                *(int *)f = (int)v;
+            return 0;
+        }
+        break;
+    }
+    case GML_OPT_ENUM:
+        for (int k = 0; o->choices[k]; k++)
+            if (strcmp(text, o->choices[k]) == 0) {
+                *(int *)f = k;
+                return 0;
+            }
+        break;
+    case GML_OPT_PATH:
+        if (strlen(text) < GML_PATH_MAX) {
+            snprintf((char *)f, GML_PATH_MAX, "%s", text);
+            return 0;
+        }
+        break;
+    }
+    accepted(o, acc, acclen);
+    return -1;
+}
+
+void gml_config_value_text(const gml_config *cc, int i, char *buf, size_t len)
+{
+    gml_config *c = (gml_config *)cc;
+    const gml_option *o = &gml_options[i];
+    void *f = field_of(c, i);
+    switch (o->type) {
+    case GML_OPT_BOOL: snprintf(buf, len, "%s", *(bool *)f ? "on" : "off"); break;
+    case GML_OPT_SIZE: snprintf(buf, len, "%zu", *(size_t *)f); break;
+    case GML_OPT_DOUBLE: snprintf(buf, len, "%g", *(double *)f); break;
+    case GML_OPT_INT: snprintf(buf, len, "%d", *(int *)f); break;
+    case GML_OPT_UINT: snprintf(buf, len, "%u", *(unsigned *)f); break;
+    case GML_OPT_ENUM: snprintf(buf, len, "%s", o->choices[*(int *)f]); break;
+    default: snprintf(buf, len, "%s", (char *)f); break;
+    }
+}
+
+void gml_config_defaults(gml_config *c)
+{
+    memset(c, 0, sizeof *c);
+    gml_pool_settings_default(&c->pool);
+    char acc[160];
+    for (int i = 0; i < gml_option_count; i++)
+        gml_option_parse(c, i, gml_options[i].def, acc, sizeof acc);
+}
+
+void gml_config_print_example(FILE *out)
+{
+    fprintf(out, "# gmlake.conf — settings of libgmlake (every key, at its default).\n"
+                 "# Sources, later ones winning: built-in defaults < /etc/gmlake.conf\n"
+                 "#   < ~/.config/gmlake/gmlake.conf ($XDG_CONFIG_HOME) < the file named by\n"
+                 "#   GMLAKE_CONFIG < environment variables GMLAKE_<KEY>.\n"
+                 "# Format: key = value; '#' starts a comment.  Sizes take units: 512KiB, 2MiB, 1G.\n");
+    for (int i = 0; i < gml_option_count; i++) {
+        const gml_option *o = &gml_options[i];
+        char acc[200];
+        accepted(o, acc, sizeof acc);
+        fprintf(out, "\n# %s\n# accepted: %s", o->help, acc);
+        if (o->alias)
+            fprintf(out, "; environment alias: %s", o->alias);
+        fprintf(out, "\n#%s = %s\n", o->key, o->def);
+    }
+}
