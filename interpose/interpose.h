@@ -82,9 +82,14 @@ struct gml_real {
 };
 extern struct gml_real gml_real;
 
-/* Resolves the real functions once (safe to call from any hook). */
+/* Resolves the real dlsym (once). */
 void gml_resolve(void);
-#define GML_REAL(fn) (gml_resolve(), gml_real.fn)
+/* Looks the real `name` up and stores it in *slot; NULL while it is not loaded yet. */
+void *gml_resolve_one(void **slot, const char *name);
+#define GML_REAL(fn)                                                                              \
+    (__atomic_load_n(&gml_real.fn, __ATOMIC_ACQUIRE)                                              \
+         ? gml_real.fn                                                                            \
+         : (__typeof__(gml_real.fn))gml_resolve_one((void **)&gml_real.fn, #fn))
 /* The real driver symbol `name` (for the cuda device), NULL if missing. */
 void *gml_driver_symbol(const char *name);
 /* The hook for a real function pointer, or the pointer itself (entry-point resolvers). */

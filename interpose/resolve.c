@@ -86,62 +86,58 @@ static void *next_sym(void *handle, const char *name)
     return p && !is_hook(p) ? p : NULL;
 }
 
-#define RT(f) (*(void **)&gml_real.f = next_sym(RTLD_NEXT, #f))
-#define DRV(f) (*(void **)&gml_real.f = next_sym(libcuda, #f))
+static pthread_mutex_t cuda_mu = PTHREAD_MUTEX_INITIALIZER;
 
-static void resolve_all(void)
+static void resolve_dlsym(void)
 {
     *(void **)&gml_real.dlsym = dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.34");
     if (!gml_real.dlsym)
         *(void **)&gml_real.dlsym = dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.2.5");
-    RT(cudaMalloc);
-    RT(cudaFree);
-    RT(cudaMallocAsync);
-    RT(cudaFreeAsync);
-    RT(cudaMemGetInfo);
-    RT(cudaMemPoolGetAttribute);
-    RT(cudaMemPoolSetAttribute);
-    RT(cudaMemPoolTrimTo);
-    RT(cudaIpcGetMemHandle);
-    RT(cudaGetDriverEntryPoint);
-    RT(cudaGetDriverEntryPointByVersion);
-    RT(cudaGetDevice);
-    RT(cudaStreamIsCapturing);
-    RT(cudaDeviceGetDefaultMemPool);
-    libcuda = dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL);
-    DRV(cuMemAlloc_v2);
-    DRV(cuMemFree_v2);
-    DRV(cuMemAllocAsync);
-    DRV(cuMemFreeAsync);
-    DRV(cuMemAllocAsync_ptsz);
-    DRV(cuMemFreeAsync_ptsz);
-    DRV(cuMemAllocFromPoolAsync);
-    DRV(cuMemAllocFromPoolAsync_ptsz);
-    DRV(cuMemGetInfo_v2);
-    DRV(cuGetProcAddress);
-    DRV(cuGetProcAddress_v2);
-    DRV(cuCtxGetDevice);
-    DRV(cuCtxSynchronize);
-    DRV(cuStreamIsCapturing);
-    DRV(cuDeviceGetDefaultMemPool);
 }
 
-void gml_resolve(void) { pthread_once(&once, resolve_all); }
+void gml_resolve(void) { pthread_once(&once, resolve_dlsym); }
+
+static void *libcuda_handle(void)
+{
+    void *h = __atomic_load_n(&libcuda, __ATOMIC_ACQUIRE);
+    if (h)
+        return h;
+    pthread_mutex_lock(&cuda_mu);
+    if (!libcuda)
+        __atomic_store_n(&libcuda, dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL), __ATOMIC_RELEASE);
+    pthread_mutex_unlock(&cuda_mu);
+    return libcuda;
+}
+
+/* Runtime functions are looked up on every call until found: a program may load libcudart long
+ * after its first dlsym (Python imports it with torch). */
+void *gml_resolve_one(void **slot, const char *name)
+{
+    gml_resolve();
+    bool driver = name[0] == 'c' && name[1] == 'u' && name[2] != 'd';
+    void *p = next_sym(driver ? libcuda_handle() : RTLD_NEXT, name);
+    if (p)
+        __atomic_store_n(slot, p, __ATOMIC_RELEASE);
+    return p;
+}
 
 void *gml_driver_symbol(const char *name)
 {
     gml_resolve();
-    return next_sym(libcuda, name);
+    return next_sym(libcuda_handle(), name);
 }
 
 void *gml_hook_for(const char *symbol, void *real)
 {
     if (!real || gml_depth || !gml_cfg()->enable)
         return real;
-    gml_resolve();
-    for (size_t i = 0; i < table_len; i++)
-        if (table[i].real && *table[i].real == real)
+    for (size_t i = 0; i < table_len; i++) {
+        if (!table[i].real)
+            continue;
+        void *r = *table[i].real ? *table[i].real : gml_resolve_one(table[i].real, table[i].name);
+        if (r == real)
             return table[i].hook;
+    }
     (void)symbol;
     return real;
 }

@@ -1,0 +1,147 @@
+// gpu_hooks.cu — every hook on a real GPU, with data checks.  Run under LD_PRELOAD=libgmlake.so;
+// prints "N passed, M failed" and exits non-zero on any failure.
+#include <cuda.h>
+#include <cuda_runtime.h>
+#include <dlfcn.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include "gmlake.h"
+
+static int passed, failed;
+#define CHECK(cond, ...) do { if (cond) passed++; else { failed++; printf("FAIL %s:%d: ", __FILE__, __LINE__); printf(__VA_ARGS__); printf("\n"); } } while (0)
+
+__global__ void fill(uint32_t *p, size_t n, uint32_t seed) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        p[i] = seed ^ (uint32_t)(i * 2654435761u);
+}
+__global__ void verify(const uint32_t *p, size_t n, uint32_t seed, unsigned long long *bad) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        if (p[i] != (seed ^ (uint32_t)(i * 2654435761u))) atomicAdd(bad, 1ull);
+}
+
+static unsigned long long *bad;
+static bool ok_data(void *p, size_t bytes, uint32_t seed, cudaStream_t s = 0) {
+    cudaMemsetAsync(bad, 0, sizeof *bad, s);
+    verify<<<256, 256, 0, s>>>((const uint32_t *)p, bytes / 4, seed, bad);
+    unsigned long long h = 1;
+    cudaMemcpyAsync(&h, bad, sizeof h, cudaMemcpyDeviceToHost, s);
+    cudaStreamSynchronize(s);
+    return h == 0 && cudaGetLastError() == cudaSuccess;
+}
+
+typedef int (*stats_fn)(int, gmlake_stats *);
+static stats_fn get_stats;
+static gmlake_stats st() { gmlake_stats s; memset(&s, 0, sizeof s); if (get_stats) get_stats(0, &s); return s; }
+
+int main() {
+    get_stats = (stats_fn)dlsym(RTLD_DEFAULT, "gmlake_get_stats");
+    CHECK(get_stats != NULL, "libgmlake is preloaded");
+    CHECK(cudaMalloc(&bad, sizeof *bad) == cudaSuccess, "cudaMalloc small");
+    CHECK(st().allocations >= 1, "gmlake served cudaMalloc (allocations %lu)", (unsigned long)st().allocations);
+    // sizes, data
+    size_t sizes[] = {512, 4096, 100000, 1 << 20, (3 << 20) + 512, 64 << 20};
+    void *v[6];
+    for (int i = 0; i < 6; i++) {
+        CHECK(cudaMalloc(&v[i], sizes[i]) == cudaSuccess && ((uintptr_t)v[i] % 512) == 0, "cudaMalloc %zu", sizes[i]);
+        fill<<<256, 256>>>((uint32_t *)v[i], sizes[i] / 4, 100 + i);
+    }
+    for (int i = 0; i < 6; i++) CHECK(ok_data(v[i], sizes[i], 100 + i), "data of block %d", i);
+    for (int i = 0; i < 6; i++) CHECK(cudaFree(v[i]) == cudaSuccess, "cudaFree");
+    // fragmentation -> stitching (first return the cached free memory, so that nothing fits)
+    CHECK(((int (*)(int))dlsym(RTLD_DEFAULT, "gmlake_empty_cache"))(0) == 0, "empty cache");
+    CHECK(st().reserved_bytes == 2 << 20, "only the small chunk stays (%lu)", (unsigned long)st().reserved_bytes);
+    void *b[16];
+    for (int i = 0; i < 16; i++) { cudaMalloc(&b[i], 2 << 20); fill<<<64, 256>>>((uint32_t *)b[i], (2 << 20) / 4, 7000 + i); }
+    for (int i = 0; i < 16; i += 2) cudaFree(b[i]);
+    uint64_t stitches0 = st().stitches, reserved0 = st().reserved_bytes;
+    void *s;
+    CHECK(cudaMalloc(&s, 12 << 20) == cudaSuccess, "a stitched allocation");
+    CHECK(st().stitches == stitches0 + 1, "one stitch (%lu)", (unsigned long)st().stitches);
+    CHECK(st().reserved_bytes == reserved0, "no new memory for the stitch");
+    fill<<<256, 256>>>((uint32_t *)s, (12 << 20) / 4, 4242);
+    CHECK(ok_data(s, 12 << 20, 4242), "data through the stitched range");
+    for (int i = 1; i < 16; i += 2) CHECK(ok_data(b[i], 2 << 20, 7000 + i), "live neighbour %d intact", i);
+    CHECK(cudaFree(s) == cudaSuccess, "free stitched");
+    void *s2;
+    uint64_t calls = 0; { gmlake_stats x = st(); for (int k = 0; k < GMLAKE_DC_COUNT; k++) calls += x.device_calls[k]; }
+    CHECK(cudaMalloc(&s2, 12 << 20) == cudaSuccess && s2 == s, "cached stitched block reused");
+    { uint64_t c2 = 0; gmlake_stats x = st(); for (int k = 0; k < GMLAKE_DC_COUNT; k++) c2 += x.device_calls[k]; CHECK(c2 == calls, "reuse made no device call"); }
+    fill<<<256, 256>>>((uint32_t *)s2, (12 << 20) / 4, 99);
+    CHECK(ok_data(s2, 12 << 20, 99), "data through the reused stitched range");
+    cudaFree(s2);
+    for (int i = 1; i < 16; i += 2) cudaFree(b[i]);
+    // async on a stream
+    cudaStream_t str;
+    cudaStreamCreateWithFlags(&str, cudaStreamNonBlocking);
+    for (int round = 0; round < 50; round++) {
+        void *a;
+        size_t n = (size_t)(1 + round % 7) << 20;
+        CHECK(cudaMallocAsync(&a, n, str) == cudaSuccess, "cudaMallocAsync");
+        fill<<<128, 256, 0, str>>>((uint32_t *)a, n / 4, round);
+        if (round % 10 == 0) CHECK(ok_data(a, n, round, str), "async data");
+        CHECK(cudaFreeAsync(a, str) == cudaSuccess, "cudaFreeAsync");
+    }
+    cudaStreamSynchronize(str);
+    // driver API through the entry-point resolver
+    void *fa = NULL, *ff = NULL;
+    cudaDriverEntryPointQueryResult q;
+    CHECK(cudaGetDriverEntryPoint("cuMemAlloc", &fa, cudaEnableDefault, &q) == cudaSuccess && fa, "entry point cuMemAlloc");
+    CHECK(cudaGetDriverEntryPoint("cuMemFree", &ff, cudaEnableDefault, &q) == cudaSuccess && ff, "entry point cuMemFree");
+    void *hook = dlsym(RTLD_DEFAULT, "cuMemAlloc_v2");
+    CHECK(fa == hook, "the resolver returns gmlake's hook (%p vs %p)", fa, hook);
+    uint64_t allocs = st().allocations;
+    CUdeviceptr d = 0;
+    CHECK(((CUresult (*)(CUdeviceptr *, size_t))fa)(&d, 5 << 20) == CUDA_SUCCESS, "cuMemAlloc via entry point");
+    CHECK(st().allocations == allocs + 1, "served by gmlake");
+    fill<<<128, 256>>>((uint32_t *)d, (5 << 20) / 4, 5);
+    CHECK(ok_data((void *)d, 5 << 20, 5), "driver allocation data");
+    CHECK(((CUresult (*)(CUdeviceptr))ff)(d) == CUDA_SUCCESS, "cuMemFree via entry point");
+    void *gp = NULL;
+    CHECK(cuGetProcAddress("cuMemAllocAsync", &gp, 13000, CU_GET_PROC_ADDRESS_DEFAULT, NULL) == CUDA_SUCCESS &&
+          gp == dlsym(RTLD_DEFAULT, "cuMemAllocAsync"), "cuGetProcAddress returns the hook");
+    void *h = dlopen("libcuda.so.1", RTLD_NOW);
+    CHECK(h && dlsym(h, "cuMemFree_v2") == dlsym(RTLD_DEFAULT, "cuMemFree_v2"), "dlsym on libcuda returns the hook");
+    // errors
+    CHECK(cudaFree(NULL) == cudaSuccess, "cudaFree(NULL)");
+    void *x;
+    cudaMalloc(&x, 3 << 20);
+    CHECK(cudaFree((char *)x + 512) == cudaErrorInvalidValue, "interior pointer");
+    CHECK(cudaFree(x) == cudaSuccess, "free");
+    CHECK(cudaFree(x) == cudaErrorInvalidValue, "double free");
+    cudaGetLastError();
+    void *m;
+    CHECK(cudaMallocManaged(&m, 1 << 20) == cudaSuccess, "managed (not hooked)");
+    CHECK(cudaFree(m) == cudaSuccess, "a foreign pointer's free reaches CUDA");
+    void *huge;
+    uint64_t failed0 = st().failed_allocations;
+    CHECK(cudaMalloc(&huge, (size_t)1 << 40) == cudaErrorMemoryAllocation, "1 TiB -> out of memory");
+    cudaGetLastError();
+    CHECK(st().failed_allocations == failed0 + 1, "counted");
+    CHECK(cudaMalloc(&x, 1 << 20) == cudaSuccess && cudaFree(x) == cudaSuccess, "usable after OOM");
+    cudaIpcMemHandle_t ih;
+    cudaMalloc(&x, 2 << 20);
+    CHECK(cudaIpcGetMemHandle(&ih, x) == cudaErrorInvalidValue, "IPC on gmlake memory is refused");
+    cudaGetLastError();
+    cudaFree(x);
+    // graph capture passes through
+    cudaStream_t cs;
+    cudaStreamCreateWithFlags(&cs, cudaStreamNonBlocking);
+    allocs = st().allocations;
+    cudaGraph_t g;
+    void *gpa = NULL;
+    CHECK(cudaStreamBeginCapture(cs, cudaStreamCaptureModeGlobal) == cudaSuccess, "begin capture");
+    CHECK(cudaMallocAsync(&gpa, 1 << 20, cs) == cudaSuccess, "alloc in capture");
+    fill<<<16, 256, 0, cs>>>((uint32_t *)gpa, (1 << 20) / 4, 1);
+    CHECK(cudaFreeAsync(gpa, cs) == cudaSuccess, "free in capture");
+    CHECK(cudaStreamEndCapture(cs, &g) == cudaSuccess, "end capture");
+    CHECK(st().allocations == allocs, "capture allocations went to CUDA");
+    cudaGraphExec_t ge;
+    CHECK(cudaGraphInstantiate(&ge, g, 0) == cudaSuccess && cudaGraphLaunch(ge, cs) == cudaSuccess &&
+          cudaStreamSynchronize(cs) == cudaSuccess, "graph runs");
+    size_t fr, tot;
+    CHECK(cudaMemGetInfo(&fr, &tot) == cudaSuccess && fr <= tot, "cudaMemGetInfo");
+    CHECK(((int (*)(int))dlsym(RTLD_DEFAULT, "gmlake_check"))(0) == 0, "pool consistent");
+    printf("%d passed, %d failed\n", passed, failed);
+    return failed != 0;
+}

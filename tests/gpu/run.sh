@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# tests/gpu/run.sh — the GPU tests: builds the C test with nvcc (if build/gpu lacks it), runs it
+# under libgmlake (shared and static cudart), then the pytest suite.  Skips where no GPU is present.
+# Usage: tests/gpu/run.sh [OUTDIR]   (logs go to OUTDIR, default build/gpu)
+set -uo pipefail
+root=$(cd "$(dirname "$0")/../.." && pwd)
+out=${1:-$root/build/gpu}
+mkdir -p "$out" "$root/build/gpu"
+if ! nvidia-smi -L >/dev/null 2>&1; then echo "tests/gpu: no GPU, skipped"; exit 0; fi
+lib=$root/build/interpose/libgmlake.so
+status=0
+for v in shared static; do
+  bin=$root/build/gpu/gpu_hooks_$v
+  if [ ! -x "$bin" ]; then
+    nvcc -O2 -arch=sm_90 -I "$root/include" -cudart $v -o "$bin" "$root/tests/gpu/gpu_hooks.cu" -lcuda -ldl || exit 1
+  fi
+  echo "== gpu_hooks ($v cudart)"
+  LD_PRELOAD=$lib GMLAKE_LOG_LEVEL=info "$bin" 2>&1 | tee "$out/gpu_hooks_$v.log" || status=1
+done
+echo "== pytest"
+LIBGMLAKE=$lib python3 -m pytest -q "$root/tests/gpu/test_gpu.py" 2>&1 | tee "$out/pytest.log"
+[ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+exit $status

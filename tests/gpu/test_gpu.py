@@ -1,0 +1,93 @@
+"""GPU tests of libgmlake (pytest).  Skipped where no GPU is present.  LIBGMLAKE names the library."""
+import json, os, subprocess, sys
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+LIB = os.environ.get("LIBGMLAKE", os.path.join(HERE, "..", "..", "build", "interpose", "libgmlake.so"))
+
+
+def have_gpu():
+    try:
+        return subprocess.run(["nvidia-smi", "-L"], capture_output=True).returncode == 0
+    except OSError:
+        return False
+
+
+pytestmark = pytest.mark.skipif(not have_gpu(), reason="no GPU")
+
+
+def run(args, gmlake, extra=None, timeout=600):
+    env = dict(os.environ)
+    env.update({"CUBLAS_WORKSPACE_CONFIG": ":4096:8", "PYTHONUNBUFFERED": "1"})
+    if gmlake:
+        env["LD_PRELOAD"] = os.path.abspath(LIB)
+    env.update(extra or {})
+    p = subprocess.run(args, capture_output=True, text=True, env=env, timeout=timeout)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    return p
+
+
+def torch_run(gmlake):
+    p = run([sys.executable, os.path.join(HERE, "train_torch.py")], gmlake,
+            {"PYTORCH_CUDA_ALLOC_CONF": "backend:cudaMallocAsync"})
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def test_torch_loss_bitwise_and_stats():
+    base = torch_run(False)
+    mine = torch_run(True)
+    assert mine["losses"] == base["losses"]
+    t, g = mine["torch"], mine["gmlake"]
+    assert g["allocations"] > 100
+    assert t["reserved_bytes.all.current"] == g["reserved"]
+    assert t["reserved_bytes.all.peak"] == g["peak_reserved"]
+    assert t["allocated_bytes.all.current"] == g["active"]
+    assert t["allocated_bytes.all.peak"] == g["peak_active"]
+    assert mine["reserved_after_empty_cache"] <= g["reserved"]
+
+
+def test_torch_oom_is_catchable(tmp_path):
+    code = ("import torch\n"
+            "x = torch.ones(1024, device='cuda')\n"
+            "try:\n    torch.empty(1 << 42, dtype=torch.uint8, device='cuda')\n    print('no error')\n"
+            "except torch.cuda.OutOfMemoryError:\n    print('caught')\n"
+            "print(float((x * 2).sum()))\n")
+    p = run([sys.executable, "-c", code], True, {"PYTORCH_CUDA_ALLOC_CONF": "backend:cudaMallocAsync"})
+    assert "caught" in p.stdout and "2048.0" in p.stdout
+
+
+def stats_of(tmp_path, code, extra):
+    f = tmp_path / "stats.json"
+    env = {"GMLAKE_STATS_FILE": str(f)}
+    env.update(extra)
+    p = run([sys.executable, "-c", code], True, env)
+    return p, [json.loads(l) for l in f.read_text().splitlines()]
+
+
+def test_jax_served(tmp_path):
+    code = ("import jax, jax.numpy as jnp\n"
+            "a = jnp.arange(1 << 20, dtype=jnp.float32)\n"
+            "print(float((a * 2).sum()))\n")
+    p, s = stats_of(tmp_path, code, {"XLA_PYTHON_CLIENT_ALLOCATOR": "platform"})
+    assert str(float(2 * ((1 << 20) - 1) * (1 << 20) / 2)) in p.stdout or "1099510" in p.stdout
+    assert s and s[0]["allocations"] > 0
+
+
+def test_cupy_served(tmp_path):
+    code = ("import cupy as cp\n"
+            "a = cp.arange(1 << 20, dtype=cp.float64)\n"
+            "b = cp.ones((1 << 20,), dtype=cp.float64)\n"
+            "print(float((a + b).sum()))\n")
+    p, s = stats_of(tmp_path, code, {})
+    n = 1 << 20
+    assert str(float(n * (n - 1) / 2 + n)) in p.stdout
+    assert s and s[0]["allocations"] > 0
+
+
+def test_disabled_is_pass_through(tmp_path):
+    f = tmp_path / "stats.json"
+    p = run([sys.executable, "-c", "import torch; print(torch.ones(10, device='cuda').sum().item())"], True,
+            {"GMLAKE_ENABLE": "0", "GMLAKE_STATS_FILE": str(f),
+             "PYTORCH_CUDA_ALLOC_CONF": "backend:cudaMallocAsync"})
+    assert "10.0" in p.stdout
+    assert not f.exists()
