@@ -370,8 +370,12 @@ GML_HOOK CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytesize, CU
 {
     if (gml_serving() && is_default_pool(pool))
         return cuMemAllocAsync(dptr, bytesize, s);
-    return GML_REAL(cuMemAllocFromPoolAsync) ? gml_real.cuMemAllocFromPoolAsync(dptr, bytesize, pool, s)
-                                             : CUDA_ERROR_NOT_INITIALIZED;
+    if (!GML_REAL(cuMemAllocFromPoolAsync))
+        return CUDA_ERROR_NOT_INITIALIZED;
+    gml_depth++;
+    CUresult r = gml_real.cuMemAllocFromPoolAsync(dptr, bytesize, pool, s);
+    gml_depth--;
+    return r;
 }
 
 GML_HOOK CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool,
@@ -379,9 +383,12 @@ GML_HOOK CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytesiz
 {
     if (gml_serving() && is_default_pool(pool))
         return cuMemAllocAsync_ptsz(dptr, bytesize, s);
-    return GML_REAL(cuMemAllocFromPoolAsync_ptsz)
-               ? gml_real.cuMemAllocFromPoolAsync_ptsz(dptr, bytesize, pool, s)
-               : CUDA_ERROR_NOT_INITIALIZED;
+    if (!GML_REAL(cuMemAllocFromPoolAsync_ptsz))
+        return CUDA_ERROR_NOT_INITIALIZED;
+    gml_depth++;
+    CUresult r = gml_real.cuMemAllocFromPoolAsync_ptsz(dptr, bytesize, pool, s);
+    gml_depth--;
+    return r;
 }
 
 GML_HOOK CUresult cuMemGetInfo_v2(size_t *free_b, size_t *total)

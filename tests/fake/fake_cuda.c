@@ -1,0 +1,177 @@
+/* fake_cuda.c — a fake libcuda.so.1 for the interposer tests (see fake_cuda.h).  Virtual memory
+ * management goes to a backed sim device of 256 MiB; cuMemAlloc and friends (what gmlake passes
+ * through) are plain host allocations remembered in a small table. */
+#include <cuda.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/device.h"
+#include "fake_cuda.h"
+
+#define EXPORT __attribute__((visibility("default")))
+
+static fake_counts counts;
+static gml_device *sim;
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+static uintptr_t own[4096];
+
+EXPORT fake_counts *fake_cuda_counts(void) { return &counts; }
+
+static gml_device *dev(void)
+{
+    pthread_mutex_lock(&mu);
+    if (!sim) {
+        gml_sim_config c = {.capacity = (size_t)256 << 20, .backed = true};
+        sim = gml_sim_create(&c);
+    }
+    pthread_mutex_unlock(&mu);
+    return sim;
+}
+
+static CUresult res(int rc)
+{
+    return rc == GMLAKE_OK ? CUDA_SUCCESS : rc == GMLAKE_ERR_NOMEM ? CUDA_ERROR_OUT_OF_MEMORY
+                                          : rc == GMLAKE_ERR_BUSY ? CUDA_ERROR_NOT_READY
+                                                                  : CUDA_ERROR_INVALID_VALUE;
+}
+
+EXPORT int fake_cuda_owns(uintptr_t p)
+{
+    pthread_mutex_lock(&mu);
+    int found = 0;
+    for (int i = 0; i < 4096 && !found; i++)
+        found = own[i] == p;
+    pthread_mutex_unlock(&mu);
+    return found;
+}
+
+static CUresult host_alloc(CUdeviceptr *d, size_t n)
+{
+    void *p = NULL;
+    if (n > ((size_t)64 << 20) || posix_memalign(&p, 512, n ? n : 1))
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    pthread_mutex_lock(&mu);
+    for (int i = 0; i < 4096; i++)
+        if (!own[i]) {
+            own[i] = (uintptr_t)p;
+            break;
+        }
+    pthread_mutex_unlock(&mu);
+    *d = (CUdeviceptr)p;
+    return CUDA_SUCCESS;
+}
+
+static CUresult host_free(CUdeviceptr d)
+{
+    pthread_mutex_lock(&mu);
+    int i = 0;
+    while (i < 4096 && own[i] != (uintptr_t)d)
+        i++;
+    if (i < 4096)
+        own[i] = 0;
+    pthread_mutex_unlock(&mu);
+    if (i == 4096)
+        return CUDA_ERROR_INVALID_VALUE;
+    free((void *)d);
+    return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *d, size_t n) { counts.mem_alloc++; return host_alloc(d, n); }
+EXPORT CUresult cuMemFree_v2(CUdeviceptr d) { counts.mem_free++; return host_free(d); }
+EXPORT CUresult cuMemAllocAsync(CUdeviceptr *d, size_t n, CUstream s) { counts.mem_alloc_async++; return host_alloc(d, n); }
+EXPORT CUresult cuMemFreeAsync(CUdeviceptr d, CUstream s) { counts.mem_free_async++; return host_free(d); }
+EXPORT CUresult cuMemAllocAsync_ptsz(CUdeviceptr *d, size_t n, CUstream s) { counts.mem_alloc_async++; return host_alloc(d, n); }
+EXPORT CUresult cuMemFreeAsync_ptsz(CUdeviceptr d, CUstream s) { counts.mem_free_async++; return host_free(d); }
+/* internal calls go to the fake's own code, as inside the real driver */
+EXPORT CUresult cuMemAllocFromPoolAsync(CUdeviceptr *d, size_t n, CUmemoryPool p, CUstream s) { counts.mem_alloc_async++; return host_alloc(d, n); }
+EXPORT CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *d, size_t n, CUmemoryPool p, CUstream s) { counts.mem_alloc_async++; return host_alloc(d, n); }
+EXPORT CUresult cuMemGetInfo_v2(size_t *f, size_t *t) { return res(gml_dev_mem_info(dev(), f, t)); }
+EXPORT CUresult cuCtxGetDevice(CUdevice *d) { *d = 0; return CUDA_SUCCESS; }
+EXPORT CUresult cuCtxSynchronize(void) { counts.ctx_sync++; return res(gml_dev_synchronize(dev())); }
+EXPORT CUresult cuStreamIsCapturing(CUstream s, CUstreamCaptureStatus *st)
+{
+    *st = (void *)s == FAKE_CAPTURING_STREAM ? CU_STREAM_CAPTURE_STATUS_ACTIVE : CU_STREAM_CAPTURE_STATUS_NONE;
+    return CUDA_SUCCESS;
+}
+EXPORT CUresult cuDeviceGetDefaultMemPool(CUmemoryPool *p, CUdevice d) { *p = (CUmemoryPool)0x9001; return CUDA_SUCCESS; }
+static CUcontext the_ctx = (CUcontext)0x1;
+static __thread CUcontext current;
+EXPORT CUresult cuCtxGetCurrent(CUcontext *c) { *c = current; return CUDA_SUCCESS; }
+EXPORT CUresult cuCtxSetCurrent(CUcontext c) { current = c; return CUDA_SUCCESS; }
+EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *c, CUdevice d) { *c = the_ctx; return CUDA_SUCCESS; }
+EXPORT CUresult cuMemGetAllocationGranularity(size_t *g, const CUmemAllocationProp *p, CUmemAllocationGranularity_flags f)
+{
+    *g = gml_dev_granularity(dev());
+    return CUDA_SUCCESS;
+}
+EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *h, size_t n, const CUmemAllocationProp *p, unsigned long long f)
+{
+    counts.vmm_create++;
+    gml_handle x;
+    CUresult r = res(gml_dev_chunk_create(dev(), n, &x));
+    if (r == CUDA_SUCCESS)
+        *h = (CUmemGenericAllocationHandle)x;
+    return r;
+}
+EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle h) { return res(gml_dev_chunk_release(dev(), h)); }
+EXPORT CUresult cuMemAddressReserve(CUdeviceptr *p, size_t n, size_t a, CUdeviceptr addr, unsigned long long f)
+{
+    uintptr_t v;
+    CUresult r = res(gml_dev_va_reserve(dev(), n, a, &v));
+    if (r == CUDA_SUCCESS)
+        *p = (CUdeviceptr)v;
+    return r;
+}
+EXPORT CUresult cuMemAddressFree(CUdeviceptr p, size_t n) { return res(gml_dev_va_free(dev(), p, n)); }
+EXPORT CUresult cuMemMap(CUdeviceptr p, size_t n, size_t off, CUmemGenericAllocationHandle h, unsigned long long f)
+{
+    return off ? CUDA_ERROR_INVALID_VALUE : res(gml_dev_map(dev(), p, n, h));
+}
+EXPORT CUresult cuMemUnmap(CUdeviceptr p, size_t n) { return res(gml_dev_unmap(dev(), p, n)); }
+EXPORT CUresult cuMemSetAccess(CUdeviceptr p, size_t n, const CUmemAccessDesc *d, size_t c) { return res(gml_dev_set_access(dev(), p, n)); }
+EXPORT CUresult cuEventCreate(CUevent *e, unsigned int f) { return res(gml_dev_event_create(dev(), (gml_event *)e)); }
+EXPORT CUresult cuEventDestroy_v2(CUevent e) { return res(gml_dev_event_destroy(dev(), e)); }
+EXPORT CUresult cuEventRecord(CUevent e, CUstream s) { return res(gml_dev_event_record(dev(), e, (gml_stream)s)); }
+EXPORT CUresult cuEventQuery(CUevent e) { return res(gml_dev_event_query(dev(), e)); }
+EXPORT CUresult cuEventSynchronize(CUevent e) { return res(gml_dev_event_sync(dev(), e)); }
+
+/* cuGetProcAddress: the fake's own functions by base name, versioned as the real driver does. */
+typedef struct { const char *name; void *fn; } proc;
+static const proc procs[] = {
+    {"cuGetProcAddress", NULL}, /* filled below */
+    {"cuMemAlloc", (void *)cuMemAlloc_v2},
+    {"cuMemAllocAsync", (void *)cuMemAllocAsync},
+    {"cuMemFree", (void *)cuMemFree_v2},
+    {"cuMemFreeAsync", (void *)cuMemFreeAsync},
+    {"cuMemGetInfo", (void *)cuMemGetInfo_v2},
+};
+EXPORT CUresult cuGetProcAddress_v2(const char *sym, void **pfn, int ver, cuuint64_t flags, CUdriverProcAddressQueryResult *st)
+{
+    counts.get_proc++;
+    if (strcmp(sym, "cuGetProcAddress") == 0) {
+        *pfn = (void *)cuGetProcAddress_v2;
+        return CUDA_SUCCESS;
+    }
+    bool ptsz = flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM;
+    for (size_t i = 1; i < sizeof procs / sizeof procs[0]; i++)
+        if (strcmp(sym, procs[i].name) == 0) {
+            *pfn = procs[i].fn;
+            if (ptsz && procs[i].fn == (void *)cuMemAllocAsync)
+                *pfn = (void *)cuMemAllocAsync_ptsz;
+            if (ptsz && procs[i].fn == (void *)cuMemFreeAsync)
+                *pfn = (void *)cuMemFreeAsync_ptsz;
+            if (st)
+                *st = CU_GET_PROC_ADDRESS_SUCCESS;
+            return CUDA_SUCCESS;
+        }
+    *pfn = NULL;
+    if (st)
+        *st = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
+    return CUDA_ERROR_NOT_FOUND;
+}
+#undef cuGetProcAddress
+EXPORT CUresult cuGetProcAddress(const char *sym, void **pfn, int ver, cuuint64_t flags)
+{
+    return cuGetProcAddress_v2(sym, pfn, ver, flags, NULL);
+}

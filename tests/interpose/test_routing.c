@@ -1,0 +1,147 @@
+/* test_routing.c — the interposer against the fake CUDA runtime and driver (tests/fake), run
+ * under LD_PRELOAD=libgmlake.so: which calls gmlake serves, which reach CUDA, and the error codes. */
+#include <criterion/criterion.h>
+#include <cuda.h>
+#include <cuda_runtime_api.h>
+#include <dlfcn.h>
+#include <string.h>
+
+#include "gmlake.h"
+#include "tests/fake/fake_cuda.h"
+
+#define MiB ((size_t)1 << 20)
+
+/* Exported by libgmlake for this test: the names of its hook table, in order. */
+const char *gmlake_hook_name(size_t i);
+
+static gmlake_stats stats(void)
+{
+    gmlake_stats s;
+    memset(&s, 0, sizeof s);
+    cr_assert_eq(gmlake_get_stats(0, &s), GMLAKE_OK);
+    return s;
+}
+
+Test(routing, cudaMalloc_is_served_by_gmlake)
+{
+    fake_counts before = *fake_cuda_counts();
+    void *p = NULL;
+    cr_assert_eq(cudaMalloc(&p, 3 * MiB), cudaSuccess);
+    cr_assert_eq((uintptr_t)p % 512, 0);
+    cr_assert_eq(stats().allocations, 1);
+    cr_assert_eq(stats().active_bytes, 3 * MiB);
+    cr_assert_eq(fake_cuda_counts()->rt_malloc, before.rt_malloc, "the real cudaMalloc was not called");
+    cr_assert_geq(fake_cuda_counts()->vmm_create, 2, "chunks came from cuMemCreate");
+    memset(p, 0xab, 3 * MiB);
+    cr_assert_eq(((unsigned char *)p)[3 * MiB - 1], 0xab);
+    int syncs = fake_cuda_counts()->ctx_sync;
+    cr_assert_eq(cudaFree(p), cudaSuccess);
+    cr_assert_eq(fake_cuda_counts()->rt_free, before.rt_free, "the real cudaFree was not called");
+    cr_assert_eq(fake_cuda_counts()->ctx_sync, syncs + 1, "cudaFree waits for the device");
+    cr_assert_eq(stats().active_bytes, 0);
+    cr_assert_eq(gmlake_check(0), GMLAKE_OK);
+}
+
+Test(routing, async_calls_and_driver_calls_are_served)
+{
+    void *p;
+    cr_assert_eq(cudaMallocAsync(&p, 5 * MiB, (cudaStream_t)0x10), cudaSuccess);
+    cr_assert_eq(cudaFreeAsync(p, (cudaStream_t)0x10), cudaSuccess);
+    CUdeviceptr d;
+    cr_assert_eq(cuMemAlloc_v2(&d, 2 * MiB), CUDA_SUCCESS);
+    cr_assert_eq(cuMemAllocAsync(&d, 1000, (CUstream)0x10), CUDA_SUCCESS);
+    cr_assert_eq(cuMemFreeAsync(d, (CUstream)0x10), CUDA_SUCCESS);
+    cr_assert_eq(stats().allocations, 3);
+    cr_assert_eq(fake_cuda_counts()->rt_malloc_async + fake_cuda_counts()->mem_alloc +
+                 fake_cuda_counts()->mem_alloc_async, 0, "nothing reached the fake allocators");
+    cr_assert_eq(cuMemAllocFromPoolAsync(&d, 4096, (CUmemoryPool)0x9001, 0), CUDA_SUCCESS);
+    cr_assert_eq(stats().allocations, 4, "the default pool is served");
+    cr_assert_eq(cuMemFree_v2(d), CUDA_SUCCESS);
+    cr_assert_eq(cuMemAllocFromPoolAsync(&d, 4096, (CUmemoryPool)0x5555, 0), CUDA_SUCCESS);
+    cr_assert_eq(fake_cuda_counts()->mem_alloc_async, 1, "another pool passes through");
+    cr_assert(fake_cuda_owns(d));
+    cr_assert_eq(cuMemFree_v2(d), CUDA_SUCCESS, "its free reaches the fake");
+    cr_assert_eq(fake_cuda_counts()->mem_free, 1);
+}
+
+Test(routing, foreign_pointers_and_capture_pass_through)
+{
+    void *p = NULL;
+    cr_assert_eq(cudaMallocAsync(&p, MiB, (cudaStream_t)FAKE_CAPTURING_STREAM), cudaSuccess);
+    cr_assert_eq(fake_cuda_counts()->rt_malloc_async, 1, "capture: the allocation went to CUDA");
+    cr_assert(fake_cuda_owns((uintptr_t)p));
+    cr_assert_eq(gmlake_get_stats(0, &(gmlake_stats){0}), GMLAKE_ERR_NO_POOL, "gmlake served nothing");
+    cr_assert_eq(cudaFree(p), cudaSuccess);
+    cr_assert_eq(fake_cuda_counts()->rt_free, 1, "a foreign pointer's free reaches CUDA");
+    cr_assert(!fake_cuda_owns((uintptr_t)p));
+    cr_assert_eq(cudaFree(NULL), cudaSuccess);
+    /* a gmlake pointer freed during capture stays allocated */
+    cr_assert_eq(cudaMalloc(&p, MiB), cudaSuccess);
+    cr_assert_eq(cudaFreeAsync(p, (cudaStream_t)FAKE_CAPTURING_STREAM), cudaSuccess);
+    cr_assert_eq(stats().live_allocations, 1);
+}
+
+Test(routing, resolvers_return_the_hooks)
+{
+    void *hook = dlsym(RTLD_DEFAULT, "cuMemAlloc_v2"), *fn = NULL;
+    void *libcuda = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+    cr_assert_not_null(libcuda);
+    cr_assert_eq(dlsym(libcuda, "cuMemAlloc_v2"), hook, "dlsym on a libcuda handle");
+    cr_assert_eq(cuGetProcAddress_v2("cuMemAlloc", &fn, 13000, 0, NULL), CUDA_SUCCESS);
+    cr_assert_eq(fn, hook, "cuGetProcAddress_v2");
+    cr_assert_eq(cuGetProcAddress_v2("cuMemAllocAsync", &fn, 13000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, NULL), CUDA_SUCCESS);
+    cr_assert_eq(fn, dlsym(RTLD_DEFAULT, "cuMemAllocAsync_ptsz"), "the per-thread variant");
+    cr_assert_eq(cuGetProcAddress_v2("cuGetProcAddress", &fn, 13000, 0, NULL), CUDA_SUCCESS);
+    cr_assert_eq(fn, dlsym(RTLD_DEFAULT, "cuGetProcAddress_v2"), "nested lookups are routed too");
+    cr_assert_eq(cudaGetDriverEntryPoint("cuMemFree", &fn, cudaEnableDefault, NULL), cudaSuccess);
+    cr_assert_eq(fn, dlsym(RTLD_DEFAULT, "cuMemFree_v2"), "cudaGetDriverEntryPoint");
+    CUdeviceptr d;
+    cr_assert_eq(((CUresult (*)(CUdeviceptr *, size_t))hook)(&d, MiB), CUDA_SUCCESS);
+    cr_assert_eq(stats().allocations, 1, "a call through the resolved pointer is served");
+    cr_assert_null(dlsym(libcuda, "cuNoSuchFunction"));
+    for (size_t i = 1; gmlake_hook_name(i); i++)
+        cr_assert_lt(strcmp(gmlake_hook_name(i - 1), gmlake_hook_name(i)), 0, "the hook table is sorted");
+}
+
+Test(routing, errors_come_back_as_cuda_codes)
+{
+    void *p;
+    cr_assert_eq(cudaMalloc(&p, 3 * MiB), cudaSuccess);
+    cr_assert_eq(cudaFree((char *)p + 512), cudaErrorInvalidValue, "interior pointer");
+    cr_assert_eq(cudaFree(p), cudaSuccess);
+    cr_assert_eq(cudaFree(p), cudaErrorInvalidValue, "double free");
+    cr_assert_eq(cuMemFree_v2((CUdeviceptr)p), CUDA_ERROR_INVALID_VALUE);
+    cr_assert_eq(gmlake_check(0), GMLAKE_OK, "the pool is intact");
+    cr_assert_eq(cudaMalloc(&p, 1024 * MiB), cudaErrorMemoryAllocation, "1 GiB on a 256 MiB device");
+    CUdeviceptr d;
+    cr_assert_eq(cuMemAlloc_v2(&d, 1024 * MiB), CUDA_ERROR_OUT_OF_MEMORY);
+    cr_assert_eq(stats().failed_allocations, 2);
+    cr_assert_eq(cudaMalloc(&p, 100 * MiB), cudaSuccess, "usable after out of memory");
+    cudaIpcMemHandle_t h;
+    cr_assert_eq(cudaIpcGetMemHandle(&h, p), cudaErrorInvalidValue);
+    cr_assert_eq(fake_cuda_counts()->rt_ipc, 0);
+    cr_assert_eq(cudaFree(p), cudaSuccess);
+}
+
+Test(routing, memory_pool_attributes_speak_of_gmlake)
+{
+    void *p;
+    cr_assert_eq(cudaMallocAsync(&p, 3 * MiB, 0), cudaSuccess);
+    uint64_t v = 0;
+    cr_assert_eq(cudaMemPoolGetAttribute((cudaMemPool_t)0x9001, cudaMemPoolAttrReservedMemCurrent, &v), cudaSuccess);
+    cr_assert_eq(v, stats().reserved_bytes);
+    cr_assert_eq(cudaMemPoolGetAttribute((cudaMemPool_t)0x9001, cudaMemPoolAttrUsedMemCurrent, &v), cudaSuccess);
+    cr_assert_eq(v, 3 * MiB);
+    cr_assert_eq(cudaMemPoolGetAttribute((cudaMemPool_t)0x4242, cudaMemPoolAttrUsedMemCurrent, &v), cudaSuccess);
+    cr_assert_eq(v, 777, "another pool's attributes come from CUDA");
+    cr_assert_eq(cudaFreeAsync(p, 0), cudaSuccess);
+    uint64_t zero = 0;
+    cr_assert_eq(cudaMemPoolSetAttribute((cudaMemPool_t)0x9001, cudaMemPoolAttrUsedMemHigh, &zero), cudaSuccess);
+    cr_assert_eq(stats().peak_active_bytes, 0, "peaks reset");
+    cr_assert_eq(cudaMemPoolTrimTo((cudaMemPool_t)0x9001, 0), cudaSuccess);
+    cr_assert_eq(stats().reserved_bytes, 0, "trim empties gmlake's cache");
+    cr_assert_eq(fake_cuda_counts()->rt_trim, 1);
+    size_t fr, tot;
+    cr_assert_eq(cudaMemGetInfo(&fr, &tot), cudaSuccess);
+    cr_assert_eq(tot, 256 * MiB);
+}
