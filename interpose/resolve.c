@@ -70,7 +70,6 @@ static int by_name(const void *key, const void *elem)
 }
 
 static void *libcuda;
-static pthread_once_t once = PTHREAD_ONCE_INIT;
 
 static bool is_hook(void *p)
 {
@@ -90,12 +89,23 @@ static pthread_mutex_t cuda_mu = PTHREAD_MUTEX_INITIALIZER;
 
 static void resolve_dlsym(void)
 {
-    *(void **)&gml_real.dlsym = dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.34");
-    if (!gml_real.dlsym)
-        *(void **)&gml_real.dlsym = dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.2.5");
+    void *p = dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.34");
+    if (!p)
+        p = dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.2.5");
+    __atomic_store_n((void **)&gml_real.dlsym, p, __ATOMIC_RELEASE);
 }
 
-void gml_resolve(void) { pthread_once(&once, resolve_dlsym); }
+/* Idempotent, so no once-lock: dlvsym may itself call dlsym (sanitizer runtimes intercept it),
+ * which would re-enter here; that inner call gets NULL instead of a deadlock. */
+void gml_resolve(void)
+{
+    static __thread int resolving;
+    if (__atomic_load_n(&gml_real.dlsym, __ATOMIC_ACQUIRE) || resolving)
+        return;
+    resolving = 1;
+    resolve_dlsym();
+    resolving = 0;
+}
 
 static void *libcuda_handle(void)
 {
@@ -142,14 +152,18 @@ void *gml_hook_for(const char *symbol, void *real)
     return real;
 }
 
+/* Touches no gmlake state unless `name` is one of the hooks: other libraries' start-up code calls
+ * dlsym (often with RTLD_NEXT) before anything else is ready. */
 GML_HOOK void *dlsym(void *handle, const char *name)
 {
     gml_resolve();
     void *r = gml_real.dlsym ? gml_real.dlsym(handle, name) : NULL;
-    if (!r || gml_depth || !gml_cfg()->enable)
+    if (!r || handle == RTLD_NEXT)
         return r;
     const hook_entry *e = bsearch(name, table, table_len, sizeof *table, by_name);
-    return e ? e->hook : r;
+    if (!e || gml_depth || !gml_cfg()->enable)
+        return r;
+    return e->hook;
 }
 
 /* ---- entry-point resolvers ---- */
