@@ -11,6 +11,8 @@ gml_ensure_deps() {
   [ -f /usr/include/uthash.h ] || need+=(uthash-dev)
   [ -f /usr/include/bsd/sys/tree.h ] || need+=(libbsd-dev)
   [ -f /usr/include/zlib.h ] || need+=(zlib1g-dev)
+  command -v clang >/dev/null || need+=(clang)
+  ls /usr/lib/llvm-*/lib/clang/*/lib/linux/libclang_rt.fuzzer-x86_64.a >/dev/null 2>&1 || need+=(libclang-rt-14-dev)
   [ ${#need[@]} -eq 0 ] && return 0
   if [ "$(id -u)" -ne 0 ] || ! command -v apt-get >/dev/null; then
     echo "gmlake: missing ${need[*]}; install them (Debian: apt-get install ${need[*]})" >&2

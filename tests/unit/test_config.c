@@ -1,0 +1,199 @@
+/* test_config.c — sources and precedence, GMLake's aliases, every class of bad input.
+ * Each Criterion test runs in its own process, so the environment changes stay local. */
+#include <criterion/criterion.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "config/config.h"
+
+static char root[64];
+
+static void write_file(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f, "%s", path);
+    fputs(text, f);
+    fclose(f);
+}
+
+/* A temporary /etc, HOME and named file; clears every GMLAKE_ variable. */
+static void sandbox(void)
+{
+    snprintf(root, sizeof root, "/tmp/gmlake-cfg-XXXXXX");
+    cr_assert_not_null(mkdtemp(root));
+    char p[256];
+    snprintf(p, sizeof p, "%s/etc", root), mkdir(p, 0700);
+    snprintf(p, sizeof p, "%s/home", root), mkdir(p, 0700);
+    snprintf(p, sizeof p, "%s/home/.config", root), mkdir(p, 0700);
+    snprintf(p, sizeof p, "%s/home/.config/gmlake", root), mkdir(p, 0700);
+    snprintf(p, sizeof p, "%s/etc", root), setenv("GMLAKE_SYSCONFDIR", p, 1);
+    snprintf(p, sizeof p, "%s/home", root), setenv("HOME", p, 1);
+    unsetenv("XDG_CONFIG_HOME");
+    unsetenv("GMLAKE_CONFIG");
+    for (int i = 0; i < gml_option_count; i++) {
+        char var[96];
+        snprintf(var, sizeof var, "GMLAKE_");
+        for (size_t k = 0; gml_options[i].key[k]; k++)
+            var[7 + k] = (char)(gml_options[i].key[k] - (gml_options[i].key[k] >= 'a' ? 32 : 0)), var[8 + k] = 0;
+        unsetenv(var);
+        if (gml_options[i].alias)
+            unsetenv(gml_options[i].alias);
+    }
+}
+
+static char *load(gml_config *c, gml_config_report *rep)
+{
+    static char buf[8192];
+    memset(buf, 0, sizeof buf);
+    FILE *m = fmemopen(buf, sizeof buf - 1, "w");
+    gml_config_load(c, rep, m);
+    fclose(m);
+    return buf;
+}
+
+static char *path(const char *rel)
+{
+    static char p[4][256];
+    static int k;
+    k = (k + 1) % 4;
+    snprintf(p[k], sizeof p[k], "%s/%s", root, rel);
+    return p[k];
+}
+
+Test(config, defaults)
+{
+    sandbox();
+    gml_config c;
+    gml_config_report rep;
+    char *msgs = load(&c, &rep);
+    cr_assert_eq(rep.errors, 0, "%s", msgs);
+    cr_assert(c.enable && c.pool.vmm_defragment);
+    cr_assert_eq(c.pool.frag_limit, 2u << 20);
+    cr_assert_float_eq(c.pool.reuse_limit, 1.25, 1e-12);
+    cr_assert_eq(c.pool.auto_gc, 256);
+    cr_assert_eq(c.pool.strategy, GML_STITCH_LARGEST);
+    cr_assert_eq(c.log_level, GML_LOG_WARN);
+    cr_assert_str_eq(rep.source[0], "default");
+}
+
+Test(config, precedence_across_all_five_sources)
+{
+    sandbox();
+    write_file(path("etc/gmlake.conf"), "# system\nfrag_limit = 1MiB\nreuse_limit = 1.5\nauto_gc = 10\ndefrag_level = 1\n");
+    write_file(path("home/.config/gmlake/gmlake.conf"), "reuse_limit = 2\nauto_gc = 20\ndefrag_level = 2\n");
+    write_file(path("named.conf"), "auto_gc = 30\n  defrag_level=0   # named\n");
+    setenv("GMLAKE_CONFIG", path("named.conf"), 1);
+    setenv("GMLAKE_DEFRAG_LEVEL", "1", 1);
+    gml_config c;
+    gml_config_report rep;
+    char *msgs = load(&c, &rep);
+    cr_assert_eq(rep.errors, 0, "%s", msgs);
+    cr_assert_eq(c.pool.frag_limit, 1u << 20, "from /etc");
+    cr_assert_float_eq(c.pool.reuse_limit, 2.0, 1e-12, "the user file beats /etc");
+    cr_assert_eq(c.pool.auto_gc, 30, "GMLAKE_CONFIG beats the user file");
+    cr_assert_eq(c.pool.defrag_level, 1, "the environment beats every file");
+    cr_assert(strstr(rep.source[2], "etc/gmlake.conf:2"), "%s", rep.source[2]);
+    cr_assert(strstr(rep.source[3], "home/.config/gmlake/gmlake.conf:1"), "%s", rep.source[3]);
+    cr_assert(strstr(rep.source[5], "named.conf:1"), "%s", rep.source[5]);
+    cr_assert_str_eq(rep.source[4], "environment GMLAKE_DEFRAG_LEVEL");
+    /* XDG_CONFIG_HOME replaces ~/.config */
+    mkdir(path("xdg"), 0700);
+    mkdir(path("xdg/gmlake"), 0700);
+    write_file(path("xdg/gmlake/gmlake.conf"), "reuse_limit = 3\n");
+    setenv("XDG_CONFIG_HOME", path("xdg"), 1);
+    load(&c, &rep);
+    cr_assert_float_eq(c.pool.reuse_limit, 3.0, 1e-12);
+}
+
+Test(config, gmlake_aliases_and_conflicts)
+{
+    sandbox();
+    setenv("vmmDefragment", "0", 1);
+    setenv("fragLimit", "8M", 1);
+    setenv("reuseLimit", "1.5", 1);
+    setenv("defragLevel", "2", 1);
+    setenv("autoGC", "7", 1);
+    gml_config c;
+    gml_config_report rep;
+    char *msgs = load(&c, &rep);
+    cr_assert_eq(rep.errors, 0, "%s", msgs);
+    cr_assert(!c.pool.vmm_defragment);
+    cr_assert_eq(c.pool.frag_limit, 8u << 20);
+    cr_assert_float_eq(c.pool.reuse_limit, 1.5, 1e-12);
+    cr_assert_eq(c.pool.defrag_level, 2);
+    cr_assert_eq(c.pool.auto_gc, 7);
+    setenv("GMLAKE_AUTO_GC", "9", 1);
+    msgs = load(&c, &rep);
+    cr_assert_eq(c.pool.auto_gc, 9, "GMLAKE_ wins");
+    cr_assert(strstr(msgs, "both GMLAKE_AUTO_GC and autoGC are set; GMLAKE_AUTO_GC=9 wins"), "%s", msgs);
+    cr_assert_eq(rep.warnings, 1);
+}
+
+Test(config, bad_input_is_named_and_the_previous_value_kept)
+{
+    sandbox();
+    write_file(path("etc/gmlake.conf"), "auto_gc = 40\nreuse_limit = 1.5\n");
+    write_file(path("named.conf"),
+               "no_such_key = 1\n"      /* 1 unknown key */
+               "auto_gc = lots\n"        /* 2 malformed */
+               "reuse_limit = 0.5\n"     /* 3 out of range */
+               "just words\n"            /* 4 not key = value */
+               "= 5\n"                   /* 5 no key */
+               "stitch_strategy = worst\n" /* 6 unknown choice */
+               "chunk_size = 1k\n"       /* 7 below the range */
+               "stitch = maybe\n");      /* 8 bad boolean */
+    setenv("GMLAKE_CONFIG", path("named.conf"), 1);
+    setenv("GMLAKE_FRAG_LIMIT", "12 parsecs", 1);
+    gml_config c;
+    gml_config_report rep;
+    char *m = load(&c, &rep);
+    cr_assert_eq(rep.errors, 9, "%s", m);
+    cr_assert(strstr(m, "named.conf:1: unknown key 'no_such_key' (known keys: enable, stitch"), "%s", m);
+    cr_assert(strstr(m, "named.conf:2: auto_gc = 'lots' is not valid; accepted: an integer from 0 to"), "%s", m);
+    cr_assert(strstr(m, "named.conf:3: reuse_limit = '0.5' is not valid; accepted: a number from 1 to 64"), "%s", m);
+    cr_assert(strstr(m, "named.conf:4: expected 'key = value', found 'just words'"), "%s", m);
+    cr_assert(strstr(m, "named.conf:5: a value with no key"), "%s", m);
+    cr_assert(strstr(m, "named.conf:6: stitch_strategy = 'worst' is not valid; accepted: one of largest, bestfit"), "%s", m);
+    cr_assert(strstr(m, "named.conf:7: chunk_size"), "%s", m);
+    cr_assert(strstr(m, "named.conf:8: stitch = 'maybe' is not valid; accepted: on/off"), "%s", m);
+    cr_assert(strstr(m, "environment GMLAKE_FRAG_LIMIT: frag_limit = '12 parsecs' is not valid"), "%s", m);
+    cr_assert_eq(c.pool.auto_gc, 40, "kept the /etc value");
+    cr_assert_float_eq(c.pool.reuse_limit, 1.5, 1e-12);
+    cr_assert_eq(c.pool.frag_limit, 2u << 20);
+    cr_assert(c.pool.vmm_defragment);
+    /* an unreadable named file */
+    unsetenv("GMLAKE_FRAG_LIMIT");
+    setenv("GMLAKE_CONFIG", path("missing.conf"), 1);
+    m = load(&c, &rep);
+    cr_assert_eq(rep.errors, 1);
+    cr_assert(strstr(m, "missing.conf: cannot read the configuration file: No such file"), "%s", m);
+    /* a directory where a file should be */
+    setenv("GMLAKE_CONFIG", root, 1);
+    m = load(&c, &rep);
+    cr_assert_geq(rep.errors, 1, "%s", m);
+}
+
+Test(config, example_file_round_trips)
+{
+    sandbox();
+    char buf[16384] = {0};
+    FILE *m = fmemopen(buf, sizeof buf - 1, "w");
+    gml_config_print_example(m);
+    fclose(m);
+    /* uncomment every '#key = value' line (text comments are '# ...'): the defaults must parse */
+    for (char *l = buf; l && *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL)
+        if (l[0] == '#' && l[1] != ' ' && l[1] != '\n' && l[1] != 0)
+            l[0] = ' ';
+    gml_config c;
+    gml_config_defaults(&c);
+    gml_config_report rep = {0};
+    char msgs[4096] = {0};
+    FILE *mm = fmemopen(msgs, sizeof msgs - 1, "w");
+    gml_config_apply_text(&c, &rep, buf, strlen(buf), "example", mm);
+    fclose(mm);
+    cr_assert_eq(rep.errors, 0, "%s", msgs);
+    for (int i = 0; i < gml_option_count; i++)
+        cr_assert(strstr(rep.source[i], "example:"), "every key appears in the example: %s", gml_options[i].key);
+}
