@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../config/config.h"
 #include "../config/units.h"
 #include "trace.h"
 
@@ -21,12 +22,17 @@ static void usage(FILE *f)
             "  --policy LIST   comma-separated: gmlake (stitching, default strategy), no-stitch,\n"
             "                  largest, bestfit (stitching with that strategy); default gmlake\n"
             "  --capacity SIZE device memory of the simulated GPU (default 140GiB)\n"
-            "  --check N       run the pool consistency checker every N events (slow)\n");
+            "  --check N       run the pool consistency checker every N events (slow)\n"
+            "  --set KEY=VALUE a pool setting, as in gmlake.conf (stitch, frag_limit, reuse_limit,\n"
+            "                  defrag_level, auto_gc, stitch_bytes_limit, stitch_strategy,\n"
+            "                  chunk_size, small_limit, memory_limit); repeatable\n");
 }
+
+static gml_config base; /* defaults plus --set */
 
 static int apply_policy(const char *name, gml_pool_settings *s)
 {
-    gml_pool_settings_default(s);
+    *s = base.pool;
     if (strcmp(name, "gmlake") == 0)
         return 0;
     if (strcmp(name, "no-stitch") == 0) {
@@ -88,15 +94,30 @@ int main(int argc, char **argv)
     static const struct option opts[] = {
         {"json", no_argument, 0, 'j'},       {"policy", required_argument, 0, 'p'},
         {"capacity", required_argument, 0, 'c'}, {"check", required_argument, 0, 'k'},
-        {"help", no_argument, 0, 'h'},       {0, 0, 0, 0},
+        {"set", required_argument, 0, 's'},  {"help", no_argument, 0, 'h'},
+        {0, 0, 0, 0},
     };
     bool json = false;
     const char *policies = "gmlake";
     size_t capacity = (size_t)140 << 30;
     long check = 0;
     int c;
-    while ((c = getopt_long(argc, argv, "jp:c:k:h", opts, NULL)) != -1) {
+    gml_config_defaults(&base);
+    while ((c = getopt_long(argc, argv, "jp:c:k:s:h", opts, NULL)) != -1) {
         switch (c) {
+        case 's': {
+            char kv[256];
+            snprintf(kv, sizeof kv, "%s", optarg);
+            char *eq = strchr(kv, '=');
+            if (!eq) {
+                fprintf(stderr, "gmlake replay: --set '%s' is not KEY=VALUE\n", optarg);
+                return 2;
+            }
+            *eq = 0;
+            if (gml_config_set(&base, NULL, kv, eq + 1, "--set", stderr) != 0)
+                return 2;
+            break;
+        }
         case 'j': json = true; break;
         case 'p': policies = optarg; break;
         case 'c':
