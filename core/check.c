@@ -48,7 +48,7 @@ static bool linked_expected(const gml_pool *p, const gml_block *a, const gml_blo
     return a->space == GML_SPACE_LARGE || gml_slot_of(p, a->addr) == gml_slot_of(p, b->addr);
 }
 
-static int check_locked(gml_pool *p, char *why, size_t whylen)
+int gml_pool_check_locked(gml_pool *p, char *why, size_t whylen)
 {
     int rc = GMLAKE_OK;
     vec all = {0};
@@ -164,7 +164,7 @@ out:
 int gml_pool_check(gml_pool *p, char *why, size_t whylen)
 {
     pthread_mutex_lock(&p->mu);
-    int rc = check_locked(p, why, whylen);
+    int rc = gml_pool_check_locked(p, why, whylen);
     pthread_mutex_unlock(&p->mu);
     return rc;
 }

@@ -20,6 +20,20 @@
 #include "../stitch/stitch.h"
 #include "pool_impl.h"
 
+#ifdef GML_CHECK_EVERY_OP
+/* Debug builds (-Dcheck_every_op=true): a broken invariant stops the program where it broke. */
+static void debug_check(gml_pool *p)
+{
+    char why[256];
+    if (gml_pool_check_locked(p, why, sizeof why) != GMLAKE_OK) {
+        fprintf(stderr, "gmlake: pool consistency check failed: %s\n", why);
+        abort();
+    }
+}
+#else
+#define debug_check(p) ((void)0)
+#endif
+
 static const char *const strategy_names[GML_STITCH_STRATEGY_COUNT] = {"largest", "bestfit"};
 
 const char *gml_stitch_strategy_name(gml_stitch_strategy s)
@@ -244,6 +258,7 @@ int gml_pool_alloc(gml_pool *p, size_t size, gml_stream stream, uintptr_t *out)
     } else {
         p->c.failed++;
     }
+    debug_check(p);
     pthread_mutex_unlock(&p->mu);
     return rc;
 }
@@ -266,6 +281,7 @@ int gml_pool_free(gml_pool *p, uintptr_t ptr, gml_stream stream)
         gml_stitch_free(p, b, bin);
     else
         gml_free_insert(p, b, bin);
+    debug_check(p);
     pthread_mutex_unlock(&p->mu);
     return GMLAKE_OK;
 }

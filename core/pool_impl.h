@@ -168,6 +168,9 @@ bool gml_bin_passed(gml_pool *p, gml_bin *bin, uint64_t seq, bool wait);
 size_t gml_promote(gml_pool *p, gml_bin *except, bool wait);
 void gml_bins_destroy(gml_pool *p);
 
+/* ---- check.c ---- */
+int gml_pool_check_locked(gml_pool *p, char *why, size_t whylen);
+
 /* ---- stats ---- */
 static inline void gml_stats_active(gml_pool *p, long long delta)
 {

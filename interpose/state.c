@@ -36,8 +36,10 @@ static void load_cfg(void)
         trace_out = fopen(cfg.trace_file, "w");
         if (!trace_out)
             fprintf(stderr, "gmlake: cannot open trace_file %s; no trace is recorded\n", cfg.trace_file);
-        else
+        else {
+            setvbuf(trace_out, NULL, _IOLBF, 0); /* whole lines, readable while the job runs */
             fprintf(trace_out, "# gmlake-trace v1: op ptr size stream t_us (recorded by libgmlake)\n");
+        }
     }
     if (cfg.enable)
         atexit(at_exit);

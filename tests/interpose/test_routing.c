@@ -8,6 +8,9 @@
 
 #include "gmlake.h"
 #include "tests/fake/fake_cuda.h"
+#include "tools/trace.h"
+#include <stdlib.h>
+#include <unistd.h>
 
 #define MiB ((size_t)1 << 20)
 
@@ -144,4 +147,28 @@ Test(routing, memory_pool_attributes_speak_of_gmlake)
     size_t fr, tot;
     cr_assert_eq(cudaMemGetInfo(&fr, &tot), cudaSuccess);
     cr_assert_eq(tot, 256 * MiB);
+}
+
+Test(routing, trace_file_records_a_replayable_trace)
+{
+    char path[] = "/tmp/gmlake-trace-XXXXXX";
+    int fd = mkstemp(path);
+    cr_assert_geq(fd, 0);
+    close(fd);
+    setenv("GMLAKE_TRACE_FILE", path, 1); /* before the first hook call of this test process */
+    void *a, *b;
+    cr_assert_eq(cudaMalloc(&a, 3 * MiB), cudaSuccess);
+    cr_assert_eq(cudaMallocAsync(&b, 4096, (cudaStream_t)0x20), cudaSuccess);
+    cr_assert_eq(cudaFreeAsync(b, (cudaStream_t)0x20), cudaSuccess);
+    cr_assert_eq(cudaFree(a), cudaSuccess);
+    gml_trace t;
+    char err[256];
+    cr_assert_eq(gml_trace_load(path, &t, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(t.n, 4);
+    cr_assert(t.ev[0].op == 'A' && t.ev[0].size == 3 * MiB && t.ev[0].ptr == (uintptr_t)a);
+    cr_assert(t.ev[1].op == 'A' && t.ev[1].stream == 0x20);
+    cr_assert(t.ev[2].op == 'F' && t.ev[2].ptr == (uintptr_t)b);
+    cr_assert(t.ev[3].op == 'F' && t.ev[3].ptr == (uintptr_t)a);
+    gml_trace_free(&t);
+    unlink(path);
 }
