@@ -54,11 +54,22 @@ const gml_config *gml_cfg(void)
 
 bool gml_serving(void) { return gml_depth == 0 && gml_cfg()->enable; }
 
+enum { LOG_BUDGET = 100 }; /* errors and warnings after this many are counted, not printed */
+static unsigned long suppressed;
+
 void gml_log(int level, const char *fmt, ...)
 {
+    static unsigned long printed;
     if (level > gml_cfg()->log_level)
         return;
     pthread_mutex_lock(&log_mu);
+    if (level <= GML_LOG_WARN && ++printed > LOG_BUDGET) {
+        if (suppressed++ == 0)
+            fprintf(log_out ? log_out : stderr,
+                    "gmlake: more than %d errors and warnings; further ones are only counted\n", LOG_BUDGET);
+        pthread_mutex_unlock(&log_mu);
+        return;
+    }
     FILE *out = log_out ? log_out : stderr;
     fputs("gmlake: ", out);
     va_list ap;
@@ -165,6 +176,8 @@ static void at_exit(void)
     }
     if (stats)
         fclose(stats);
+    if (suppressed)
+        gml_log(GML_LOG_INFO, "%lu errors and warnings were not printed", suppressed);
     if (trace_out)
         fflush(trace_out);
     gml_depth--;

@@ -5,9 +5,9 @@ set -u
 g=$1 lib=$2
 pass=0 fail=0
 check() { if eval "$2"; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: $1"; fi; }
-out=$(env -u PYTORCH_CUDA_ALLOC_CONF -u XLA_PYTHON_CLIENT_ALLOCATOR LD_PRELOAD=/x/other.so \
+out=$(env -u PYTORCH_CUDA_ALLOC_CONF -u XLA_PYTHON_CLIENT_ALLOCATOR LD_PRELOAD=libm.so.6 \
       "$g" run --config /tmp/some.conf --set log_level=debug --set=auto_gc=5 -- env)
-check "LD_PRELOAD starts with libgmlake" '[[ "$out" == *"LD_PRELOAD=$lib:/x/other.so"* ]]'
+check "LD_PRELOAD starts with libgmlake" '[[ "$out" == *"LD_PRELOAD=$lib:libm.so.6"* ]]'
 check "PyTorch backend" '[[ "$out" == *"PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync"* ]]'
 check "JAX allocator" '[[ "$out" == *"XLA_PYTHON_CLIENT_ALLOCATOR=platform"* ]]'
 check "--config" '[[ "$out" == *"GMLAKE_CONFIG=/tmp/some.conf"* ]]'

@@ -91,3 +91,17 @@ def test_disabled_is_pass_through(tmp_path):
              "PYTORCH_CUDA_ALLOC_CONF": "backend:cudaMallocAsync"})
     assert "10.0" in p.stdout
     assert not f.exists()
+
+
+def test_launcher_end_to_end(tmp_path):
+    f = tmp_path / "stats.json"
+    gm = os.path.join(HERE, "..", "..", "scripts", "gmlake")
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTORCH_CUDA_ALLOC_CONF", "LD_PRELOAD")}
+    env.update({"CUBLAS_WORKSPACE_CONFIG": ":4096:8", "STEPS": "5"})
+    p = subprocess.run([gm, "run", "--set", "stats_file=" + str(f), "--set", "log_level=info", "--",
+                        sys.executable, os.path.join(HERE, "train_torch.py")],
+                       capture_output=True, text=True, env=env, timeout=600)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert "utilization" in p.stderr  # the exit summary
+    s = [json.loads(l) for l in f.read_text().splitlines()]
+    assert s[0]["allocations"] > 50 and s[0]["utilization"] > 0.5
