@@ -62,7 +62,7 @@ static int serve_alloc(int device, size_t size, gml_stream stream, uintptr_t *ou
     int rc = gml_pool_alloc(p, size, stream, out);
     gml_depth--;
     if (rc == GMLAKE_OK) {
-        gml_trace_event('A', *out, size, stream == GML_STREAM_NONE ? 0 : stream);
+        gml_trace_event('A', *out, size, stream);
         return 0;
     }
     if (rc == GMLAKE_ERR_NOMEM) {
@@ -99,7 +99,7 @@ static int serve_free(uintptr_t ptr, gml_stream stream, const char *api, bool sy
     gml_depth--;
     if (rc != GMLAKE_OK)
         return 1;
-    gml_trace_event('F', ptr, 0, stream == GML_STREAM_NONE ? 0 : stream);
+    gml_trace_event('F', ptr, 0, stream);
     return 0;
 }
 

@@ -106,7 +106,9 @@ gml_pool *gml_pool_of(int device);
 /* The pool whose memory holds ptr, or NULL (foreign pointer). */
 gml_pool *gml_owner(uintptr_t ptr, int *device);
 void gml_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-/* Appends an event to the trace file, if one is configured. */
+/* Appends an event to the trace file, if one is configured.  Calls with no stream (cudaMalloc,
+ * cudaFree, cuMemAlloc, cuMemFree) are recorded with stream 0xffffffffffffffff (GML_STREAM_NONE),
+ * which replay treats as they were served. */
 void gml_trace_event(char op, uintptr_t ptr, size_t size, uintptr_t stream);
 
 #endif /* GML_INTERPOSE_H */
