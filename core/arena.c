@@ -83,7 +83,7 @@ static void link_neighbours(gml_pool *p, gml_block *b)
     }
 }
 
-gml_block *gml_grow(gml_pool *p, gml_bin *bin, int space, size_t k, gml_block *extend, int *rc)
+gml_block *gml_grow(gml_pool *p, int space, size_t k, gml_block *extend, int *rc)
 {
     size_t s = extend ? gml_slot_of(p, extend->addr + extend->size) : find_run(p, k);
     if (s >= p->nslots || !run_empty(p, s, k)) {
@@ -130,7 +130,7 @@ gml_block *gml_grow(gml_pool *p, gml_bin *bin, int space, size_t k, gml_block *e
     if (space == GML_SPACE_LARGE)
         link_neighbours(p, b);
     gml_stats_reserved(p, (long)k);
-    return gml_free_insert(p, b, extend ? extend->bin : (bin ? p->ready : p->ready));
+    return gml_free_insert(p, b, extend ? extend->bin : p->ready);
 }
 
 /* Calls fn on every free block of `space` usable by bin (own bin and ready bin). */
@@ -155,9 +155,9 @@ int gml_grow_large(gml_pool *p, gml_bin *bin, size_t need)
         }
     }
     int rc;
-    if (best && gml_grow(p, bin, GML_SPACE_LARGE, best_k, best, &rc))
+    if (best && gml_grow(p, GML_SPACE_LARGE, best_k, best, &rc))
         return GMLAKE_OK;
-    gml_grow(p, bin, GML_SPACE_LARGE, k_fresh, NULL, &rc);
+    gml_grow(p, GML_SPACE_LARGE, k_fresh, NULL, &rc);
     return rc;
 }
 
@@ -195,7 +195,7 @@ int gml_small_refill(gml_pool *p, gml_bin *bin)
         return GMLAKE_OK;
     }
     int rc;
-    gml_grow(p, bin, GML_SPACE_SMALL, 1, NULL, &rc);
+    gml_grow(p, GML_SPACE_SMALL, 1, NULL, &rc);
     return rc;
 }
 

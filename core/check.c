@@ -56,7 +56,6 @@ int gml_pool_check_locked(gml_pool *p, char *why, size_t whylen)
     if (!covered)
         FAIL("out of host memory in the checker");
     /* gather */
-    size_t nfree = 0;
     gml_bin *bin, *tmp;
     HASH_ITER(hh, p->bins, bin, tmp) {
         size_t inbin = 0;
@@ -74,7 +73,6 @@ int gml_pool_check_locked(gml_pool *p, char *why, size_t whylen)
         if (inbin != bin->nfree)
             FAIL("bin of stream %#lx counts %zu free blocks, its trees hold %zu",
                  (unsigned long)bin->stream, bin->nfree, inbin);
-        nfree += inbin;
     }
     uint64_t active = 0, nlive = 0;
     for (gml_block *b = p->live; b; b = b->hh.next) {
@@ -153,7 +151,6 @@ int gml_pool_check_locked(gml_pool *p, char *why, size_t whylen)
     if (mapped != p->mapped_slots || p->c.reserved != (uint64_t)mapped * p->chunk)
         FAIL("%zu slots mapped, counters say %zu slots / %lu reserved bytes", mapped,
              p->mapped_slots, (unsigned long)p->c.reserved);
-    (void)nfree;
     rc = gml_stitch_check(p, why, whylen);
 out:
     free(all.v);

@@ -143,10 +143,10 @@ bool gml_usable(const gml_block *b, const gml_bin *bin, const gml_pool *p);
 /* ---- arena.c: slots, growth, release, moving chunks between spaces ---- */
 static inline size_t gml_slot_of(const gml_pool *p, uintptr_t a) { return (a - p->arena) >> p->chunk_shift; }
 static inline uintptr_t gml_slot_addr(const gml_pool *p, size_t i) { return p->arena + (i << p->chunk_shift); }
-/* Creates and maps k chunks and hands them to `space` as one free run in `bin`.  With
- * extend != NULL the run starts where that free block ends.  Returns the free block or NULL
+/* Creates and maps k chunks and hands them to `space` as one free run: in the ready bin, or with
+ * extend != NULL in extend's bin, starting where that free block ends.  Returns the free block or NULL
  * (*rc says why). */
-gml_block *gml_grow(gml_pool *p, gml_bin *bin, int space, size_t k, gml_block *extend, int *rc);
+gml_block *gml_grow(gml_pool *p, int space, size_t k, gml_block *extend, int *rc);
 /* Grows the large space so that a block of `need` bytes usable by bin exists (creating as few
  * chunks as a free block at the end of a run allows). */
 int gml_grow_large(gml_pool *p, gml_bin *bin, size_t need);

@@ -122,18 +122,18 @@ static int map_range(gml_pool *p, const uint32_t *slots, size_t n, uintptr_t *va
 }
 
 /* Grows the large space by k chunks, next to a piece where the arena allows. */
-static int grow_deficit(gml_pool *p, gml_bin *bin, size_t k, piece *v, size_t n)
+static int grow_deficit(gml_pool *p, size_t k, piece *v, size_t n)
 {
     int rc = GMLAKE_ERR_NOMEM;
     for (size_t i = 0; i < n; i++) {
         gml_block *f = v[i].f;
         uintptr_t end = f->addr + f->size;
-        if (((end - p->arena) & (p->chunk - 1)) == 0 && gml_grow(p, bin, GML_SPACE_LARGE, k, f, &rc))
+        if (((end - p->arena) & (p->chunk - 1)) == 0 && gml_grow(p, GML_SPACE_LARGE, k, f, &rc))
             return GMLAKE_OK;
         if (rc == GMLAKE_ERR_DEVICE)
             return rc;
     }
-    gml_grow(p, bin, GML_SPACE_LARGE, k, NULL, &rc);
+    gml_grow(p, GML_SPACE_LARGE, k, NULL, &rc);
     return rc;
 }
 
@@ -148,7 +148,7 @@ int gml_stitch_alloc(gml_pool *p, gml_bin *bin, size_t need, size_t req, bool ma
     for (size_t i = 0; i < n; i++)
         have += v[i].n;
     if (have < chunks) {
-        int rc = may_grow ? grow_deficit(p, bin, chunks - have, v, n) : GMLAKE_ERR_NOMEM;
+        int rc = may_grow ? grow_deficit(p, chunks - have, v, n) : GMLAKE_ERR_NOMEM;
         free(v);
         if (rc != GMLAKE_OK)
             return rc;
