@@ -17,6 +17,11 @@ for v in shared static; do
   echo "== gpu_hooks ($v cudart)"
   LD_PRELOAD=$lib GMLAKE_LOG_LEVEL=info "$bin" 2>&1 | tee "$out/gpu_hooks_$v.log" || status=1
 done
+if [ ! -x "$root/build/gpu/multi_gpu" ]; then
+  nvcc -O2 -arch=sm_90 -I "$root/include" -cudart shared -o "$root/build/gpu/multi_gpu" "$root/tests/gpu/multi_gpu.cu" -ldl || exit 1
+fi
+echo "== multi_gpu"
+LD_PRELOAD=$lib "$root/build/gpu/multi_gpu" 2>&1 | tee "$out/multi_gpu.log" || status=1
 echo "== pytest"
 LIBGMLAKE=$lib python3 -m pytest -q "$root/tests/gpu/test_gpu.py" 2>&1 | tee "$out/pytest.log"
 [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
