@@ -31,12 +31,8 @@ int main(int argc, char **argv)
         fprintf(stderr, "usage: bench_pool [PAIRS_PER_RUN>0] [RUNS 1..99]\n");
         return 2;
     }
-    gml_sim_config sc = {.capacity = (size_t)8 << 30, .backed = false};
-    gml_device *dev = gml_sim_create(&sc);
-    gml_pool_settings s;
-    gml_pool_settings_default(&s);
-    const char *err = "no device";
-    gml_pool *p = dev ? gml_pool_create(dev, &s, &err) : NULL;
+    const char *err = NULL;
+    gml_pool *p = gml_sim_pool_create((size_t)8 << 30, false, NULL, &err);
     if (!p) {
         fprintf(stderr, "bench_pool: %s\n", err);
         return 1;
@@ -76,8 +72,7 @@ int main(int argc, char **argv)
            res[runs / 2], res[0], res[runs - 1], runs, pairs, (unsigned long)calls);
     for (int i = 0; i < KEEP; i++)
         gml_pool_free(p, keep[i], 0);
-    gml_pool_destroy(p);
-    gml_device_destroy(dev);
+    gml_sim_pool_destroy(p);
     free(sizes);
     return 0;
 }

@@ -168,6 +168,36 @@ void gml_pool_destroy(gml_pool *p)
     free(p);
 }
 
+gml_pool *gml_sim_pool_create(size_t capacity, bool backed, const gml_pool_settings *settings,
+                              const char **err)
+{
+    gml_sim_config sc = {.capacity = capacity, .backed = backed};
+    gml_device *dev = gml_sim_create(&sc);
+    if (!dev) {
+        if (err)
+            *err = "cannot create the simulated device (capacity must be a multiple of 2 MiB)";
+        return NULL;
+    }
+    gml_pool_settings def;
+    if (!settings) {
+        gml_pool_settings_default(&def);
+        settings = &def;
+    }
+    gml_pool *p = gml_pool_create(dev, settings, err);
+    if (!p)
+        gml_device_destroy(dev);
+    return p;
+}
+
+void gml_sim_pool_destroy(gml_pool *p)
+{
+    if (!p)
+        return;
+    gml_device *dev = p->dev;
+    gml_pool_destroy(p);
+    gml_device_destroy(dev);
+}
+
 static inline gml_bin *bin_for(gml_pool *p, gml_stream s)
 {
     gml_bin *b = p->last_bin;

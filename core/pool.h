@@ -72,6 +72,11 @@ int gml_stitch_strategy_from_name(const char *name);
 gml_pool *gml_pool_create(gml_device *dev, const gml_pool_settings *settings, const char **err);
 /* Releases everything; live allocations are lost. */
 void gml_pool_destroy(gml_pool *p);
+/* A pool on a new sim device of `capacity` bytes (settings NULL: the defaults), for tools and
+ * tests; NULL with *err set on failure.  gml_sim_pool_destroy frees both. */
+gml_pool *gml_sim_pool_create(size_t capacity, bool backed, const gml_pool_settings *settings,
+                              const char **err);
+void gml_sim_pool_destroy(gml_pool *p);
 
 int gml_pool_alloc(gml_pool *p, size_t size, gml_stream stream, uintptr_t *out);
 int gml_pool_free(gml_pool *p, uintptr_t ptr, gml_stream stream);

@@ -74,14 +74,25 @@ static int serve_alloc(int device, size_t size, gml_stream stream, uintptr_t *ou
     return 2;
 }
 
+/* The pool holding a live allocation that starts at ptr (one hash lookup per pool, no range
+ * scan): the common case of every free. */
+static gml_pool *live_owner(uintptr_t ptr)
+{
+    for (int d = 0; d < GML_MAX_DEVICES; d++) {
+        gml_pool *p = gml_registry_get(d);
+        if (p && gml_pool_alloc_size(p, ptr))
+            return p;
+    }
+    return NULL;
+}
+
 /* 0 freed, 1 gmlake memory but not a live allocation (error), 2 not gmlake's (pass through). */
 static int serve_free(uintptr_t ptr, gml_stream stream, const char *api, bool sync, bool drv)
 {
-    int device = -1;
-    gml_pool *p = gml_owner(ptr, &device);
-    if (!p)
-        return 2;
-    if (gml_pool_alloc_size(p, ptr) == 0) {
+    gml_pool *p = live_owner(ptr);
+    if (!p) {
+        if (!gml_owner(ptr, NULL))
+            return 2;
         gml_log(GML_LOG_ERROR, "%s(%#lx): not the start of a live allocation (double free or "
                 "interior pointer); the pool is unchanged", api, (unsigned long)ptr);
         return 1;

@@ -166,13 +166,10 @@ int main(int argc, char **argv)
         for (char *save, *pol = strtok_r(list, ",", &save); pol; pol = strtok_r(NULL, ",", &save)) {
             gml_pool_settings s;
             apply_policy(pol, &s);
-            gml_sim_config sc = {.capacity = capacity, .backed = false};
-            gml_device *dev = gml_sim_create(&sc);
-            const char *why = "cannot create the simulated device";
-            gml_pool *p = dev ? gml_pool_create(dev, &s, &why) : NULL;
+            const char *why = NULL;
+            gml_pool *p = gml_sim_pool_create(capacity, false, &s, &why);
             if (!p) {
                 fprintf(stderr, "gmlake replay: %s\n", why);
-                gml_device_destroy(dev);
                 return 1;
             }
             gml_replay_result r;
@@ -182,8 +179,7 @@ int main(int argc, char **argv)
             } else {
                 report(base_name(argv[i]), pol, &r, json);
             }
-            gml_pool_destroy(p);
-            gml_device_destroy(dev);
+            gml_sim_pool_destroy(p);
         }
         gml_trace_free(&t);
     }

@@ -6,12 +6,8 @@
 
 int main(void)
 {
-    gml_sim_config sc = {.capacity = (size_t)512 << 20, .backed = true};
-    gml_device *dev = gml_sim_create(&sc);
-    gml_pool_settings s;
-    gml_pool_settings_default(&s);
-    const char *err = "no device";
-    gml_pool *p = dev ? gml_pool_create(dev, &s, &err) : NULL;
+    const char *err = NULL;
+    gml_pool *p = gml_sim_pool_create((size_t)512 << 20, true, NULL, &err);
     if (!p) {
         fprintf(stderr, "stress: %s\n", err);
         return 1;
@@ -21,8 +17,7 @@ int main(void)
     int rc = gml_pool_check(p, why, sizeof why);
     gmlake_stats st;
     gml_pool_stats(p, &st);
-    gml_pool_destroy(p);
-    gml_device_destroy(dev);
+    gml_sim_pool_destroy(p);
     if (errors || rc || st.active_bytes) {
         fprintf(stderr, "stress: %d errors, check: %s, %lu bytes still active\n", errors, why,
                 (unsigned long)st.active_bytes);
