@@ -115,6 +115,9 @@ void gml_sim_complete_events(gml_device *dev);
 size_t gml_sim_bytes_in_use(gml_device *dev);
 size_t gml_sim_mapping_count(gml_device *dev);
 size_t gml_sim_reservation_count(gml_device *dev);
+/* Estimated driver seconds of the successful calls so far (core/cost.h charges each one); 0 for a
+ * device that is not a sim. */
+double gml_sim_device_seconds(gml_device *dev);
 /* Make the n-th next call of `kind` (1 = the next one) fail with GMLAKE_ERR_DEVICE. */
 void gml_sim_fail_call(gml_device *dev, int kind, int nth);
 

@@ -12,9 +12,15 @@
  * The sim checks what the CUDA driver checks (mapping into a reservation, no overlap, unmapping
  * whole mappings, freeing only unmapped reservations) and fails such calls with
  * GMLAKE_ERR_DEVICE, so pool bugs show up as errors in the tests.
+ *
+ * Every successful call is charged its estimated driver time (core/cost.h): chunk_create, map and
+ * chunk_release by the handle's size, unmap and set_access per handle mapped in the range, the
+ * other kinds a fixed cost per call.  gml_sim_device_seconds reads the sum.
  */
 
 #include "device.h"
+
+#include "cost.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -72,6 +78,7 @@ typedef struct sim {
     bool manual;
     uintptr_t fake_next;
     int fail_kind, fail_nth;
+    double charged; /* estimated driver seconds of the successful calls so far */
 } sim;
 
 static sim *sim_of(gml_device *dev) { return (sim *)dev->ctx; }
@@ -82,6 +89,12 @@ static bool injected(sim *s, int kind)
     if (s->fail_nth <= 0 || s->fail_kind != kind)
         return false;
     return --s->fail_nth == 0;
+}
+
+/* Called with the lock held: one call of `kind` on a handle of handle_bytes succeeded. */
+static void charge(sim *s, int kind, size_t handle_bytes)
+{
+    s->charged += gml_cost_call(kind, handle_bytes);
 }
 
 static sim_resv *resv_containing(sim *s, uintptr_t va, size_t size)
@@ -144,6 +157,7 @@ static int sim_chunk_create(void *ctx, size_t size, gml_handle *out)
             s->hint = i + n;
         HASH_ADD(hh, s->chunks, id, sizeof c->id, c);
         *out = c->id;
+        charge(s, GMLAKE_DC_CHUNK_CREATE, size);
         rc = GMLAKE_OK;
         break;
     }
@@ -162,6 +176,7 @@ static int sim_chunk_release(void *ctx, gml_handle h)
     if (!c || c->released || injected(s, GMLAKE_DC_CHUNK_RELEASE)) {
         rc = GMLAKE_ERR_DEVICE;
     } else {
+        charge(s, GMLAKE_DC_CHUNK_RELEASE, c->nunits * s->cfg.granularity);
         c->released = true;
         if (c->maps == 0)
             release_units(s, c);
@@ -210,6 +225,7 @@ static int sim_va_reserve(void *ctx, size_t size, size_t align, uintptr_t *out)
     r->next = s->resv;
     s->resv = r;
     s->nresv++;
+    charge(s, GMLAKE_DC_VA_RESERVE, size);
     *out = r->va;
     r = NULL;
 out:
@@ -234,6 +250,7 @@ static int sim_va_free(void *ctx, uintptr_t va, size_t size)
         if (s->cfg.backed)
             munmap((void *)va, size);
         free(r);
+        charge(s, GMLAKE_DC_VA_FREE, size);
         rc = GMLAKE_OK;
         break;
     }
@@ -278,6 +295,7 @@ static int sim_map(void *ctx, uintptr_t va, size_t size, gml_handle h)
     r->mapped_units += size / g;
     c->maps++;
     s->nmappings++;
+    charge(s, GMLAKE_DC_MAP, size);
     rc = GMLAKE_OK;
 out:
     pthread_mutex_unlock(&s->mu);
@@ -305,6 +323,7 @@ static int sim_unmap(void *ctx, uintptr_t va, size_t size)
         HASH_FIND(hh, s->units, &u, sizeof u, m);
         sim_chunk *c = m->chunk;
         size_t msize = m->map_size;
+        charge(s, GMLAKE_DC_UNMAP, msize);
         for (uintptr_t k = u; k < u + msize; k += g) {
             sim_unit_map *mk = NULL;
             HASH_FIND(hh, s->units, &k, sizeof k, mk);
@@ -346,6 +365,8 @@ static int sim_set_access(void *ctx, uintptr_t va, size_t size)
         sim_unit_map *m = NULL;
         HASH_FIND(hh, s->units, &u, sizeof u, m);
         m->access = true;
+        if (u == va || u == m->map_va) /* each handle in the range once */
+            charge(s, GMLAKE_DC_SET_ACCESS, m->map_size);
     }
     rc = GMLAKE_OK;
 out:
@@ -361,6 +382,7 @@ static int sim_event_create(void *ctx, gml_event *out)
         return GMLAKE_ERR_DEVICE;
     e->done = true;
     pthread_mutex_lock(&s->mu);
+    charge(s, GMLAKE_DC_EVENT_CREATE, 0);
     e->next = s->events;
     if (s->events)
         s->events->prev = e;
@@ -375,6 +397,7 @@ static int sim_event_destroy(void *ctx, gml_event ev)
     sim *s = ctx;
     sim_event *e = ev;
     pthread_mutex_lock(&s->mu);
+    charge(s, GMLAKE_DC_EVENT_DESTROY, 0);
     if (e->prev)
         e->prev->next = e->next;
     else
@@ -392,8 +415,10 @@ static int sim_event_record(void *ctx, gml_event ev, gml_stream st)
     sim *s = ctx;
     pthread_mutex_lock(&s->mu);
     int rc = injected(s, GMLAKE_DC_EVENT_RECORD) ? GMLAKE_ERR_DEVICE : GMLAKE_OK;
-    if (rc == GMLAKE_OK)
+    if (rc == GMLAKE_OK) {
         ((sim_event *)ev)->done = !s->manual;
+        charge(s, GMLAKE_DC_EVENT_RECORD, 0);
+    }
     pthread_mutex_unlock(&s->mu);
     return rc;
 }
@@ -403,6 +428,7 @@ static int sim_event_query(void *ctx, gml_event ev)
     sim *s = ctx;
     pthread_mutex_lock(&s->mu);
     int rc = ((sim_event *)ev)->done ? GMLAKE_OK : GMLAKE_ERR_BUSY;
+    charge(s, GMLAKE_DC_EVENT_QUERY, 0); /* "not yet" is an answer too */
     pthread_mutex_unlock(&s->mu);
     return rc;
 }
@@ -412,6 +438,7 @@ static int sim_event_sync(void *ctx, gml_event ev)
     sim *s = ctx;
     pthread_mutex_lock(&s->mu);
     ((sim_event *)ev)->done = true; /* waiting lets the simulated work finish */
+    charge(s, GMLAKE_DC_EVENT_SYNC, 0);
     pthread_mutex_unlock(&s->mu);
     return GMLAKE_OK;
 }
@@ -427,6 +454,7 @@ static int sim_synchronize(void *ctx)
     sim *s = ctx;
     pthread_mutex_lock(&s->mu);
     complete_all_locked(s);
+    charge(s, GMLAKE_DC_SYNCHRONIZE, 0);
     pthread_mutex_unlock(&s->mu);
     return GMLAKE_OK;
 }
@@ -567,6 +595,17 @@ size_t gml_sim_reservation_count(gml_device *dev)
     size_t n = s->nresv;
     pthread_mutex_unlock(&s->mu);
     return n;
+}
+
+double gml_sim_device_seconds(gml_device *dev)
+{
+    if (dev->ops != &sim_ops)
+        return 0;
+    sim *s = sim_of(dev);
+    pthread_mutex_lock(&s->mu);
+    double t = s->charged;
+    pthread_mutex_unlock(&s->mu);
+    return t;
 }
 
 void gml_sim_fail_call(gml_device *dev, int kind, int nth)

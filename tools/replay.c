@@ -17,7 +17,8 @@ static void usage(FILE *f)
             "usage: gmlake replay [--json] [--policy LIST] [--capacity SIZE] [--check N] TRACE...\n"
             "Replays gmlake-trace v1 files (plain or gzip) through gmlake's pool on a simulated\n"
             "device and prints, per trace and policy: allocations, peak active and reserved bytes,\n"
-            "utilization (peak active / peak reserved), device calls by kind, replay time.\n"
+            "utilization (peak active / peak reserved), device calls by kind, their estimated driver\n"
+            "time (core/cost.h: total and second half of the trace), replay time.\n"
             "  --json          one JSON object per line instead of the text report\n"
             "  --policy LIST   comma-separated: gmlake (stitching, default strategy), no-stitch,\n"
             "                  largest, bestfit (stitching with that strategy); default gmlake\n"
@@ -70,7 +71,9 @@ static void report(const char *trace, const char *policy, const gml_replay_resul
         for (int i = 0; i < GMLAKE_DC_COUNT; i++)
             printf("%s\"%s\":%lu", i ? "," : "", gmlake_devcall_name(i),
                    (unsigned long)s->device_calls[i]);
-        printf("},\"replay_seconds\":%.3f}\n", r->seconds);
+        printf("},\"device_seconds\":%.6f,\"device_seconds_second_half\":%.6f,"
+               "\"replay_seconds\":%.3f}\n",
+               r->device_seconds, r->device_seconds_second_half, r->seconds);
         return;
     }
     printf("%s [%s]\n", trace, policy);
@@ -86,7 +89,9 @@ static void report(const char *trace, const char *policy, const gml_replay_resul
     for (int i = 0; i < GMLAKE_DC_COUNT; i++)
         if (s->device_calls[i])
             printf(" %s %lu", gmlake_devcall_name(i), (unsigned long)s->device_calls[i]);
-    printf("\n  replay %.3f s\n", r->seconds);
+    printf("\n  estimated driver time %.3f ms (second half: %.3f ms)\n", 1e3 * r->device_seconds,
+           1e3 * r->device_seconds_second_half);
+    printf("  replay %.3f s\n", r->seconds);
 }
 
 int main(int argc, char **argv)

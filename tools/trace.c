@@ -172,11 +172,14 @@ int gml_replay(gml_pool *p, const gml_trace *t, size_t check_every, gml_replay_r
     gmlake_stats st;
     gml_pool_stats(p, &st);
     uint64_t calls0 = total_calls(&st), calls_half = calls0;
+    gml_device *dev = gml_pool_device(p);
+    double secs0 = gml_sim_device_seconds(dev), secs_half = secs0;
     for (size_t i = 0; i < t->n && rc == 0; i++) {
         const gml_trace_event *e = &t->ev[i];
         if (i == t->n / 2) {
             gml_pool_stats(p, &st);
             calls_half = total_calls(&st);
+            secs_half = gml_sim_device_seconds(dev);
             memcpy(res->calls_first_half, st.device_calls, sizeof st.device_calls);
         }
         live_ptr *l = NULL;
@@ -236,6 +239,8 @@ int gml_replay(gml_pool *p, const gml_trace *t, size_t check_every, gml_replay_r
     gml_pool_stats(p, &res->stats);
     res->calls_total = total_calls(&res->stats) - calls0;
     res->calls_second_half = total_calls(&res->stats) - calls_half;
+    res->device_seconds = gml_sim_device_seconds(dev) - secs0;
+    res->device_seconds_second_half = gml_sim_device_seconds(dev) - secs_half;
     HASH_CLEAR(hh, live);
     free(slab);
     return rc;

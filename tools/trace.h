@@ -35,6 +35,7 @@ typedef struct gml_replay_result {
     uint64_t allocations, frees, failed;
     uint64_t calls_total, calls_second_half; /* device calls (all kinds) */
     uint64_t calls_first_half[GMLAKE_DC_COUNT];
+    double device_seconds, device_seconds_second_half; /* estimated driver time (core/cost.h) */
     gmlake_stats stats;                      /* the pool's at the end */
     double seconds;
 } gml_replay_result;
