@@ -181,7 +181,7 @@ static void growth(size_t hsize, size_t total, int reps)
         med[k] = median(col, reps);
         printf(",\"%s_ms_per_gib\":%.4f", phase_name[k], med[k] / gib);
     }
-    printf(",\"grow_ms_per_gib\":%.4f,\"release_ms_per_gib\":%.4f}\n",
+    printf(",\"grow_total_ms_per_gib\":%.4f,\"release_total_ms_per_gib\":%.4f}\n",
            (med[CREATE] + med[MAP] + med[SET_ACCESS]) / gib, (med[UNMAP] + med[RELEASE]) / gib);
     fflush(stdout);
     free(hs);

@@ -1,0 +1,117 @@
+"""Turns the results of bench/gpu/run_all.sh into markdown tables.
+   python3 bench/gpu/report.py OUTDIR      (reads train.jsonl, growth.jsonl, gmlake_stats_*.json)"""
+import glob, json, os, sys
+
+MIB = 1 << 20
+
+
+def lines(path):
+    if not os.path.exists(path):
+        return []
+    out = []
+    with open(path) as f:
+        for n, line in enumerate(f, 1):
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                out.append(json.loads(line))
+            except json.JSONDecodeError as e:
+                print(f"report.py: {path}:{n}: not JSON ({e}); line skipped", file=sys.stderr)
+    return out
+
+
+def mib(b):
+    return f"{b / MIB:,.0f}" if b else "-"
+
+
+def training(rows, stats):
+    ok = [r for r in rows if "error" not in r]
+    errors = [r for r in rows if "error" in r]
+    out = []
+    for w in dict.fromkeys(r["workload"] for r in rows):
+        runs = [r for r in ok if r["workload"] == w]
+        out.append(f"### {w}\n")
+        if runs:
+            best = {k: min((r[k] for r in runs if r["allocator"] != "gmlake"), default=None)
+                    for k in ("first17_s_per_step", "steady_s_per_step")}
+            out.append("| allocator | run order | first 17 steps, s/step | vs best PyTorch | "
+                       "after warm-up, s/step | vs best PyTorch | NVML peak used MiB (above "
+                       "baseline) | torch peak allocated MiB | gmlake calls after warm-up |")
+            out.append("|---|---|---|---|---|---|---|---|---|")
+            for r in runs:
+                rel = lambda k: f"{r[k] / best[k]:.3f}" if best[k] else "-"
+                base = r.get("nvml_baseline_used", 0)
+                peak = r.get("nvml_peak_used", 0)
+                nv = f"{mib(peak)} ({mib(peak - base)})" if r.get("nvml") else "n/a"
+                calls = r.get("gmlake_device_calls_after_warmup", "-")
+                out.append(f"| {r['allocator']} | {r.get('order', '-')} | {r['first17_s_per_step']:.4f} | "
+                           f"{rel('first17_s_per_step')} | {r['steady_s_per_step']:.4f} | "
+                           f"{rel('steady_s_per_step')} | {nv} | {mib(r['torch_peak_allocated'])} | {calls} |")
+            s = stats.get(w)
+            if s:
+                calls = s.get("device_calls", {})
+                out.append(f"\ngmlake: peak reserved {mib(s['peak_reserved_bytes'])} MiB, utilization "
+                           f"{100 * s['utilization']:.2f}%, {s['allocations']:,} allocations, "
+                           f"{s['stitches']} stitches ({s['stitch_reuses']} reused), "
+                           f"{calls.get('chunk_create', 0):,} chunk creations, "
+                           f"{sum(calls.values()):,} device calls in the whole run.")
+        for r in errors:
+            if r["workload"] == w:
+                out.append(f"\n- {r['allocator']}: {r['error']}")
+        out.append("")
+    return out
+
+
+def growth(rows):
+    g = [r for r in rows if r.get("bench") == "growth"]
+    calls = [r for r in rows if r.get("bench") == "call"]
+    out = []
+    if g:
+        out.append("### Growth and release, ms per GiB (median of %d)\n" % g[0]["reps"])
+        out.append("| handle | create | map | set_access (1 call) | set_access (per handle) | grow total | "
+                   "unmap (1 call) | unmap (per handle) | release | release total |")
+        out.append("|---|---|---|---|---|---|---|---|---|---|")
+        for r in g:
+            cols = ["create", "map", "set_access", "set_access_each", "grow_total", "unmap",
+                    "unmap_each", "release", "release_total"]
+            out.append(f"| {r['handle_mib']} MiB x {r['handles']} | "
+                       + " | ".join(f"{r[c + '_ms_per_gib']:.3f}" for c in cols) + " |")
+        out.append("")
+    if calls:
+        out.append("### Other calls, us per call\n")
+        out.append("| call | us |")
+        out.append("|---|---|")
+        for r in calls:
+            name = r["kind"] + (f" ({r['size']})" if "size" in r else "")
+            out.append(f"| {name} | {r['us']:.2f} |")
+        out.append("")
+    return out
+
+
+def main():
+    if len(sys.argv) != 2 or not os.path.isdir(sys.argv[1]):
+        sys.exit("usage: report.py OUTDIR (the folder bench/gpu/run_all.sh wrote)")
+    d = sys.argv[1]
+    stats = {}
+    for p in glob.glob(os.path.join(d, "gmlake_stats_*.json")):
+        w = os.path.basename(p)[len("gmlake_stats_"):-len(".json")]
+        got = lines(p)
+        if got:
+            stats[w] = got[0]
+    out = ["## GPU benchmarks (bench/gpu/run_all.sh)\n"]
+    train = lines(os.path.join(d, "train.jsonl"))
+    if train:
+        host = train[0].get("torch", "")
+        out.append(f"PyTorch {host}; seconds per step; `first 17` is the mean over steps 0..16, "
+                   "`after warm-up` the median after 20 warm-up steps; NVML peak used memory of "
+                   "the device (baseline: before the model was built).\n")
+        out += training(train, stats)
+    out += growth(lines(os.path.join(d, "growth.jsonl")))
+    for p in sorted(glob.glob(os.path.join(d, "*.trace.gz"))):
+        out.append(f"Trace recorded: {os.path.basename(p)} ({os.path.getsize(p):,} bytes)")
+    print("\n".join(out))
+
+
+if __name__ == "__main__":
+    main()

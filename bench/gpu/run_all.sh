@@ -1,0 +1,116 @@
+#!/usr/bin/env bash
+# bench/gpu/run_all.sh [OUTDIR] — the GPU benchmarks of issue 10, on one GPU, in one go (~5 min):
+#  1. growth.jsonl: the driver's cost of growing and releasing memory by handle size, address
+#     reserve/free, events (bench/gpu/growth.c)
+#  2. train.jsonl: each workload of bench/gpu/train.py (gpt2, llama_lora, bert_varlen, offload)
+#     under expandable_segments:True, backend:cudaMallocAsync and gmlake (LD_PRELOAD of
+#     build/interpose/libgmlake.so with backend:cudaMallocAsync), one process per run, the order
+#     of the three allocators rotating from one workload to the next
+#  3. offload.trace.gz: a gmlake-trace v1 of the offload workload (two streams), recorded by
+#     libgmlake (GMLAKE_TRACE_FILE) in a separate run so that recording does not slow the timed one
+#  4. report.md: the tables (bench/gpu/report.py)
+# OUTDIR defaults to $OUT, else build/gpu-bench.  One failing or hanging run (RUN_TIMEOUT seconds
+# each, default 150) is recorded in train.jsonl as an error and the rest go on; runs that would
+# start after BUDGET seconds (default 450) are skipped and recorded so.
+# Settings: WORKLOADS, ALLOCATORS, TRACE_WORKLOADS (default offload), WARMUP, STEADY.
+# Uses build/interpose/libgmlake.so and build/bench/gpu_growth as carried; builds with meson
+# (into build/) only where they are absent, and compiles growth.c with gcc if still needed.
+set -uo pipefail
+root=$(cd "$(dirname "$0")/../.." && pwd)
+out=${1:-${OUT:-$root/build/gpu-bench}}
+mkdir -p "$out"
+out=$(cd "$out" && pwd)
+log=$out/run_all.log
+t0=$SECONDS
+budget=${BUDGET:-450}
+run_timeout=${RUN_TIMEOUT:-150}
+read -r -a workloads <<<"${WORKLOADS:-gpt2 llama_lora bert_varlen offload}"
+read -r -a allocators <<<"${ALLOCATORS:-expandable cudaMallocAsync gmlake}"
+read -r -a trace_workloads <<<"${TRACE_WORKLOADS-offload}"
+say() { echo "[run_all +$((SECONDS - t0))s] $*" | tee -a "$log" >&2; }
+
+lib=$root/build/interpose/libgmlake.so
+growth=$root/build/bench/gpu_growth
+if [ ! -f "$lib" ] || [ ! -x "$growth" ]; then
+  say "building with meson (build/ lacks libgmlake.so or gpu_growth)"
+  if [ ! -f "$root/build/build.ninja" ]; then
+    meson setup "$root/build" "$root" -Dtests=false >>"$log" 2>&1
+  fi
+  ninja -C "$root/build" >>"$log" 2>&1 || say "meson build failed (see run_all.log)"
+fi
+if [ ! -x "$growth" ]; then
+  cuda_inc=${CUDA_HOME:-/usr/local/cuda}/include
+  growth=$(mktemp -d)/gpu_growth
+  gcc -O2 -I"$cuda_inc" -o "$growth" "$root/bench/gpu/growth.c" -ldl >>"$log" 2>&1 ||
+    say "cannot compile growth.c"
+fi
+
+# 1. growth micro-benchmark
+say "growth micro-benchmark"
+if [ -x "$growth" ]; then
+  timeout -k 5 120 "$growth" >"$out/growth.jsonl" 2>>"$log" || say "growth failed (rc $?)"
+fi
+
+# 2. training runs
+alloc_env() { # the environment of allocator $1
+  case $1 in
+    expandable) echo "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True" ;;
+    cudaMallocAsync) echo "PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync" ;;
+    gmlake) echo "PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync LD_PRELOAD=$lib GMLAKE_LOG_LEVEL=info" ;;
+    *) return 1 ;;
+  esac
+}
+record_error() { # workload allocator what
+  printf '{"workload":"%s","allocator":"%s","error":"%s"}\n' "$1" "$2" "$3" >>"$out/train.jsonl"
+}
+run_one() { # workload allocator order [extra env...]
+  local w=$1 a=$2 order=$3 envs
+  shift 3
+  if ! envs=$(alloc_env "$a"); then record_error "$w" "$a" "unknown allocator"; return; fi
+  if [ "$a" = gmlake ] && [ ! -f "$lib" ]; then record_error "$w" "$a" "no libgmlake.so"; return; fi
+  if [ $((SECONDS - t0)) -ge "$budget" ]; then
+    say "skip $w/$a: over the budget of ${budget}s"
+    record_error "$w" "$a" "skipped: time budget"
+    return
+  fi
+  say "$w under $a"
+  # shellcheck disable=SC2086
+  # env after timeout: only the Python process gets libgmlake and its settings
+  timeout -k 10 "$run_timeout" env $envs "$@" python3 "$root/bench/gpu/train.py" --workload "$w" \
+    --allocator "$a" --order "$order" --out "$out/train.jsonl" >>"$log" 2>&1
+  local rc=$?
+  if [ $rc -ne 0 ]; then
+    say "$w under $a failed (rc $rc, see run_all.log)"
+    record_error "$w" "$a" "rc $rc"
+  fi
+}
+n=${#allocators[@]}
+for i in "${!workloads[@]}"; do
+  for j in $(seq 0 $((n - 1))); do
+    a=${allocators[$(((i + j) % n))]}
+    extra=()
+    [ "$a" = gmlake ] && extra=(GMLAKE_STATS_FILE="$out/gmlake_stats_${workloads[$i]}.json")
+    run_one "${workloads[$i]}" "$a" "$j" "${extra[@]}"
+  done
+done
+
+# 3. traces (separate gmlake runs; their timings go to trace_runs.jsonl, not train.jsonl)
+for w in "${trace_workloads[@]}"; do
+  [ -f "$lib" ] || break
+  if [ $((SECONDS - t0)) -ge "$budget" ]; then say "skip the $w trace: over the budget"; continue; fi
+  say "recording the $w trace under gmlake"
+  rm -f "$out/$w.trace" "$out/$w.trace.gz"
+  # shellcheck disable=SC2046
+  timeout -k 10 "$run_timeout" env $(alloc_env gmlake) GMLAKE_TRACE_FILE="$out/$w.trace" \
+    python3 "$root/bench/gpu/train.py" --workload "$w" --allocator gmlake-tracing \
+    --out "$out/trace_runs.jsonl" >>"$log" 2>&1 || say "the $w trace run failed (rc $?)"
+  if [ -s "$out/$w.trace" ]; then
+    gzip -9 "$out/$w.trace"
+    say "$w.trace.gz: $(stat -c %s "$out/$w.trace.gz") bytes"
+  fi
+done
+
+# 4. report
+python3 "$root/bench/gpu/report.py" "$out" >"$out/report.md" 2>>"$log" || say "report failed"
+say "done; results in $out"
+cat "$out/report.md"

@@ -1,0 +1,250 @@
+"""One training workload under one allocator (the allocator is chosen by the environment that
+bench/gpu/run_all.sh sets: PYTORCH_CUDA_ALLOC_CONF, LD_PRELOAD); appends one JSON line to --out.
+
+Workloads (models built from configs with random weights, no downloads; bf16 autocast, AdamW):
+  gpt2        GPT-2 24 x 1024, activation checkpointing, batch 8, length 128..1024 per step
+  llama_lora  LLaMA-style 16 x 2048, bf16 weights, LoRA r=16 on q/k/v/o (peft), checkpointing,
+              batch 4, length 256..2048 per step
+  bert_varlen BERT-large MLM, batch 8..32 x length 64..512, both varying per step
+  offload     GPT-2 12 x 1024 (no checkpointing), batch 8, length 256..1024, saving activations to pinned host memory (save_on_cpu) and
+              prefetching the next inputs from pinned host memory on a side stream
+              (record_stream): two streams
+Every workload's shape schedule is fixed (seeded), so all allocators see the same requests.
+
+Timing: each step is synchronized; `first17` is the mean step time over steps 0..16 (growth
+included), `steady` the median over the steps after WARMUP (20) warm-up steps.
+Peak device memory: NVML's used memory of the device (libnvidia-ml.so.1 through ctypes, no
+pynvml), polled every 5 ms by a thread.  NVML is the one figure that means the same under every
+allocator: torch.cuda.mem_get_info goes through cudaMemGetInfo, which gmlake answers with its
+cached memory counted as free, and torch.cuda.max_memory_reserved reads each allocator's own
+books.  Allocators keep what they reserve, so the peak is a plateau that 5 ms polling sees.
+"""
+import argparse, contextlib, ctypes, json, os, random, statistics, sys, threading, time
+
+import torch
+
+WARMUP = int(os.environ.get("WARMUP", "20"))
+STEADY = int(os.environ.get("STEADY", "15"))
+FIRST = 17
+
+
+class NvmlPeak:
+    """Polls NVML's used device memory in a thread; peak over the run and per marked phase."""
+
+    class _Mem(ctypes.Structure):
+        _fields_ = [("total", ctypes.c_ulonglong), ("free", ctypes.c_ulonglong), ("used", ctypes.c_ulonglong)]
+
+    def __init__(self, period=0.005):
+        self.ok, self.peak, self.phase_peak, self.baseline = False, 0, {}, 0
+        self.phase, self.period, self.why = None, period, ""
+        try:
+            self.lib = ctypes.CDLL("libnvidia-ml.so.1")
+        except OSError as e:
+            self.why = f"libnvidia-ml.so.1: {e}"
+            return
+        if self.lib.nvmlInit_v2() != 0:
+            self.why = "nvmlInit_v2 failed"
+            return
+        vis = os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0]
+        self.index = int(vis) if vis.isdigit() else 0
+        self.handle = ctypes.c_void_p()
+        if self.lib.nvmlDeviceGetHandleByIndex_v2(self.index, ctypes.byref(self.handle)) != 0:
+            self.why = f"no NVML device {self.index}"
+            return
+        self.ok = True
+        self.baseline = self.used()
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def used(self):
+        m = self._Mem()
+        if self.lib.nvmlDeviceGetMemoryInfo(self.handle, ctypes.byref(m)) != 0:
+            return 0
+        return m.used
+
+    def _run(self):
+        while not self.stop.is_set():
+            self.sample()
+            time.sleep(self.period)
+
+    def sample(self):
+        u = self.used()
+        self.peak = max(self.peak, u)
+        if self.phase:
+            self.phase_peak[self.phase] = max(self.phase_peak.get(self.phase, 0), u)
+
+    def mark(self, phase):
+        if self.ok:
+            self.sample()
+            self.phase = phase
+            self.sample()
+
+    def close(self):
+        if self.ok:
+            self.stop.set()
+            self.thread.join()
+            self.sample()
+
+
+def gmlake_calls():
+    """Total device calls of gmlake's pool on device 0 (None when gmlake is not preloaded).
+    Reads gmlake_stats as include/gmlake.h lays it out: 15 uint64, a double, the call counts."""
+    try:
+        fn = ctypes.CDLL(None).gmlake_get_stats
+    except AttributeError:
+        return None
+    buf = (ctypes.c_uint64 * 64)()
+    if fn(0, ctypes.byref(buf)) != 0 or buf[14] == 0 or buf[14] % (2 << 20):
+        return None  # no pool yet, or a layout this script does not know
+    return sum(buf[16:29])
+
+
+def on_device(build, dev):
+    """Builds a module with its parameters created on the device (fast random init)."""
+    try:
+        with torch.device(dev):
+            return build()
+    except Exception:
+        return build().to(dev)
+
+
+def gpt2(dev, layers=24, batch=8, lengths=(128, 1024, 512, 768, 256, 896, 384, 640)):
+    from transformers import GPT2Config, GPT2LMHeadModel
+    cfg = GPT2Config(n_layer=layers, n_embd=1024, n_head=16, n_positions=1024, vocab_size=50257)
+    model = on_device(lambda: GPT2LMHeadModel(cfg), dev)
+    model.gradient_checkpointing_enable()
+
+    def data(step):
+        x = torch.randint(0, cfg.vocab_size, (batch, lengths[step % len(lengths)]), device=dev)
+        return {"input_ids": x, "labels": x}
+    return model, data
+
+
+def llama_lora(dev):
+    from peft import LoraConfig, get_peft_model
+    from transformers import LlamaConfig, LlamaForCausalLM
+    cfg = LlamaConfig(hidden_size=2048, intermediate_size=5504, num_hidden_layers=16,
+                      num_attention_heads=16, num_key_value_heads=16, vocab_size=32000,
+                      max_position_embeddings=2048)
+    model = on_device(lambda: LlamaForCausalLM(cfg), dev).to(torch.bfloat16)
+    model.gradient_checkpointing_enable()
+    model.enable_input_require_grads()
+    model = get_peft_model(model, LoraConfig(r=16, lora_alpha=32,
+                                             target_modules=["q_proj", "k_proj", "v_proj", "o_proj"]))
+    lengths = [256, 2048, 1024, 1536, 512, 1792, 768, 1280]
+
+    def data(step):
+        x = torch.randint(0, cfg.vocab_size, (4, lengths[step % len(lengths)]), device=dev)
+        return {"input_ids": x, "labels": x}
+    return model, data
+
+
+def bert_varlen(dev):
+    from transformers import BertConfig, BertForMaskedLM
+    cfg = BertConfig(hidden_size=1024, num_hidden_layers=24, num_attention_heads=16,
+                     intermediate_size=4096, max_position_embeddings=512, vocab_size=30522)
+    model = on_device(lambda: BertForMaskedLM(cfg), dev)
+    rng = random.Random(1234)
+    shapes = [(rng.choice([8, 12, 16, 24, 32]), rng.choice(range(64, 513, 64))) for _ in range(1000)]
+
+    def data(step):
+        b, n = shapes[step]
+        x = torch.randint(0, cfg.vocab_size, (b, n), device=dev)
+        labels = torch.where(torch.rand(b, n, device=dev) < 0.15, x, torch.full_like(x, -100))
+        return {"input_ids": x, "labels": labels}
+    return model, data
+
+
+WORKLOADS = {"gpt2": gpt2, "llama_lora": llama_lora, "bert_varlen": bert_varlen}
+
+
+def train(args):
+    dev = "cuda"
+    torch.manual_seed(0)
+    nvml = NvmlPeak()
+    t_start = time.perf_counter()
+    offload = args.workload == "offload"
+    if offload:
+        model, _ = gpt2(dev, layers=12)
+        model.gradient_checkpointing_disable()  # every activation goes to host memory and back
+    else:
+        model, data = WORKLOADS[args.workload](dev)
+    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-4)
+    steps = WARMUP + STEADY
+    if offload:
+        # inputs wait in pinned host memory; the next step's are copied on a side stream while
+        # this step computes, and handed to the compute stream with record_stream
+        rng = random.Random(99)
+        host = [torch.randint(0, 50257, (8, rng.choice([256, 512, 768, 1024]))).pin_memory()
+                for _ in range(steps + 1)]
+        side = torch.cuda.Stream()
+
+        def prefetch(i):
+            with torch.cuda.stream(side):
+                return host[i].to(dev, non_blocking=True)
+        nxt = prefetch(0)
+    times, calls_at_warmup = [], None
+    torch.cuda.synchronize()
+    nvml.mark("first17")
+    for step in range(steps):
+        if step == WARMUP:
+            calls_at_warmup = gmlake_calls()
+            nvml.mark("steady")
+        t0 = time.perf_counter()
+        if offload:
+            torch.cuda.current_stream().wait_stream(side)
+            x = nxt
+            x.record_stream(torch.cuda.current_stream())
+            nxt = prefetch(step + 1)
+            batch = {"input_ids": x, "labels": x}
+            ctx = torch.autograd.graph.save_on_cpu(pin_memory=True)
+        else:
+            batch = data(step)
+            ctx = contextlib.nullcontext()
+        with ctx, torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = model(**batch).loss
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        del batch
+        torch.cuda.synchronize()
+        times.append(time.perf_counter() - t0)
+    calls_end = gmlake_calls()
+    nvml.close()
+    res = {
+        "workload": args.workload, "allocator": args.allocator, "order": args.order,
+        "steps": steps, "first17_s_per_step": sum(times[:FIRST]) / FIRST,
+        "steady_s_per_step": statistics.median(times[WARMUP:]),
+        "steady_mean_s_per_step": statistics.mean(times[WARMUP:]),
+        "step_times": [round(t, 5) for t in times],
+        "torch_peak_allocated": torch.cuda.max_memory_allocated(),
+        "torch_peak_reserved": torch.cuda.max_memory_reserved(),
+        "nvml": nvml.ok, "nvml_why": nvml.why, "nvml_baseline_used": nvml.baseline,
+        "nvml_peak_used": nvml.peak, "nvml_peak_first17": nvml.phase_peak.get("first17", 0),
+        "nvml_peak_steady": nvml.phase_peak.get("steady", 0),
+        "loss": float(loss.detach()), "wall_s": time.perf_counter() - t_start,
+        "torch": torch.__version__,
+    }
+    if calls_end is not None and calls_at_warmup is not None:
+        res["gmlake_device_calls"] = calls_end
+        res["gmlake_device_calls_after_warmup"] = calls_end - calls_at_warmup
+    with open(args.out, "a") as f:
+        f.write(json.dumps(res) + "\n")
+    print(json.dumps({k: v for k, v in res.items() if k != "step_times"}))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--workload", required=True, choices=sorted(WORKLOADS) + ["offload"])
+    ap.add_argument("--allocator", required=True, help="label written to the result")
+    ap.add_argument("--order", type=int, default=0, help="position of this run in its rotation")
+    ap.add_argument("--out", required=True, help="JSON-lines file to append the result to")
+    args = ap.parse_args()
+    if not torch.cuda.is_available():
+        sys.exit("train.py: no CUDA device")
+    train(args)
+
+
+if __name__ == "__main__":
+    main()
