@@ -2,7 +2,7 @@
  * bench_hooks.c — the allocate+free pair through libgmlake's hooks: cudaMallocAsync +
  * cudaFreeAsync on one stream (what PyTorch's backend:cudaMallocAsync calls per tensor), over the
  * fake CUDA of tests/fake (no GPU), with libgmlake preloaded.  Mixed sizes after warm-up (every
- * request a cache hit): 70% small (512 B .. 64 KiB), 30% large (1 .. 8 MiB), 8 blocks kept live
+ * request a cache hit): 70% small (512 B .. 64 KiB), 30% large (1 .. 4 MiB; the fake device has 256 MiB), 8 blocks kept live
  * per thread.  One thread, then THREADS threads each on its own stream at once.
  * Prints ns per pair (median of RUNS runs): for several threads, the wall time of one thread's
  * pair while the others run (latency) and wall time / all pairs (throughput).
@@ -119,7 +119,7 @@ int main(int argc, char **argv)
     uint64_t r = 88172645463325252ull;
     for (int i = 0; i < NSIZES; i++) {
         r ^= r << 13, r ^= r >> 7, r ^= r << 17;
-        sizes[i] = (r % 10 < 7) ? 512 + (r >> 16) % (64 << 10) : ((size_t)1 << 20) + (r >> 16) % ((size_t)7 << 20);
+        sizes[i] = (r % 10 < 7) ? 512 + (r >> 16) % (64 << 10) : ((size_t)1 << 20) + (r >> 16) % ((size_t)3 << 20);
     }
     double one[99], many[99];
     if (measure(1, runs, one) || measure(threads, runs, many)) {
