@@ -15,8 +15,8 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <time.h>
 
+#include "bench_common.h"
 #include "gmlake.h"
 
 enum { NSIZES = 4096, KEEP = 8, MAXTHREADS = 16 };
@@ -25,19 +25,6 @@ static size_t sizes[NSIZES];
 static long pairs;
 static pthread_barrier_t start, stop;
 static int failed;
-
-static double now_ns(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec * 1e9 + (double)t.tv_nsec;
-}
-
-static int cmp(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
 
 /* pairs allocate+free pairs on stream s, sizes from offset off */
 static int loop(cudaStream_t s, long n, int off)
@@ -88,16 +75,16 @@ static int measure(int nthreads, int runs, double *res)
     }
     for (int run = -1; run < runs; run++) {
         pthread_barrier_wait(&start);
-        double t0 = now_ns();
+        double t0 = bench_now_ns();
         pthread_barrier_wait(&stop);
         if (run >= 0)
-            res[run] = now_ns() - t0;
+            res[run] = bench_now_ns() - t0;
     }
     for (int i = 0; i < nthreads; i++)
         pthread_join(w[i].th, NULL);
     pthread_barrier_destroy(&start);
     pthread_barrier_destroy(&stop);
-    qsort(res, (size_t)runs, sizeof *res, cmp);
+    bench_median(res, runs);
     return failed ? -1 : 0;
 }
 
@@ -116,11 +103,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "bench_hooks: libgmlake is not loaded (run with LD_PRELOAD=.../libgmlake.so)\n");
         return 1;
     }
-    uint64_t r = 88172645463325252ull;
-    for (int i = 0; i < NSIZES; i++) {
-        r ^= r << 13, r ^= r >> 7, r ^= r << 17;
-        sizes[i] = (r % 10 < 7) ? 512 + (r >> 16) % (64 << 10) : ((size_t)1 << 20) + (r >> 16) % ((size_t)3 << 20);
-    }
+    bench_sizes(sizes, NSIZES, (size_t)3 << 20);
     double one[99], many[99];
     if (measure(1, runs, one) || measure(threads, runs, many)) {
         fprintf(stderr, "bench_hooks: an allocation or free failed\n");

@@ -6,22 +6,9 @@
  */
 #include <stdio.h>
 #include <stdlib.h>
-#include <time.h>
 
+#include "bench_common.h"
 #include "core/pool.h"
-
-static double now_ns(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec * 1e9 + (double)t.tv_nsec;
-}
-
-static int cmp(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
 
 int main(int argc, char **argv)
 {
@@ -39,17 +26,13 @@ int main(int argc, char **argv)
     }
     enum { NSIZES = 4096, KEEP = 16 };
     size_t *sizes = malloc(NSIZES * sizeof *sizes);
-    uint64_t r = 88172645463325252ull;
-    for (int i = 0; i < NSIZES; i++) {
-        r ^= r << 13, r ^= r >> 7, r ^= r << 17;
-        sizes[i] = (r % 10 < 7) ? 512 + (r >> 16) % (64 << 10) : ((size_t)1 << 20) + (r >> 16) % ((size_t)31 << 20);
-    }
+    bench_sizes(sizes, NSIZES, (size_t)31 << 20);
     uintptr_t keep[KEEP];
     for (int i = 0; i < KEEP; i++)
         gml_pool_alloc(p, sizes[i * 7], 0, &keep[i]);
     double res[99];
     for (int run = -1; run < runs; run++) { /* run -1 warms up */
-        double t0 = now_ns();
+        double t0 = bench_now_ns();
         for (long i = 0; i < pairs; i++) {
             uintptr_t x;
             if (gml_pool_alloc(p, sizes[i & (NSIZES - 1)], 0, &x) != GMLAKE_OK) {
@@ -59,9 +42,9 @@ int main(int argc, char **argv)
             gml_pool_free(p, x, 0);
         }
         if (run >= 0)
-            res[run] = (now_ns() - t0) / (double)pairs;
+            res[run] = (bench_now_ns() - t0) / (double)pairs;
     }
-    qsort(res, (size_t)runs, sizeof *res, cmp);
+    bench_median(res, runs);
     gmlake_stats st;
     gml_pool_stats(p, &st);
     uint64_t calls = 0;

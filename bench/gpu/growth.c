@@ -1,8 +1,8 @@
 /*
  * growth.c — the driver's cost of growing and releasing device memory, by handle size, and of
  * the other calls gmlake makes (address reserve/free, events, synchronize).  The measurements
- * behind core/cost.c.  Needs a GPU; the driver is opened with dlopen("libcuda.so.1"), as libgmlake
- * does, so it builds with the CUDA headers only.
+ * behind core/cost.c.  Needs a GPU.  The calls go through gmlake's own device layer
+ * (core/device_cuda.c over dlopen("libcuda.so.1")), so what is timed is what the pool pays.
  *
  * For each handle size (2, 8, 20, 32, 64, 128, 512 MiB; or those given) and REPS repetitions
  * (median reported), over the whole handles that fit in TOTAL bytes (1 GiB), in one reserved range:
@@ -14,149 +14,108 @@
  * Times are normalised to ms per GiB.  The "_each" variants are measured
  * in a second pass over fresh handles.  Then the fixed-cost calls, mean us per call over many:
  * address reserve + free of 1 GiB and of 256 GiB, event create / record / query / synchronize /
- * destroy (CU_EVENT_DISABLE_TIMING, as gmlake creates them, on an idle stream), cuCtxSynchronize
- * on an idle device.
+ * destroy (CU_EVENT_DISABLE_TIMING, as gmlake creates them, on the idle default stream),
+ * cuCtxSynchronize on an idle device.
  *
  * Output: JSON lines on stdout.  Exit status 1 with a message when the driver or a GPU is missing
  * or a call fails.
  *   gpu_growth [--reps N] [--total-mib M] [HANDLE_MIB...]
  */
-#include <cuda.h>
 #include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
+
+#include "bench/bench_common.h"
+#include "core/device.h"
 
 #define MIB ((size_t)1 << 20)
 
-static struct {
-    CUresult (*cuInit)(unsigned int);
-    CUresult (*cuDeviceGet)(CUdevice *, int);
-    CUresult (*cuDevicePrimaryCtxRetain)(CUcontext *, CUdevice);
-    CUresult (*cuCtxSetCurrent)(CUcontext);
-    CUresult (*cuCtxSynchronize)(void);
-    CUresult (*cuMemGetAllocationGranularity)(size_t *, const CUmemAllocationProp *,
-                                              CUmemAllocationGranularity_flags);
-    CUresult (*cuMemCreate)(CUmemGenericAllocationHandle *, size_t, const CUmemAllocationProp *,
-                            unsigned long long);
-    CUresult (*cuMemRelease)(CUmemGenericAllocationHandle);
-    CUresult (*cuMemAddressReserve)(CUdeviceptr *, size_t, size_t, CUdeviceptr, unsigned long long);
-    CUresult (*cuMemAddressFree)(CUdeviceptr, size_t);
-    CUresult (*cuMemMap)(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle,
-                         unsigned long long);
-    CUresult (*cuMemUnmap)(CUdeviceptr, size_t);
-    CUresult (*cuMemSetAccess)(CUdeviceptr, size_t, const CUmemAccessDesc *, size_t);
-    CUresult (*cuEventCreate)(CUevent *, unsigned int);
-    CUresult (*cuEventDestroy_v2)(CUevent);
-    CUresult (*cuEventRecord)(CUevent, CUstream);
-    CUresult (*cuEventQuery)(CUevent);
-    CUresult (*cuEventSynchronize)(CUevent);
-    CUresult (*cuStreamCreate)(CUstream *, unsigned int);
-    CUresult (*cuStreamDestroy_v2)(CUstream);
-} cu;
+static void *libcuda;
+static gml_device *dev;
 
-static CUmemAllocationProp prop;
-static CUmemAccessDesc access_desc;
+static void *resolve(const char *name) { return dlsym(libcuda, name); }
 
-static double now_ms(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec * 1e3 + (double)t.tv_nsec * 1e-6;
-}
+static double now_ms(void) { return bench_now_ns() * 1e-6; }
 
 #define CHECK(call)                                                                               \
     do {                                                                                          \
-        CUresult r_ = (call);                                                                     \
-        if (r_ != CUDA_SUCCESS) {                                                                 \
-            fprintf(stderr, "gpu_growth: %s failed with CUresult %d (line %d)\n", #call, (int)r_,  \
+        int r_ = (call);                                                                          \
+        if (r_ != GMLAKE_OK) {                                                                    \
+            fprintf(stderr, "gpu_growth: %s failed: %s (line %d)\n", #call, gmlake_strerror(r_),  \
                     __LINE__);                                                                    \
             exit(1);                                                                              \
         }                                                                                         \
     } while (0)
 
-static int load(void)
+static int open_device(void)
 {
-    void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-    if (!h) {
+    libcuda = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (!libcuda) {
         fprintf(stderr, "gpu_growth: cannot open libcuda.so.1 (no NVIDIA driver here): %s\n", dlerror());
         return -1;
     }
-#define SYM(name)                                                                                 \
-    do {                                                                                          \
-        *(void **)&cu.name = dlsym(h, #name);                                                     \
-        if (!cu.name) {                                                                           \
-            fprintf(stderr, "gpu_growth: the driver lacks %s\n", #name);                         \
-            return -1;                                                                            \
-        }                                                                                         \
-    } while (0)
-    SYM(cuInit); SYM(cuDeviceGet); SYM(cuDevicePrimaryCtxRetain); SYM(cuCtxSetCurrent);
-    SYM(cuCtxSynchronize); SYM(cuMemGetAllocationGranularity); SYM(cuMemCreate); SYM(cuMemRelease);
-    SYM(cuMemAddressReserve); SYM(cuMemAddressFree); SYM(cuMemMap); SYM(cuMemUnmap);
-    SYM(cuMemSetAccess); SYM(cuEventCreate); SYM(cuEventDestroy_v2); SYM(cuEventRecord);
-    SYM(cuEventQuery); SYM(cuEventSynchronize); SYM(cuStreamCreate); SYM(cuStreamDestroy_v2);
-#undef SYM
+    int (*cu_init)(unsigned int) = (int (*)(unsigned int))dlsym(libcuda, "cuInit");
+    if (!cu_init || cu_init(0) != 0) {
+        fprintf(stderr, "gpu_growth: cuInit failed (no GPU?)\n");
+        return -1;
+    }
+    const char *err = NULL;
+    dev = gml_cuda_device_create(0, resolve, &err);
+    if (!dev) {
+        fprintf(stderr, "gpu_growth: %s\n", err ? err : "cannot open device 0");
+        return -1;
+    }
     return 0;
-}
-
-static int cmp(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static double median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof *v, cmp);
-    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
 enum { CREATE, MAP, SET_ACCESS, UNMAP, RELEASE, SET_ACCESS_EACH, UNMAP_EACH, NPHASES };
 static const char *const phase_name[NPHASES] = {"create", "map", "set_access", "unmap", "release",
                                                 "set_access_each", "unmap_each"};
 
+/* ms for `op` (set_access or unmap) over n handles of hsize at va: one call over the range, or
+ * (each) one per handle. */
+static double over_range(int (*op)(gml_device *, uintptr_t, size_t), uintptr_t va, size_t hsize,
+                         size_t n, int each)
+{
+    double t = now_ms();
+    if (each)
+        for (size_t i = 0; i < n; i++)
+            CHECK(op(dev, va + i * hsize, hsize));
+    else
+        CHECK(op(dev, va, n * hsize));
+    return now_ms() - t;
+}
+
 /* One grow + release of `total` bytes in handles of `hsize`; each: one call per handle for
  * set_access and unmap instead of one over the range. */
-static void cycle(size_t hsize, size_t total, int each, double *ms, CUmemGenericAllocationHandle *hs)
+static void cycle(size_t hsize, size_t total, int each, double *ms, gml_handle *hs)
 {
     size_t n = total / hsize;
-    CUdeviceptr va;
-    CHECK(cu.cuMemAddressReserve(&va, total, hsize, 0, 0));
+    uintptr_t va;
+    CHECK(gml_dev_va_reserve(dev, total, hsize, &va));
     double t = now_ms();
     for (size_t i = 0; i < n; i++)
-        CHECK(cu.cuMemCreate(&hs[i], hsize, &prop, 0));
+        CHECK(gml_dev_chunk_create(dev, hsize, &hs[i]));
     double t1 = now_ms();
     ms[CREATE] = t1 - t;
     for (size_t i = 0; i < n; i++)
-        CHECK(cu.cuMemMap(va + i * hsize, hsize, 0, hs[i], 0));
-    double t2 = now_ms();
-    ms[MAP] = t2 - t1;
-    if (each)
-        for (size_t i = 0; i < n; i++)
-            CHECK(cu.cuMemSetAccess(va + i * hsize, hsize, &access_desc, 1));
-    else
-        CHECK(cu.cuMemSetAccess(va, total, &access_desc, 1));
-    double t3 = now_ms();
-    ms[each ? SET_ACCESS_EACH : SET_ACCESS] = t3 - t2;
-    if (each)
-        for (size_t i = 0; i < n; i++)
-            CHECK(cu.cuMemUnmap(va + i * hsize, hsize));
-    else
-        CHECK(cu.cuMemUnmap(va, total));
+        CHECK(gml_dev_map(dev, va + i * hsize, hsize, hs[i]));
+    ms[MAP] = now_ms() - t1;
+    ms[each ? SET_ACCESS_EACH : SET_ACCESS] = over_range(gml_dev_set_access, va, hsize, n, each);
+    ms[each ? UNMAP_EACH : UNMAP] = over_range(gml_dev_unmap, va, hsize, n, each);
     double t4 = now_ms();
-    ms[each ? UNMAP_EACH : UNMAP] = t4 - t3;
     for (size_t i = 0; i < n; i++)
-        CHECK(cu.cuMemRelease(hs[i]));
+        CHECK(gml_dev_chunk_release(dev, hs[i]));
     ms[RELEASE] = now_ms() - t4;
-    CHECK(cu.cuMemAddressFree(va, total));
+    CHECK(gml_dev_va_free(dev, va, total));
 }
 
 static void growth(size_t hsize, size_t total, int reps)
 {
     size_t n = total / hsize;
     total = n * hsize; /* whole handles: 20 MiB handles grow 1020 MiB of a GiB */
-    CUmemGenericAllocationHandle *hs = calloc(n, sizeof *hs);
+    gml_handle *hs = calloc(n, sizeof *hs);
     double (*v)[NPHASES] = calloc((size_t)reps, sizeof *v);
     double ms[NPHASES], col[64];
     if (!hs || !v) {
@@ -178,7 +137,7 @@ static void growth(size_t hsize, size_t total, int reps)
     for (int k = 0; k < NPHASES; k++) {
         for (int r = 0; r < reps; r++)
             col[r] = v[r][k];
-        med[k] = median(col, reps);
+        med[k] = bench_median(col, reps);
         printf(",\"%s_ms_per_gib\":%.4f", phase_name[k], med[k] / gib);
     }
     printf(",\"grow_total_ms_per_gib\":%.4f,\"release_total_ms_per_gib\":%.4f}\n",
@@ -190,56 +149,52 @@ static void growth(size_t hsize, size_t total, int reps)
 
 static void call_costs(int reps)
 {
-    double t;
-    CUdeviceptr va;
     size_t sizes[2] = {(size_t)1 << 30, (size_t)256 << 30};
     const char *names[2] = {"1GiB", "256GiB"};
     for (int s = 0; s < 2; s++) {
         double reserve = 0, release = 0;
         for (int i = 0; i < reps; i++) {
-            t = now_ms();
-            CHECK(cu.cuMemAddressReserve(&va, sizes[s], 0, 0, 0));
+            uintptr_t va;
+            double t = now_ms();
+            CHECK(gml_dev_va_reserve(dev, sizes[s], 0, &va));
             double t1 = now_ms();
-            CHECK(cu.cuMemAddressFree(va, sizes[s]));
+            CHECK(gml_dev_va_free(dev, va, sizes[s]));
             reserve += t1 - t;
             release += now_ms() - t1;
         }
         printf("{\"bench\":\"call\",\"kind\":\"va_reserve\",\"size\":\"%s\",\"us\":%.3f}\n", names[s], 1e3 * reserve / reps);
         printf("{\"bench\":\"call\",\"kind\":\"va_free\",\"size\":\"%s\",\"us\":%.3f}\n", names[s], 1e3 * release / reps);
     }
-    CUstream st;
-    CHECK(cu.cuStreamCreate(&st, CU_STREAM_NON_BLOCKING));
-    CUevent *ev = calloc((size_t)reps, sizeof *ev);
-    double ms[5] = {0};
+    gml_event *ev = calloc((size_t)reps, sizeof *ev);
+    double ms[6] = {0}, t;
     t = now_ms();
     for (int i = 0; i < reps; i++)
-        CHECK(cu.cuEventCreate(&ev[i], CU_EVENT_DISABLE_TIMING));
+        CHECK(gml_dev_event_create(dev, &ev[i]));
     ms[0] = now_ms() - t;
     t = now_ms();
     for (int i = 0; i < reps; i++)
-        CHECK(cu.cuEventRecord(ev[i], st));
+        CHECK(gml_dev_event_record(dev, ev[i], 0));
     ms[1] = now_ms() - t;
-    CHECK(cu.cuCtxSynchronize());
+    CHECK(gml_dev_synchronize(dev));
     t = now_ms();
     for (int i = 0; i < reps; i++)
-        CHECK(cu.cuEventQuery(ev[i]));
+        CHECK(gml_dev_event_query(dev, ev[i]));
     ms[2] = now_ms() - t;
     t = now_ms();
     for (int i = 0; i < reps; i++)
-        CHECK(cu.cuEventSynchronize(ev[i]));
+        CHECK(gml_dev_event_sync(dev, ev[i]));
     ms[3] = now_ms() - t;
     t = now_ms();
     for (int i = 0; i < reps; i++)
-        CHECK(cu.cuEventDestroy_v2(ev[i]));
+        CHECK(gml_dev_event_destroy(dev, ev[i]));
     ms[4] = now_ms() - t;
-    const char *kinds[5] = {"event_create", "event_record", "event_query", "event_sync", "event_destroy"};
-    for (int k = 0; k < 5; k++)
-        printf("{\"bench\":\"call\",\"kind\":\"%s\",\"us\":%.3f}\n", kinds[k], 1e3 * ms[k] / reps);
     t = now_ms();
     for (int i = 0; i < reps; i++)
-        CHECK(cu.cuCtxSynchronize());
-    printf("{\"bench\":\"call\",\"kind\":\"synchronize\",\"us\":%.3f}\n", 1e3 * (now_ms() - t) / reps);
-    CHECK(cu.cuStreamDestroy_v2(st));
+        CHECK(gml_dev_synchronize(dev));
+    ms[5] = now_ms() - t;
+    const char *kinds[6] = {"event_create", "event_record", "event_query", "event_sync", "event_destroy", "synchronize"};
+    for (int k = 0; k < 6; k++)
+        printf("{\"bench\":\"call\",\"kind\":\"%s\",\"us\":%.3f}\n", kinds[k], 1e3 * ms[k] / reps);
     free(ev);
 }
 
@@ -278,21 +233,9 @@ int main(int argc, char **argv)
         for (nh = 0; nh < 7; nh++)
             handles[nh] = def[nh] * MIB;
     }
-    if (load())
+    if (open_device())
         return 1;
-    CUdevice dev;
-    CUcontext ctx;
-    CHECK(cu.cuInit(0));
-    CHECK(cu.cuDeviceGet(&dev, 0));
-    CHECK(cu.cuDevicePrimaryCtxRetain(&ctx, dev));
-    CHECK(cu.cuCtxSetCurrent(ctx));
-    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
-    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-    prop.location.id = dev;
-    access_desc.location = prop.location;
-    access_desc.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-    size_t gran = 0;
-    CHECK(cu.cuMemGetAllocationGranularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM));
+    size_t gran = gml_dev_granularity(dev);
     printf("{\"bench\":\"device\",\"granularity\":%zu}\n", gran);
     for (int i = 0; i < nh; i++) {
         size_t h = handles[i];
@@ -304,5 +247,6 @@ int main(int argc, char **argv)
         growth(h, total, reps);
     }
     call_costs(1000);
+    gml_device_destroy(dev);
     return 0;
 }

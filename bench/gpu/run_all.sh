@@ -14,7 +14,7 @@
 # start after BUDGET seconds (default 450) are skipped and recorded so.
 # Settings: WORKLOADS, ALLOCATORS, TRACE_WORKLOADS (default offload), WARMUP, STEADY.
 # Uses build/interpose/libgmlake.so and build/bench/gpu_growth as carried; builds with meson
-# (into build/) only where they are absent, and compiles growth.c with gcc if still needed.
+# (into build/) only where they are absent.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 out=${1:-${OUT:-$root/build/gpu-bench}}
@@ -38,17 +38,13 @@ if [ ! -f "$lib" ] || [ ! -x "$growth" ]; then
   fi
   ninja -C "$root/build" >>"$log" 2>&1 || say "meson build failed (see run_all.log)"
 fi
-if [ ! -x "$growth" ]; then
-  cuda_inc=${CUDA_HOME:-/usr/local/cuda}/include
-  growth=$(mktemp -d)/gpu_growth
-  gcc -O2 -I"$cuda_inc" -o "$growth" "$root/bench/gpu/growth.c" -ldl >>"$log" 2>&1 ||
-    say "cannot compile growth.c"
-fi
 
 # 1. growth micro-benchmark
 say "growth micro-benchmark"
 if [ -x "$growth" ]; then
   timeout -k 5 120 "$growth" >"$out/growth.jsonl" 2>>"$log" || say "growth failed (rc $?)"
+else
+  say "no $growth: growth micro-benchmark skipped"
 fi
 
 # 2. training runs
