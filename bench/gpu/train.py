@@ -127,7 +127,11 @@ def llama_lora(dev):
     cfg = LlamaConfig(hidden_size=2048, intermediate_size=5504, num_hidden_layers=16,
                       num_attention_heads=16, num_key_value_heads=16, vocab_size=32000,
                       max_position_embeddings=2048)
-    model = on_device(lambda: LlamaForCausalLM(cfg), dev).to(torch.bfloat16)
+    torch.set_default_dtype(torch.bfloat16)  # built in bf16: no transient fp32 copy in the peak
+    try:
+        model = on_device(lambda: LlamaForCausalLM(cfg), dev).to(torch.bfloat16)
+    finally:
+        torch.set_default_dtype(torch.float32)
     model.gradient_checkpointing_enable()
     model.enable_input_require_grads()
     model = get_peft_model(model, LoraConfig(r=16, lora_alpha=32,
