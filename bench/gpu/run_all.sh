@@ -14,7 +14,7 @@
 # start after BUDGET seconds (default 450) are skipped and recorded so.
 # Settings: WORKLOADS, ALLOCATORS, TRACE_WORKLOADS (default offload), WARMUP, STEADY.
 # Uses build/interpose/libgmlake.so and build/bench/gpu_growth as carried; builds with meson
-# (into build/) only where they are absent.
+# (into build-gpu/) only where they are absent.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 out=${1:-${OUT:-$root/build/gpu-bench}}
@@ -32,11 +32,12 @@ say() { echo "[run_all +$((SECONDS - t0))s] $*" | tee -a "$log" >&2; }
 lib=$root/build/interpose/libgmlake.so
 growth=$root/build/bench/gpu_growth
 if [ ! -f "$lib" ] || [ ! -x "$growth" ]; then
-  say "building with meson (build/ lacks libgmlake.so or gpu_growth)"
-  if [ ! -f "$root/build/build.ninja" ]; then
-    meson setup "$root/build" "$root" -Dtests=false >>"$log" 2>&1
-  fi
-  ninja -C "$root/build" >>"$log" 2>&1 || say "meson build failed (see run_all.log)"
+  # a carried build/ is used as it is; what it lacks is built in build-gpu/
+  say "building with meson into build-gpu/ (build/ lacks libgmlake.so or gpu_growth)"
+  [ -f "$root/build-gpu/build.ninja" ] || meson setup "$root/build-gpu" "$root" -Dtests=false >>"$log" 2>&1
+  ninja -C "$root/build-gpu" >>"$log" 2>&1 || say "meson build failed (see run_all.log)"
+  [ -f "$lib" ] || lib=$root/build-gpu/interpose/libgmlake.so
+  [ -x "$growth" ] || growth=$root/build-gpu/bench/gpu_growth
 fi
 
 # 1. growth micro-benchmark
