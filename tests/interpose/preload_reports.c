@@ -6,6 +6,8 @@
  *                         gives them, the limit and the device's memory
  *   preload_reports off   with settings the pool refuses (GMLAKE_SMALL_LIMIT=1GiB): an error
  *                         says gmlake is off, and allocations reach CUDA
+ *   preload_reports alloc a 1 MiB allocation and its free (for the launcher tests: a process that
+ *                         gmlake served, so that it writes its stats and trace files)
  * Prints "N passed, M failed"; exit status 1 on any failure. */
 #include <cuda_runtime_api.h>
 #include <stdio.h>
@@ -109,6 +111,10 @@ int main(int argc, char **argv)
         oom();
     else if (argc == 2 && strcmp(argv[1], "off") == 0)
         off();
+    else if (argc == 2 && strcmp(argv[1], "alloc") == 0) {
+        void *a = NULL;
+        CHECK(cudaMalloc(&a, MiB) == cudaSuccess && cudaFree(a) == cudaSuccess, "1 MiB");
+    }
     else
         CHECK(0, "usage: preload_reports oom|off");
     printf("%d passed, %d failed\n", pass, fail);
