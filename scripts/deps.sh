@@ -6,6 +6,8 @@
 # CUDA headers are not installed here: without them the build makes the simulated device and the
 # tools only (meson option cuda=auto), which is all `gmlake replay` needs.
 
+gml_source_root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+
 # gml_apt_install PKG...: installs the packages, or says how when this shell cannot.
 gml_apt_install() {
   [ $# -eq 0 ] && return 0
@@ -47,7 +49,7 @@ gml_ensure_build() {
   shift
   log=$(mktemp)
   if [ ! -f "$dir/build.ninja" ]; then
-    if ! meson setup "$dir" "$@" >"$log" 2>&1; then
+    if ! meson setup "$dir" "$gml_source_root" "$@" >"$log" 2>&1; then
       echo "gmlake: 'meson setup $dir' failed:" >&2
       tail -n 25 "$log" >&2
       rm -f "$log"

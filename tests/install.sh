@@ -45,5 +45,23 @@ pkg=$(find "$prefix" -path '*/gmlake/__init__.py' | head -n1)
 check "Python package installed" '[ -n "$pkg" ]'
 check "... importable, and safe where gmlake is not loaded" \
   '[ "$(PYTHONPATH=$(dirname "$(dirname "$pkg")") python3 -c "import gmlake; print(gmlake.enabled())")" = False ]'
+
+# First contact without CUDA headers: the simulated device and the tools only, replay works.
+if { meson setup "$tmp/nocuda" "$src" -Dcuda=disabled -Dtests=false && ninja -C "$tmp/nocuda"; } >"$log" 2>&1; then
+  check "no CUDA headers: no libgmlake, the tools are built" \
+    '[ ! -e "$tmp/nocuda/interpose/libgmlake.so" ] && [ -x "$tmp/nocuda/tools/gmlake-replay" ] && grep -q "building only the simulated device" "$log"'
+  check "... and replay works" '"$tmp/nocuda/tools/gmlake-replay" "$src/bench/traces/mixtral_moe.trace.gz" | grep -q utilization'
+else
+  tail -n 20 "$log"
+  check "a build without CUDA headers" false
+fi
+# A build step that fails shows why: a source tree (copy) with a broken file, built by the launcher.
+mkdir "$tmp/src"
+(cd "$src" && git ls-files -z 2>/dev/null | xargs -0 cp --parents -t "$tmp/src") 2>/dev/null ||
+  cp -r "$src"/. "$tmp/src"
+rm -rf "$tmp/src/build"
+echo "this is not C;" >>"$tmp/src/tools/replay.c"
+err=$("$tmp/src/scripts/gmlake" replay 2>&1)
+check "a failed build shows ninja's output" '[ $? -ne 0 ] && [[ "$err" == *"ninja -C $tmp/src/build'"'"' failed:"* && "$err" == *"replay.c"*"error"* ]]'
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]
