@@ -65,10 +65,29 @@ int gml_torch_plan(const char *alloc_conf, const char *cuda_conf, const char **v
     return GML_TORCH_SET;
 }
 
+/* Reads the settings into a private copy, quietly: the shared settings (and their messages, log
+ * file and exit handler) still load on the first hook call, after the program's own setup. */
+static void quiet_settings(gml_config *c)
+{
+    char *msgs = NULL;
+    size_t len = 0;
+    FILE *m = open_memstream(&msgs, &len);
+    if (!m) {
+        gml_config_defaults(c);
+        return;
+    }
+    gml_depth++;
+    gml_config_load(c, NULL, m);
+    gml_depth--;
+    fclose(m);
+    free(msgs);
+}
+
 __attribute__((constructor)) static void pytorch_route(void)
 {
-    const gml_config *c = gml_cfg();
-    if (!c->enable || !c->pytorch_backend)
+    gml_config c;
+    quiet_settings(&c);
+    if (!c.enable || !c.pytorch_backend)
         return;
     const char *var;
     char value[4096];
@@ -76,7 +95,8 @@ __attribute__((constructor)) static void pytorch_route(void)
     switch (gml_torch_plan(alloc_conf, cuda_conf, &var, value, sizeof value)) {
     case GML_TORCH_SET:
         setenv(var, value, 1);
-        gml_log(GML_LOG_DEBUG, "%s=%s (PyTorch hands every tensor to gmlake)", var, value);
+        if (c.log_level >= GML_LOG_DEBUG)
+            gml_log(GML_LOG_DEBUG, "%s=%s (PyTorch hands every tensor to gmlake)", var, value);
         break;
     case GML_TORCH_BYPASS:
         gml_log(GML_LOG_WARN, "%s=%s keeps PyTorch's own caching allocator: PyTorch's allocations "

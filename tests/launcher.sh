@@ -51,11 +51,11 @@ check "%r %p %% expand" 'ls "$tmp" | grep -Eq "^s-3-[0-9]+-%\.json$"'
 check "one process: the name as given" '[ -s "$tmp/one.json" ]'
 "$g" run --set stats_file="$tmp/none.json" --set trace_file="$tmp/none.trace" -- true
 check "a process that served nothing writes no stats or trace file" '[ ! -e "$tmp/none.json" ] && [ ! -e "$tmp/none.trace" ]'
-err=$(RANK=5 "$g" run --set memory_limit=0x10 -- true 2>&1)
+err=$(RANK=5 "$g" run --set memory_limit=0x10 -- "$prog" alloc 2>&1)
 check "log lines name pid and rank" '[[ "$err" =~ gmlake\[[0-9]+\ rank\ 5\]:\ environment\ GMLAKE_MEMORY_LIMIT ]]'
 
-# --- typos
-err=$("$g" run --set stich=off -- true 2>&1)
+# --- typos (reported when gmlake's settings load: the program's first CUDA call)
+err=$("$g" run --set stich=off -- "$prog" alloc 2>&1)
 check "an unknown --set key is a warning at start-up, with the closest key" '[[ "$err" == *"GMLAKE_STICH: no such setting, ignored; did you mean GMLAKE_STITCH?"* ]]'
 "$g" config --check --set stich=off >/dev/null 2>"$tmp/err"
 check "... and an error in config --check" '[ $? -eq 1 ] && grep -q "did you mean GMLAKE_STITCH" "$tmp/err"'
