@@ -140,32 +140,27 @@ def memory_summary(device=0):
     return "\n".join(lines) + "\n"
 
 
-def empty_cache(device=0):
-    """Return every cached free chunk of `device` to the GPU (waits for the device first).
-    Does nothing where gmlake is not loaded or has no pool on that device."""
+def _call(name, device):
+    """Calls gmlake_<name>(device); no pool on that device, or gmlake not loaded: nothing to do."""
     lib = _lib()
     if lib is None:
         return
-    rc = lib.gmlake_empty_cache(int(device))
+    rc = getattr(lib, "gmlake_" + name)(int(device))
     if rc not in (GMLAKE_OK, GMLAKE_ERR_NO_POOL):
         _raise(rc)
+
+
+def empty_cache(device=0):
+    """Return every cached free chunk of `device` to the GPU (waits for the device first).
+    Does nothing where gmlake is not loaded or has no pool on that device."""
+    _call("empty_cache", device)
 
 
 def reset_peak_stats(device=0):
     """Set the peaks of `device` to the current values."""
-    lib = _lib()
-    if lib is None:
-        return
-    rc = lib.gmlake_reset_peak_stats(int(device))
-    if rc not in (GMLAKE_OK, GMLAKE_ERR_NO_POOL):
-        _raise(rc)
+    _call("reset_peak_stats", device)
 
 
 def check(device=0):
     """Run gmlake's whole-pool consistency checker; raises GmlakeError when an invariant broke."""
-    lib = _lib()
-    if lib is None:
-        return
-    rc = lib.gmlake_check(int(device))
-    if rc not in (GMLAKE_OK, GMLAKE_ERR_NO_POOL):
-        _raise(rc)
+    _call("check", device)

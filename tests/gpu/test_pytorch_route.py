@@ -9,17 +9,12 @@ import json, os, subprocess, sys
 import pytest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from test_gpu import LIB as _LIB, have_gpu  # noqa: E402  (one definition of both)
+
 ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
-LIB = os.path.abspath(os.environ.get("LIBGMLAKE", os.path.join(ROOT, "build", "interpose", "libgmlake.so")))
+LIB = os.path.abspath(_LIB)
 TRAIN = os.path.join(HERE, "train_torch.py")
-
-
-def have_gpu():
-    try:
-        return subprocess.run(["nvidia-smi", "-L"], capture_output=True).returncode == 0
-    except OSError:
-        return False
-
 
 pytestmark = pytest.mark.skipif(not have_gpu(), reason="no GPU")
 
