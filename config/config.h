@@ -1,13 +1,21 @@
 /*
  * config.h — gmlake's settings and where they come from.
  *
- * Sources, later ones winning:  built-in defaults < /etc/gmlake.conf
+ * Sources, later ones winning:  built-in defaults < SYSCONFDIR/gmlake.conf (meson's sysconfdir
+ *   of the build: /etc for --prefix=/usr, PREFIX/etc otherwise)
  *   < $XDG_CONFIG_HOME/gmlake/gmlake.conf (default ~/.config/gmlake/gmlake.conf)
  *   < the file named by GMLAKE_CONFIG < environment variables.
- * Files: `key = value` lines, `#` comments, blank lines.  Environment: GMLAKE_<KEY> (upper case)
- * for every key, and GMLake's original names (vmmDefragment, fragLimit, reuseLimit, defragLevel,
- * autoGC) as aliases; when both are set, GMLAKE_<KEY> wins and a warning says so.
- * GMLAKE_SYSCONFDIR replaces /etc (for tests and non-root installs).
+ * Files: `key = value` lines and blank lines.  A comment starts with `#` at the start of a line
+ *   (after optional blanks) or with a `#` that follows a blank; a `#` inside a value
+ *   (`log_file = /tmp/run#3.log`) is part of it.
+ * Environment: GMLAKE_<KEY> (upper case) for every key, and GMLake's original names
+ *   (vmmDefragment, fragLimit, reuseLimit, defragLevel, autoGC) as aliases; when both are set,
+ *   GMLAKE_<KEY> wins and a warning says so.  GMLAKE_SYSCONFDIR replaces SYSCONFDIR (tests,
+ *   relocated installs), GMLAKE_CONFIG names a file; any other GMLAKE_* variable is an error
+ *   (a typo: the message suggests the closest key).
+ * Validity of each value alone is the table's; rules between settings (small_limit <= chunk_size,
+ *   chunk_size a power of two) are the pool's own (gml_pool_settings_check), which callers apply
+ *   to the loaded settings: `gmlake config --check` fails, the library logs an error and stays off.
  *
  * One table (options.c) drives parsing, validation, printing, the example file and the docs.
  * Bad input (unknown key, malformed or out-of-range value, unreadable file) gives one message that
@@ -26,6 +34,10 @@ enum gml_log_level { GML_LOG_ERROR = 0, GML_LOG_WARN, GML_LOG_INFO, GML_LOG_DEBU
 
 #define GML_PATH_MAX 1024
 
+#ifndef GML_SYSCONFDIR /* set by meson: prefix / sysconfdir */
+#define GML_SYSCONFDIR "/etc"
+#endif
+
 typedef struct gml_config {
     bool enable;
     gml_pool_settings pool;
@@ -33,6 +45,7 @@ typedef struct gml_config {
     char log_file[GML_PATH_MAX];
     char stats_file[GML_PATH_MAX];
     char trace_file[GML_PATH_MAX];
+    bool pytorch_backend;
 } gml_config;
 
 enum gml_opt_type { GML_OPT_BOOL, GML_OPT_SIZE, GML_OPT_DOUBLE, GML_OPT_INT, GML_OPT_UINT, GML_OPT_ENUM, GML_OPT_PATH };
@@ -75,6 +88,12 @@ int gml_option_parse(gml_config *c, int i, const char *text, char *acc, size_t a
 void gml_config_print(FILE *out, const gml_config *c, const gml_config_report *rep);
 /* A commented example file with every key at its default. */
 void gml_config_print_example(FILE *out);
+/* The known key closest to `key` (a likely typo), or NULL. */
+const char *gml_config_closest_key(const char *key);
+/* The environment variable of option i (GMLAKE_<KEY>) into buf. */
+void gml_option_env_name(int i, char *buf, size_t len);
+/* A man page, gmlake.conf(5), generated from the table. */
+void gml_config_print_man(FILE *out, const char *version);
 /* The current value of option i as text. */
 void gml_config_value_text(const gml_config *c, int i, char *buf, size_t len);
 

@@ -7,6 +7,8 @@
 
 #include "config.h"
 
+extern char **environ;
+
 static int find_key(const char *key)
 {
     for (int i = 0; i < gml_option_count; i++)
@@ -30,11 +32,71 @@ static void note(gml_config_report *rep, FILE *msgs, bool error, const char *fmt
     fputc('\n', out);
 }
 
+/* Edit distance between a and b (case-insensitive), capped at 9. */
+static int distance(const char *a, const char *b)
+{
+    size_t la = strlen(a), lb = strlen(b);
+    if (la > 40 || lb > 40)
+        return 9;
+    int row[41];
+    for (size_t j = 0; j <= lb; j++)
+        row[j] = (int)j;
+    for (size_t i = 1; i <= la; i++) {
+        int diag = row[0];
+        row[0] = (int)i;
+        for (size_t j = 1; j <= lb; j++) {
+            int up = row[j];
+            int same = tolower((unsigned char)a[i - 1]) == tolower((unsigned char)b[j - 1]);
+            int best = diag + !same;
+            if (up + 1 < best)
+                best = up + 1;
+            if (row[j - 1] + 1 < best)
+                best = row[j - 1] + 1;
+            row[j] = best;
+            diag = up;
+        }
+    }
+    return row[lb] > 9 ? 9 : row[lb];
+}
+
+const char *gml_config_closest_key(const char *key)
+{
+    const char *best = NULL;
+    int bd = 3; /* at most two edits, and fewer than a third of the key */
+    for (int i = 0; i < gml_option_count; i++) {
+        const char *names[2] = {gml_options[i].key, gml_options[i].alias};
+        for (int k = 0; k < 2; k++) {
+            if (!names[k])
+                continue;
+            int d = distance(key, names[k]);
+            if (d < bd && (size_t)d * 3 < strlen(names[k])) {
+                bd = d;
+                best = gml_options[i].key;
+            }
+        }
+    }
+    return best;
+}
+
+void gml_option_env_name(int i, char *buf, size_t len)
+{
+    const char *k = gml_options[i].key;
+    size_t n = (size_t)snprintf(buf, len, "GMLAKE_");
+    for (; *k && n + 1 < len; k++)
+        buf[n++] = (char)toupper((unsigned char)*k);
+    buf[n < len ? n : len - 1] = 0;
+}
+
 int gml_config_set(gml_config *c, gml_config_report *rep, const char *key, const char *value,
                    const char *where, FILE *msgs)
 {
     int i = find_key(key);
     if (i < 0) {
+        const char *near = gml_config_closest_key(key);
+        if (near) {
+            note(rep, msgs, true, "%s: unknown key '%s'; did you mean '%s'?%s", where, key, near, "");
+            return -1;
+        }
         char known[512];
         size_t n = 0;
         for (int k = 0; k < gml_option_count && n < sizeof known; k++)
@@ -88,9 +150,12 @@ void gml_config_apply_text(gml_config *c, gml_config_report *rep, const char *te
             note(rep, msgs, true, "%s: a NUL byte in the line, ignored%s%s%s", where, "", "", "");
             continue;
         }
-        char *hash = strchr(buf, '#');
-        if (hash)
-            *hash = 0;
+        /* a comment: '#' at the start of the line or after a blank; inside a value it is kept */
+        for (char *h = buf; (h = strchr(h, '#')) != NULL; h++)
+            if (h == buf || isspace((unsigned char)h[-1])) {
+                *h = 0;
+                break;
+            }
         char *s = trim(buf);
         if (!*s)
             continue;
@@ -148,6 +213,41 @@ static void apply_file(gml_config *c, gml_config_report *rep, const char *path, 
     fclose(f);
 }
 
+/* Every GMLAKE_* variable must name a setting (or be GMLAKE_CONFIG / GMLAKE_SYSCONFDIR): a typo
+ * would otherwise be ignored without a word. */
+static void check_environment(gml_config_report *rep, FILE *msgs)
+{
+    for (char **e = environ; e && *e; e++) {
+        if (strncmp(*e, "GMLAKE_", 7) != 0)
+            continue;
+        const char *eq = strchr(*e, '=');
+        size_t n = eq ? (size_t)(eq - *e) : strlen(*e);
+        char name[96], key[96];
+        if (n >= sizeof name)
+            n = sizeof name - 1;
+        memcpy(name, *e, n);
+        name[n] = 0;
+        if (strcmp(name, "GMLAKE_CONFIG") == 0 || strcmp(name, "GMLAKE_SYSCONFDIR") == 0)
+            continue;
+        for (size_t k = 7; k <= n; k++)
+            key[k - 7] = (char)tolower((unsigned char)name[k]);
+        if (find_key(key) >= 0)
+            continue;
+        const char *near = gml_config_closest_key(key);
+        char hint[128] = "";
+        if (near) {
+            char up[96];
+            size_t k = 0;
+            for (; near[k] && k + 1 < sizeof up; k++)
+                up[k] = (char)toupper((unsigned char)near[k]);
+            up[k] = 0;
+            snprintf(hint, sizeof hint, "; did you mean GMLAKE_%s?", up);
+        }
+        note(rep, msgs, true, "environment %s: no such setting, ignored%s (gmlake config --example "
+             "lists the keys)%s%s", name, hint, "", "");
+    }
+}
+
 void gml_config_load(gml_config *c, gml_config_report *rep, FILE *msgs)
 {
     gml_config_defaults(c);
@@ -158,7 +258,7 @@ void gml_config_load(gml_config *c, gml_config_report *rep, FILE *msgs)
     }
     char path[GML_PATH_MAX + 64];
     const char *etc = getenv("GMLAKE_SYSCONFDIR");
-    snprintf(path, sizeof path, "%s/gmlake.conf", etc && *etc ? etc : "/etc");
+    snprintf(path, sizeof path, "%s/gmlake.conf", etc && *etc ? etc : GML_SYSCONFDIR);
     apply_file(c, rep, path, false, msgs);
     const char *xdg = getenv("XDG_CONFIG_HOME"), *home = getenv("HOME");
     if (xdg && *xdg) {
@@ -171,12 +271,11 @@ void gml_config_load(gml_config *c, gml_config_report *rep, FILE *msgs)
     const char *named = getenv("GMLAKE_CONFIG");
     if (named && *named)
         apply_file(c, rep, named, true, msgs);
+    check_environment(rep, msgs);
     for (int i = 0; i < gml_option_count; i++) {
         const gml_option *o = &gml_options[i];
         char var[96], where[128];
-        snprintf(var, sizeof var, "GMLAKE_");
-        for (size_t k = 0; o->key[k] && k + 8 < sizeof var; k++)
-            var[7 + k] = (char)toupper((unsigned char)o->key[k]), var[8 + k] = 0;
+        gml_option_env_name(i, var, sizeof var);
         const char *v = getenv(var);
         const char *a = o->alias ? getenv(o->alias) : NULL;
         if (v && a) {

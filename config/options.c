@@ -43,6 +43,9 @@ const gml_option gml_options[] = {
      "JSON statistics written at exit (empty: none)"},
     {"trace_file", NULL, GML_OPT_PATH, "", 0, 0, NULL,
      "record a gmlake-trace v1 of every allocation and free (empty: none)"},
+    {"pytorch_backend", NULL, GML_OPT_BOOL, "on", 0, 0, NULL,
+     "when neither PYTORCH_ALLOC_CONF nor PYTORCH_CUDA_ALLOC_CONF names an allocator backend, "
+     "set backend:cudaMallocAsync so that PyTorch hands every tensor to gmlake"},
 };
 const int gml_option_count = (int)(sizeof gml_options / sizeof gml_options[0]);
 
@@ -65,6 +68,7 @@ static void *field_of(gml_config *c, int i)
     case 12: return c->log_file;
     case 13: return c->stats_file;
     case 14: return c->trace_file;
+    case 15: return &c->pytorch_backend;
     default: return NULL;
     }
 }
@@ -183,10 +187,13 @@ void gml_config_defaults(gml_config *c)
 void gml_config_print_example(FILE *out)
 {
     fprintf(out, "# gmlake.conf — settings of libgmlake (every key, at its default).\n"
-                 "# Sources, later ones winning: built-in defaults < /etc/gmlake.conf\n"
+                 "# Sources, later ones winning: built-in defaults < " GML_SYSCONFDIR "/gmlake.conf\n"
                  "#   < ~/.config/gmlake/gmlake.conf ($XDG_CONFIG_HOME) < the file named by\n"
                  "#   GMLAKE_CONFIG < environment variables GMLAKE_<KEY>.\n"
-                 "# Format: key = value; '#' starts a comment.  Sizes take units: 512KiB, 2MiB, 1G.\n");
+                 "# Format: key = value.  '#' starts a comment at the start of a line or after a\n"
+                 "# blank; inside a value it is kept (log_file = /tmp/run#3.log).\n"
+                 "# Sizes are decimal with an optional unit: 512KiB, 2MiB, 1G (no hex).\n"
+                 "# File settings expand %%p (pid), %%r (rank: RANK, else LOCAL_RANK, else 0), %%%%.\n");
     for (int i = 0; i < gml_option_count; i++) {
         const gml_option *o = &gml_options[i];
         char acc[200];
@@ -196,4 +203,52 @@ void gml_config_print_example(FILE *out)
             fprintf(out, "; environment alias: %s", o->alias);
         fprintf(out, "\n#%s = %s\n", o->key, o->def);
     }
+}
+
+/* Escapes roff's special characters at line starts and backslashes. */
+static void man_text(FILE *out, const char *t)
+{
+    for (; *t; t++) {
+        if (*t == '\\')
+            fputs("\\e", out);
+        else if (*t == '-')
+            fputs("\\-", out);
+        else
+            fputc(*t, out);
+    }
+}
+
+void gml_config_print_man(FILE *out, const char *version)
+{
+    fprintf(out, ".TH GMLAKE.CONF 5 \"\" \"gmlake %s\" \"File Formats\"\n"
+                 ".SH NAME\ngmlake.conf \\- settings of libgmlake, the GPU memory allocator\n"
+                 ".SH SYNOPSIS\n" GML_SYSCONFDIR "/gmlake.conf, ~/.config/gmlake/gmlake.conf,\n"
+                 "the file named by \\fBGMLAKE_CONFIG\\fR, and \\fBGMLAKE_\\fIKEY\\fR variables\n"
+                 ".SH DESCRIPTION\nSources are read in the order above; later ones win. Each line is\n"
+                 ".I key = value\nor blank. A comment starts with \\fB#\\fR at the start of a line or\n"
+                 "after a blank; a \\fB#\\fR inside a value is kept. Sizes are decimal numbers with an\n"
+                 "optional unit (512KiB, 2MiB, 1G; K, M, G, T are powers of 1024); hexadecimal is\n"
+                 "refused. In file settings \\fB%%p\\fR is the process id, \\fB%%r\\fR the rank\n"
+                 "(\\fBRANK\\fR, else \\fBLOCAL_RANK\\fR, else 0), \\fB%%%%\\fR a percent sign. When\n"
+                 "several processes run (\\fBWORLD_SIZE\\fR or \\fBLOCAL_WORLD_SIZE\\fR above 1) and\n"
+                 "stats_file or trace_file names neither, each process writes its own file,\n"
+                 "with \\fB.rank\\fIR\\fR inserted before the extension. Bad values, unknown keys and\n"
+                 "unknown \\fBGMLAKE_*\\fR variables are reported (with the closest key) and\n"
+                 "ignored; \\fBgmlake config \\-\\-check\\fR exits 1 on them.\n.SH KEYS\n",
+            version);
+    for (int i = 0; i < gml_option_count; i++) {
+        const gml_option *o = &gml_options[i];
+        char acc[200], env[96];
+        accepted(o, acc, sizeof acc);
+        gml_option_env_name(i, env, sizeof env);
+        fprintf(out, ".TP\n.B %s\n", o->key);
+        man_text(out, o->help);
+        fputs(".\nAccepted: ", out);
+        man_text(out, acc);
+        fprintf(out, ". Default: %s. Environment: \\fB%s\\fR", *o->def ? o->def : "empty", env);
+        if (o->alias)
+            fprintf(out, " (alias \\fB%s\\fR)", o->alias);
+        fputs(".\n", out);
+    }
+    fputs(".SH SEE ALSO\n.BR gmlake (1)\n", out);
 }

@@ -18,6 +18,16 @@ static const char *skip_space(const char *s)
 
 static bool rest_blank(const char *s) { return *skip_space(s) == 0; }
 
+/* Whether [s, end) is written with only the characters in `allowed` (strtod also reads hex,
+ * "0x10", and exponents; gmlake's values are plain decimal numbers). */
+static bool only(const char *s, const char *end, const char *allowed)
+{
+    for (; s < end; s++)
+        if (!strchr(allowed, *s))
+            return false;
+    return true;
+}
+
 int gml_parse_size(const char *s, size_t *out)
 {
     if (!s)
@@ -28,7 +38,7 @@ int gml_parse_size(const char *s, size_t *out)
     char *end;
     errno = 0;
     double v = strtod(s, &end);
-    if (errno || end == s || !isfinite(v) || v < 0)
+    if (errno || end == s || !isfinite(v) || v < 0 || !only(s, end, "0123456789."))
         return -1;
     const char *u = skip_space(end);
     double mult = 1;
@@ -84,8 +94,9 @@ int gml_parse_double(const char *s, double *out)
         return -1;
     char *end;
     errno = 0;
+    s = skip_space(s);
     double v = strtod(s, &end);
-    if (errno || end == s || !isfinite(v) || !rest_blank(end))
+    if (errno || end == s || !isfinite(v) || !rest_blank(end) || !only(s, end, "0123456789.eE+-"))
         return -1;
     *out = v;
     return 0;

@@ -1,10 +1,11 @@
 /*
  * units.h — parsing of the value types the configuration and the tools accept.
  * Each returns 0 on success and -1 (leaving *out unchanged) on any malformed or out-of-range text.
- *  size:  a decimal count of bytes with an optional unit: 512, 4k, 512KiB, 64MB, 2M, 1G, 1.5GiB.
+ *  size:  a decimal count of bytes with an optional unit: 512, 4k, 512KiB, 64MB, 2M, 1G, 1.5GiB
+ *         (digits and one '.', nothing else: no hex "0x10", no exponent "1e6").
  *         K/M/G/T (with or without B / iB) are powers of 1024; KB/MB/GB/TB too (GPU convention).
  *  bool:  on/off, true/false, yes/no, 1/0 (any case).
- *  double: a finite decimal number.
+ *  double: a finite decimal number (an exponent is allowed; hex is not).
  *  int:   a decimal integer.
  */
 #ifndef GML_UNITS_H

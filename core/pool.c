@@ -63,6 +63,26 @@ void gml_pool_settings_default(gml_pool_settings *s)
     s->strategy = GML_STITCH_LARGEST;
 }
 
+int gml_pool_settings_check(const gml_pool_settings *s, size_t g, const char **why)
+{
+    size_t chunk = s->chunk_size ? s->chunk_size : ((size_t)2 << 20);
+    if (g)
+        chunk = GML_ROUND_UP(chunk, g);
+    const char *w = NULL;
+    if (chunk & (chunk - 1))
+        w = "chunk_size must be a power of two";
+    else if (s->round < 512 || (s->round & (s->round - 1)) || s->round > chunk)
+        w = "round must be a power of two between 512 and the chunk size";
+    else if (s->small_limit > chunk)
+        w = "small_limit must not exceed chunk_size";
+    else if (s->defrag_level < 0 || s->defrag_level > 2 || s->reuse_limit < 1.0 ||
+             (unsigned)s->strategy >= GML_STITCH_STRATEGY_COUNT)
+        w = "defrag_level must be 0..2, reuse_limit >= 1, strategy known";
+    if (w && why)
+        *why = w;
+    return w ? -1 : 0;
+}
+
 gml_pool *gml_pool_create(gml_device *dev, const gml_pool_settings *settings, const char **err)
 {
     const char *why = NULL;
@@ -79,25 +99,9 @@ gml_pool *gml_pool_create(gml_device *dev, const gml_pool_settings *settings, co
         why = "the device reports no usable granularity or memory size";
         goto fail;
     }
-    size_t chunk = p->set.chunk_size ? p->set.chunk_size : ((size_t)2 << 20);
-    chunk = GML_ROUND_UP(chunk, g);
-    if (chunk & (chunk - 1)) {
-        why = "chunk size must be a power of two";
+    if (gml_pool_settings_check(&p->set, g, &why) != 0)
         goto fail;
-    }
-    if (p->set.round < 512 || (p->set.round & (p->set.round - 1)) || p->set.round > chunk) {
-        why = "round must be a power of two between 512 and the chunk size";
-        goto fail;
-    }
-    if (p->set.small_limit > chunk) {
-        why = "small_limit must not exceed the chunk size";
-        goto fail;
-    }
-    if (p->set.defrag_level < 0 || p->set.defrag_level > 2 || p->set.reuse_limit < 1.0 ||
-        (unsigned)p->set.strategy >= GML_STITCH_STRATEGY_COUNT) {
-        why = "defrag_level must be 0..2, reuse_limit >= 1, strategy known";
-        goto fail;
-    }
+    size_t chunk = GML_ROUND_UP(p->set.chunk_size ? p->set.chunk_size : ((size_t)2 << 20), g);
     p->chunk = chunk;
     p->set.chunk_size = chunk;
     p->chunk_shift = (unsigned)__builtin_ctzll(chunk);
@@ -346,6 +350,25 @@ int gml_pool_empty_cache(gml_pool *p)
     return rc;
 }
 
+/* Free bytes, the largest free block and the whole free large chunks (what one stitch could
+ * map), over every bin: a walk of the free trees, for reports, not for the hot path. */
+static void free_figures(gml_pool *p, gmlake_stats *o)
+{
+    for (gml_bin *bin = p->bins; bin; bin = bin->hh.next)
+        for (int sp = 0; sp < GML_NSPACES; sp++) {
+            gml_block *b;
+            RB_FOREACH(b, gml_size_tree, &bin->free[sp]) {
+                o->free_bytes += b->size;
+                if (b->size > o->largest_free_bytes)
+                    o->largest_free_bytes = b->size;
+                uintptr_t lo = GML_ROUND_UP(b->addr - p->arena, p->chunk);
+                uintptr_t hi = (b->addr + b->size - p->arena) / p->chunk * p->chunk;
+                if (sp == GML_SPACE_LARGE && hi > lo)
+                    o->stitchable_bytes += hi - lo;
+            }
+        }
+}
+
 void gml_pool_stats(gml_pool *p, gmlake_stats *o)
 {
     memset(o, 0, sizeof *o);
@@ -365,6 +388,7 @@ void gml_pool_stats(gml_pool *p, gmlake_stats *o)
     o->stitched_bytes = p->stitched_bytes;
     o->cache_releases = p->c.cache_releases;
     o->chunk_size = p->chunk;
+    free_figures(p, o);
     pthread_mutex_unlock(&p->mu);
     o->utilization = o->peak_reserved_bytes
                          ? (double)o->peak_active_bytes / (double)o->peak_reserved_bytes

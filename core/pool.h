@@ -68,6 +68,10 @@ const char *gml_stitch_strategy_name(gml_stitch_strategy s);
 /* -1 when the name is unknown. */
 int gml_stitch_strategy_from_name(const char *name);
 
+/* Checks settings against the rules gml_pool_create enforces (one place: the pool's own rules;
+ * `gmlake config --check` and the preload layer call it before any device exists).  granularity
+ * is the device's (0: not known yet; chunk_size is then taken as given).  0, or -1 with *why. */
+int gml_pool_settings_check(const gml_pool_settings *s, size_t granularity, const char **why);
 /* Creates a pool on `dev` (which stays the caller's).  NULL with *err set on failure. */
 gml_pool *gml_pool_create(gml_device *dev, const gml_pool_settings *settings, const char **err);
 /* Releases everything; live allocations are lost. */

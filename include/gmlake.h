@@ -73,6 +73,9 @@ typedef struct gmlake_stats {
     uint64_t chunk_size;
     double utilization;             /* peak_active / peak_reserved, 0 when nothing was reserved */
     uint64_t device_calls[GMLAKE_DC_COUNT];
+    uint64_t free_bytes;            /* bytes of reserved memory in free blocks (any stream) */
+    uint64_t largest_free_bytes;    /* the largest single free block */
+    uint64_t stitchable_bytes;      /* whole free large chunks: the most one stitch could map */
 } gmlake_stats;
 
 /* Fill *out with the pool of `device`. */

@@ -66,7 +66,7 @@ static int serve_alloc(int device, size_t size, gml_stream stream, uintptr_t *ou
         return 0;
     }
     if (rc == GMLAKE_ERR_NOMEM) {
-        gml_log(GML_LOG_INFO, "device %d: out of memory for %zu bytes", device, size);
+        gml_oom_report(device, p, size);
         return 1;
     }
     gml_log(GML_LOG_WARN, "device %d: allocation of %zu bytes failed (%s); passing it to CUDA",

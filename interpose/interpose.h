@@ -106,6 +106,19 @@ gml_pool *gml_pool_of(int device);
 /* The pool whose memory holds ptr, or NULL (foreign pointer). */
 gml_pool *gml_owner(uintptr_t ptr, int *device);
 void gml_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Logs (warn level) why `size` bytes could not be served on `device` (report.c). */
+void gml_oom_report(int device, gml_pool *p, size_t size);
+/* PyTorch's allocator route (pytorch_env.c): what to do with its environment.  alloc_conf and
+ * cuda_conf are PYTORCH_ALLOC_CONF and PYTORCH_CUDA_ALLOC_CONF (NULL: unset).
+ *  GML_TORCH_KEEP    a backend is named and it is cudaMallocAsync: nothing to do;
+ *  GML_TORCH_SET     set *var to value: backend:cudaMallocAsync when neither names anything, or
+ *                    the user's options with ",backend:cudaMallocAsync" appended when they name
+ *                    no backend and do not ask for expandable_segments;
+ *  GML_TORCH_BYPASS  the user keeps PyTorch's own allocator (backend:native, expandable_segments):
+ *                    its allocations will not reach gmlake; *var names the variable in effect. */
+enum gml_torch_action { GML_TORCH_KEEP, GML_TORCH_SET, GML_TORCH_BYPASS };
+int gml_torch_plan(const char *alloc_conf, const char *cuda_conf, const char **var, char *value,
+                   size_t len);
 /* Appends an event to the trace file, if one is configured.  Calls with no stream (cudaMalloc,
  * cudaFree, cuMemAlloc, cuMemFree) are recorded with stream 0xffffffffffffffff (GML_STREAM_NONE),
  * which replay treats as they were served. */

@@ -1,6 +1,17 @@
 /*
  * state.c — what the hooks share: the settings, the per-device pools (created on first use, never
  * in the constructor), ownership of pointers, logging, the trace recorder and the exit summary.
+ *
+ * Several processes (torchrun: one per GPU) share one environment, hence one set of file names:
+ *  - log lines start "gmlake[PID]: ", or "gmlake[PID rank R]: " when RANK or LOCAL_RANK is set;
+ *  - in log_file, stats_file and trace_file, %p is the pid, %r the rank (RANK, else LOCAL_RANK,
+ *    else 0) and %% a percent sign;
+ *  - when several processes run (WORLD_SIZE or LOCAL_WORLD_SIZE above 1) and stats_file or
+ *    trace_file contains neither %p nor %r, each process writes its own: ".rank%r" is inserted
+ *    before the file's extension (stats.json -> stats.rank3.json).  log_file is shared (appended,
+ *    one whole line at a time, each naming its process);
+ *  - a process that served no allocation writes no stats file and creates no trace file (a shell
+ *    or a helper program started under the same LD_PRELOAD does not overwrite the job's).
  */
 #include <pthread.h>
 #include <stdarg.h>
@@ -9,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "core/registry.h"
 #include "interpose.h"
@@ -20,27 +32,138 @@ static pthread_once_t cfg_once = PTHREAD_ONCE_INIT;
 static FILE *log_out;
 static pthread_mutex_t log_mu = PTHREAD_MUTEX_INITIALIZER;
 static FILE *trace_out;
+static char trace_path[GML_PATH_MAX], stats_path[GML_PATH_MAX], log_path[GML_PATH_MAX];
+static char rank[24];                  /* RANK or LOCAL_RANK, "" when neither is set */
 static pthread_mutex_t trace_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_mutex_t create_mu = PTHREAD_MUTEX_INITIALIZER;
 static _Atomic int failed_dev[GML_MAX_DEVICES]; /* 1: gmlake cannot run there (logged) */
 
 static void at_exit(void);
 
+static bool several_processes(void)
+{
+    const char *vars[] = {"WORLD_SIZE", "LOCAL_WORLD_SIZE"};
+    for (int i = 0; i < 2; i++) {
+        const char *v = getenv(vars[i]);
+        if (v && atoi(v) > 1)
+            return true;
+    }
+    return false;
+}
+
+/* Expands %p, %r and %% of `pattern` into out (rules at the top of this file); with per_process
+ * and several processes, a pattern naming neither gets ".rank%r" before its extension. */
+static void expand_path(const char *pattern, bool per_process, char *out, size_t len)
+{
+    char pat[GML_PATH_MAX + 16];
+    snprintf(pat, sizeof pat, "%s", pattern);
+    if (per_process && several_processes() && !strstr(pat, "%p") && !strstr(pat, "%r")) {
+        const char *base = strrchr(pat, '/');
+        char *dot = strrchr(base ? base : pat, '.');
+        if (!dot || dot == (base ? base + 1 : pat))
+            dot = pat + strlen(pat);
+        char ext[GML_PATH_MAX];
+        snprintf(ext, sizeof ext, "%s", dot);
+        snprintf(dot, sizeof pat - (size_t)(dot - pat), ".rank%%r%s", ext);
+    }
+    size_t n = 0;
+    for (const char *c = pat; *c && n + 1 < len; c++) {
+        char num[32] = "";
+        if (c[0] == '%' && c[1] == 'p')
+            snprintf(num, sizeof num, "%ld", (long)getpid());
+        else if (c[0] == '%' && c[1] == 'r')
+            snprintf(num, sizeof num, "%s", rank[0] ? rank : "0");
+        else if (c[0] == '%' && c[1] == '%')
+            snprintf(num, sizeof num, "%%");
+        if (!num[0]) {
+            out[n++] = *c;
+            continue;
+        }
+        n += (size_t)snprintf(out + n, len - n, "%s", num);
+        if (n >= len)
+            n = len - 1;
+        c++;
+    }
+    out[n] = 0;
+}
+
+enum { LOG_BUDGET = 100 }; /* errors and warnings after this many are counted, not printed */
+static unsigned long suppressed;
+
+/* Writes one log line (the settings must be loaded, or being loaded on this thread). */
+static void vlog(int level, const char *fmt, va_list ap)
+{
+    static unsigned long printed;
+    if (level > cfg.log_level)
+        return;
+    pthread_mutex_lock(&log_mu);
+    FILE *out = log_out ? log_out : stderr;
+    char who[64];
+    if (rank[0])
+        snprintf(who, sizeof who, "gmlake[%ld rank %s]: ", (long)getpid(), rank);
+    else
+        snprintf(who, sizeof who, "gmlake[%ld]: ", (long)getpid());
+    if (level <= GML_LOG_WARN && ++printed > LOG_BUDGET) {
+        if (suppressed++ == 0)
+            fprintf(out, "%smore than %d errors and warnings; further ones are only counted\n",
+                    who, LOG_BUDGET);
+        pthread_mutex_unlock(&log_mu);
+        return;
+    }
+    fputs(who, out);
+    vfprintf(out, fmt, ap);
+    fputc('\n', out);
+    fflush(out);
+    pthread_mutex_unlock(&log_mu);
+}
+
+static void log_loading(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void log_loading(int level, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vlog(level, fmt, ap);
+    va_end(ap);
+}
+
 static void load_cfg(void)
 {
     gml_depth++;
-    gml_config_load(&cfg, NULL, NULL);
-    if (cfg.log_file[0] && !(log_out = fopen(cfg.log_file, "a")))
-        fprintf(stderr, "gmlake: cannot open log_file %s; logging to standard error\n", cfg.log_file);
-    if (cfg.enable && cfg.trace_file[0]) {
-        trace_out = fopen(cfg.trace_file, "w");
-        if (!trace_out)
-            fprintf(stderr, "gmlake: cannot open trace_file %s; no trace is recorded\n", cfg.trace_file);
-        else {
-            setvbuf(trace_out, NULL, _IOLBF, 0); /* whole lines, readable while the job runs */
-            fprintf(trace_out, "# gmlake-trace v1: op ptr size stream t_us (recorded by libgmlake)\n");
-        }
+    const char *r = getenv("RANK");
+    if (!r || !*r)
+        r = getenv("LOCAL_RANK");
+    snprintf(rank, sizeof rank, "%s", r && strlen(r) < sizeof rank ? r : "");
+    char *msgs = NULL;
+    size_t msglen = 0;
+    FILE *mf = open_memstream(&msgs, &msglen);
+    gml_config_load(&cfg, NULL, mf);
+    if (mf)
+        fclose(mf);
+    if (cfg.log_file[0]) {
+        expand_path(cfg.log_file, false, log_path, sizeof log_path);
+        if (!(log_out = fopen(log_path, "a")))
+            log_loading(GML_LOG_ERROR, "cannot open log_file %s; logging to standard error", log_path);
     }
+    /* the configuration's own messages (bad values, unknown keys), now that the log is open */
+    for (char *line = msgs, *next; line && *line; line = next) {
+        next = strchr(line, '\n');
+        if (next)
+            *next++ = 0;
+        log_loading(GML_LOG_WARN, "%s", strncmp(line, "gmlake: ", 8) == 0 ? line + 8 : line);
+        if (!next)
+            break;
+    }
+    free(msgs);
+    const char *why = NULL;
+    if (cfg.enable && gml_pool_settings_check(&cfg.pool, 0, &why) != 0) {
+        log_loading(GML_LOG_ERROR, "invalid settings (%s): gmlake is OFF, every allocation passes "
+                    "to CUDA (gmlake config --check shows the settings)", why);
+        cfg.enable = false;
+    }
+    if (cfg.stats_file[0])
+        expand_path(cfg.stats_file, true, stats_path, sizeof stats_path);
+    if (cfg.enable && cfg.trace_file[0])
+        expand_path(cfg.trace_file, true, trace_path, sizeof trace_path);
     if (cfg.enable)
         atexit(at_exit);
     gml_depth--;
@@ -54,31 +177,13 @@ const gml_config *gml_cfg(void)
 
 bool gml_serving(void) { return gml_depth == 0 && gml_cfg()->enable; }
 
-enum { LOG_BUDGET = 100 }; /* errors and warnings after this many are counted, not printed */
-static unsigned long suppressed;
-
 void gml_log(int level, const char *fmt, ...)
 {
-    static unsigned long printed;
-    if (level > gml_cfg()->log_level)
-        return;
-    pthread_mutex_lock(&log_mu);
-    if (level <= GML_LOG_WARN && ++printed > LOG_BUDGET) {
-        if (suppressed++ == 0)
-            fprintf(log_out ? log_out : stderr,
-                    "gmlake: more than %d errors and warnings; further ones are only counted\n", LOG_BUDGET);
-        pthread_mutex_unlock(&log_mu);
-        return;
-    }
-    FILE *out = log_out ? log_out : stderr;
-    fputs("gmlake: ", out);
+    gml_cfg();
     va_list ap;
     va_start(ap, fmt);
-    vfprintf(out, fmt, ap);
+    vlog(level, fmt, ap);
     va_end(ap);
-    fputc('\n', out);
-    fflush(out);
-    pthread_mutex_unlock(&log_mu);
 }
 
 static void *resolve_driver(const char *name) { return gml_driver_symbol(name); }
@@ -97,8 +202,8 @@ gml_pool *gml_pool_of(int device)
         if (!p) {
             gml_device_destroy(dev);
             atomic_store(&failed_dev[device], 1);
-            gml_log(GML_LOG_WARN, "device %d: %s; its allocations pass through to CUDA", device,
-                    err ? err : "cannot create a pool");
+            gml_log(GML_LOG_ERROR, "device %d: %s; gmlake is OFF there, its allocations pass "
+                    "through to CUDA", device, err ? err : "cannot create a pool");
         } else {
             gml_registry_install(device, p);
             gml_log(GML_LOG_INFO, "device %d: pool ready (chunk %zu bytes, stitching %s)", device,
@@ -123,13 +228,34 @@ gml_pool *gml_owner(uintptr_t ptr, int *device)
     return NULL;
 }
 
+/* Opens the trace file on the first event (trace_mu held); false when it cannot be written. */
+static bool trace_open(void)
+{
+    static bool failed;
+    if (trace_out || failed)
+        return trace_out != NULL;
+    trace_out = fopen(trace_path, "w");
+    if (!trace_out) {
+        failed = true;
+        gml_log(GML_LOG_ERROR, "cannot open trace_file %s; no trace is recorded", trace_path);
+        return false;
+    }
+    setvbuf(trace_out, NULL, _IOLBF, 0); /* whole lines, readable while the job runs */
+    fprintf(trace_out, "# gmlake-trace v1: op ptr size stream t_us (recorded by libgmlake)\n");
+    return true;
+}
+
 void gml_trace_event(char op, uintptr_t ptr, size_t size, uintptr_t stream)
 {
-    if (!trace_out)
+    if (!trace_path[0])
         return;
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
     pthread_mutex_lock(&trace_mu);
+    if (!trace_open()) {
+        pthread_mutex_unlock(&trace_mu);
+        return;
+    }
     fprintf(trace_out, "%c %#lx %zu %#lx %lld\n", op, (unsigned long)ptr, size,
             (unsigned long)stream, (long long)t.tv_sec * 1000000 + t.tv_nsec / 1000);
     pthread_mutex_unlock(&trace_mu);
@@ -155,9 +281,12 @@ static void write_stats(FILE *f, int d, const gmlake_stats *s)
 static void at_exit(void)
 {
     gml_depth++;
-    FILE *stats = cfg.stats_file[0] ? fopen(cfg.stats_file, "w") : NULL;
-    if (cfg.stats_file[0] && !stats)
-        fprintf(stderr, "gmlake: cannot write stats_file %s\n", cfg.stats_file);
+    bool served = false;
+    for (int d = 0; d < GML_MAX_DEVICES; d++)
+        served = served || gml_registry_get(d) != NULL;
+    FILE *stats = stats_path[0] && served ? fopen(stats_path, "w") : NULL;
+    if (stats_path[0] && served && !stats)
+        gml_log(GML_LOG_ERROR, "cannot write stats_file %s", stats_path);
     for (int d = 0; d < GML_MAX_DEVICES; d++) {
         gml_pool *p = gml_registry_get(d);
         if (!p)

@@ -1,5 +1,24 @@
-# scripts/deps.sh — sourced by scripts/test and scripts/gmlake: installs what the build needs on a
-# fresh Debian machine (as root, with apt) and configures/builds a build directory.
+# scripts/deps.sh — sourced by scripts/gmlake and scripts/test: installs what is missing on a fresh
+# Debian machine (as root, with apt) and configures/builds a build directory.
+#   gml_ensure_deps        what the build needs (scripts/gmlake: replay, config, run)
+#   gml_ensure_test_deps   what the tests need on top (scripts/test only: Criterion, clang and
+#                          its fuzzer runtime)
+# CUDA headers are not installed here: without them the build makes the simulated device and the
+# tools only (meson option cuda=auto), which is all `gmlake replay` needs.
+
+gml_source_root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+
+# gml_apt_install PKG...: installs the packages, or says how when this shell cannot.
+gml_apt_install() {
+  [ $# -eq 0 ] && return 0
+  if [ "$(id -u)" -ne 0 ] || ! command -v apt-get >/dev/null; then
+    echo "gmlake: missing $*; install them (Debian: apt-get install $*)" >&2
+    return 2
+  fi
+  echo "gmlake: installing $*" >&2
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq && apt-get install -y -qq "$@" >/dev/null
+}
 
 gml_ensure_deps() {
   local need=()
@@ -7,28 +26,41 @@ gml_ensure_deps() {
   command -v ninja >/dev/null || need+=(ninja-build)
   command -v pkg-config >/dev/null || need+=(pkg-config)
   command -v cc >/dev/null || need+=(gcc)
-  [ -f /usr/include/criterion/criterion.h ] || need+=(libcriterion-dev)
   [ -f /usr/include/uthash.h ] || need+=(uthash-dev)
   [ -f /usr/include/bsd/sys/tree.h ] || need+=(libbsd-dev)
   [ -f /usr/include/zlib.h ] || need+=(zlib1g-dev)
-  command -v clang >/dev/null || need+=(clang)
-  ls /usr/lib/llvm-*/lib/clang/*/lib/linux/libclang_rt.fuzzer-x86_64.a >/dev/null 2>&1 || need+=(libclang-rt-14-dev)
-  [ ${#need[@]} -eq 0 ] && return 0
-  if [ "$(id -u)" -ne 0 ] || ! command -v apt-get >/dev/null; then
-    echo "gmlake: missing ${need[*]}; install them (Debian: apt-get install ${need[*]})" >&2
-    return 2
-  fi
-  echo "gmlake: installing ${need[*]}" >&2
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq && apt-get install -y -qq "${need[@]}" >/dev/null
+  gml_apt_install "${need[@]}"
 }
 
-# gml_ensure_build DIR [meson options...]: configure DIR if needed, then build it quietly.
+gml_ensure_test_deps() {
+  gml_ensure_deps || return
+  local need=()
+  [ -f /usr/include/criterion/criterion.h ] || need+=(libcriterion-dev)
+  command -v clang >/dev/null || need+=(clang)
+  ls /usr/lib/llvm-*/lib/clang/*/lib/linux/libclang_rt.fuzzer-x86_64.a >/dev/null 2>&1 || need+=(libclang-rt-14-dev)
+  command -v python3 >/dev/null || need+=(python3)
+  gml_apt_install "${need[@]}"
+}
+
+# gml_ensure_build DIR [meson options...]: configure DIR if needed, then build it quietly; on a
+# failure, the tail of meson's or ninja's output says why.
 gml_ensure_build() {
-  local dir=$1
+  local dir=$1 log
   shift
+  log=$(mktemp)
   if [ ! -f "$dir/build.ninja" ]; then
-    meson setup "$dir" "$@" >/dev/null || return 1
+    if ! meson setup "$dir" "$gml_source_root" "$@" >"$log" 2>&1; then
+      echo "gmlake: 'meson setup $dir' failed:" >&2
+      tail -n 25 "$log" >&2
+      rm -f "$log"
+      return 1
+    fi
   fi
-  ninja -C "$dir" >/dev/null
+  if ! ninja -C "$dir" >"$log" 2>&1; then
+    echo "gmlake: 'ninja -C $dir' failed:" >&2
+    tail -n 25 "$log" >&2
+    rm -f "$log"
+    return 1
+  fi
+  rm -f "$log"
 }

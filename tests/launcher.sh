@@ -1,19 +1,72 @@
 #!/usr/bin/env bash
-# launcher.sh — `gmlake run`: the environment it gives the program and its exit status.
-# Usage: launcher.sh GMLAKE_SCRIPT LIBGMLAKE
+# launcher.sh — `gmlake` as a user meets it: what `gmlake run` gives the program, PyTorch's route
+# (chosen by libgmlake itself, with or without the launcher), per-process files, typos, replay.
+# Usage: launcher.sh GMLAKE_SCRIPT LIBGMLAKE ALLOC_PROGRAM
+#   ALLOC_PROGRAM: tests/interpose/preload_reports (mode `alloc`: one allocation through the fake
+#   CUDA, found beside it)
 set -u
-g=$1 lib=$2
+g=$1 lib=$2 prog=$3
+export LD_LIBRARY_PATH=$(dirname "$prog")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+export GMLAKE_SYSCONFDIR=/nonexistent XDG_CONFIG_HOME=/nonexistent
+unset PYTORCH_CUDA_ALLOC_CONF PYTORCH_ALLOC_CONF XLA_PYTHON_CLIENT_ALLOCATOR RANK LOCAL_RANK WORLD_SIZE LOCAL_WORLD_SIZE
+for v in $(env | grep -o '^GMLAKE_[A-Z_]*' | grep -v -e '^GMLAKE_SYSCONFDIR$'); do unset "$v"; done
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
 pass=0 fail=0
 check() { if eval "$2"; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: $1"; fi; }
-out=$(env -u PYTORCH_CUDA_ALLOC_CONF -u XLA_PYTHON_CLIENT_ALLOCATOR LD_PRELOAD=libm.so.6 \
-      "$g" run --config /tmp/some.conf --set log_level=debug --set=auto_gc=5 -- env)
+
+out=$(LD_PRELOAD=libm.so.6 "$g" run --config /tmp/some.conf --set log_level=debug --set=auto_gc=5 -- env 2>/dev/null)
 check "LD_PRELOAD starts with libgmlake" '[[ "$out" == *"LD_PRELOAD=$lib:libm.so.6"* ]]'
-check "PyTorch backend" '[[ "$out" == *"PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync"* ]]'
+check "PyTorch backend (set by the library)" '[[ "$out" == *"PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync"* ]]'
 check "JAX allocator" '[[ "$out" == *"XLA_PYTHON_CLIENT_ALLOCATOR=platform"* ]]'
 check "--config" '[[ "$out" == *"GMLAKE_CONFIG=/tmp/some.conf"* ]]'
 check "--set" '[[ "$out" == *"GMLAKE_LOG_LEVEL=debug"* && "$out" == *"GMLAKE_AUTO_GC=5"* ]]'
+
+# --- PyTorch's route: the same rule with a plain LD_PRELOAD (no launcher, no variables)
+pt() { env "$@" LD_PRELOAD="$lib" sh -c 'echo "cuda=${PYTORCH_CUDA_ALLOC_CONF-unset} alloc=${PYTORCH_ALLOC_CONF-unset}"' 2>"$tmp/err"; }
+check "plain LD_PRELOAD sets the backend" '[ "$(pt)" = "cuda=backend:cudaMallocAsync alloc=unset" ]'
+check "PYTORCH_ALLOC_CONF alone is honoured, options kept" \
+  '[ "$(pt PYTORCH_ALLOC_CONF=max_split_size_mb:128)" = "cuda=unset alloc=max_split_size_mb:128,backend:cudaMallocAsync" ]'
+check "options without a backend get it appended" \
+  '[ "$(pt PYTORCH_CUDA_ALLOC_CONF=garbage_collection_threshold:0.6)" = "cuda=garbage_collection_threshold:0.6,backend:cudaMallocAsync alloc=unset" ]'
+check "backend:cudaMallocAsync is left alone, silently" \
+  '[ "$(pt PYTORCH_ALLOC_CONF=backend:cudaMallocAsync)" = "cuda=unset alloc=backend:cudaMallocAsync" ] && [ ! -s "$tmp/err" ]'
+check "expandable_segments is kept, with one warning" \
+  '[ "$(pt PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True)" = "cuda=expandable_segments:True alloc=unset" ] && [ "$(grep -c "will not reach gmlake" "$tmp/err")" = 1 ]'
+check "backend:native is kept, with a warning naming the variable" \
+  '[ "$(pt PYTORCH_ALLOC_CONF=backend:native)" = "cuda=unset alloc=backend:native" ] && grep -q "PYTORCH_ALLOC_CONF=backend:native keeps PyTorch" "$tmp/err"'
+check "pytorch_backend=off leaves the environment alone" '[ "$(pt GMLAKE_PYTORCH_BACKEND=off)" = "cuda=unset alloc=unset" ]'
+check "GMLAKE_ENABLE=0 leaves the environment alone" '[ "$(pt GMLAKE_ENABLE=0)" = "cuda=unset alloc=unset" ]'
 err=$(PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True "$g" run -- sh -c 'echo "$PYTORCH_CUDA_ALLOC_CONF"' 2>&1)
-check "another PyTorch setting is kept and explained" '[[ "$err" == *"expandable_segments:True is kept"* && "$err" == *$'"'"'\n'"'"'expandable_segments:True* ]]'
+check "the launcher follows the library's rule" '[[ "$err" == *"will not reach gmlake"* && "$err" == *$'"'"'\n'"'"'expandable_segments:True ]]'
+
+# --- several processes: %p, %r, per-process defaults, log prefix
+WORLD_SIZE=2 RANK=1 "$g" run --set stats_file="$tmp/stats.json" --set trace_file="$tmp/trace" -- "$prog" alloc >/dev/null
+check "per-process stats file under WORLD_SIZE>1" '[ -s "$tmp/stats.rank1.json" ] && [ ! -e "$tmp/stats.json" ]'
+check "per-process trace file (no extension)" '[ -s "$tmp/trace.rank1" ]'
+check "the stats are the process's" 'grep -q "\"allocations\":1," "$tmp/stats.rank1.json"'
+LOCAL_RANK=3 "$g" run --set stats_file="$tmp/s-%r-%p-%%.json" -- "$prog" alloc >/dev/null
+check "%r %p %% expand" 'ls "$tmp" | grep -Eq "^s-3-[0-9]+-%\.json$"'
+"$g" run --set stats_file="$tmp/one.json" -- "$prog" alloc >/dev/null
+check "one process: the name as given" '[ -s "$tmp/one.json" ]'
+"$g" run --set stats_file="$tmp/none.json" --set trace_file="$tmp/none.trace" -- true
+check "a process that served nothing writes no stats or trace file" '[ ! -e "$tmp/none.json" ] && [ ! -e "$tmp/none.trace" ]'
+err=$(RANK=5 "$g" run --set memory_limit=0x10 -- "$prog" alloc 2>&1)
+check "log lines name pid and rank" '[[ "$err" =~ gmlake\[[0-9]+\ rank\ 5\]:\ environment\ GMLAKE_MEMORY_LIMIT ]]'
+
+# --- typos (reported when gmlake's settings load: the program's first CUDA call)
+err=$("$g" run --set stich=off -- "$prog" alloc 2>&1)
+check "an unknown --set key is a warning at start-up, with the closest key" '[[ "$err" == *"GMLAKE_STICH: no such setting, ignored; did you mean GMLAKE_STITCH?"* ]]'
+"$g" config --check --set stich=off >/dev/null 2>"$tmp/err"
+check "... and an error in config --check" '[ $? -eq 1 ] && grep -q "did you mean GMLAKE_STITCH" "$tmp/err"'
+GMLAKE_STICH=off "$g" config --check >/dev/null 2>&1
+check "an unknown GMLAKE_ variable is an error in config --check" '[ $? -eq 1 ]'
+"$g" config --check --set small_limit=1GiB >/dev/null 2>"$tmp/err"
+check "config --check applies the pool's rules" '[ $? -eq 1 ] && grep -q "small_limit must not exceed chunk_size" "$tmp/err"'
+"$g" config --check --set auto_gc=7 >/dev/null
+check "config --check passes on good settings" '[ $? -eq 0 ]'
+
+# --- the rest of the command line
 "$g" run -- sh -c 'exit 7'
 check "exit status is the program's" '[ $? -eq 7 ]'
 "$g" run --set nokeyvalue -- true 2>/dev/null
@@ -23,5 +76,10 @@ check "no command is refused" '[ $? -eq 2 ]'
 "$g" frobnicate 2>/dev/null
 check "unknown command" '[ $? -eq 2 ]'
 check "help" '"$g" --help | grep -q "^  run " && "$g" run --help | grep -q -- "--set key=value"'
+check "--version" '[[ "$("$g" --version)" =~ ^gmlake\ [0-9]+\.[0-9]+ ]]'
+out=$("$g" replay --set stitch_strategy=bestfit 2>&1)
+check "replay --set KEY=VALUE, bundled trace under several policies" '[[ "$out" == *"mixtral_moe.trace.gz [no-stitch]"* && "$out" == *"mixtral_moe.trace.gz [gmlake]"* ]]'
+"$g" replay --set stitch_strategy=worst >/dev/null 2>&1
+check "replay --set with a bad value fails" '[ $? -ne 0 ]'
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]

@@ -2,6 +2,10 @@
  * config_main.c — `gmlake config`: prints every setting, its value and where it came from.
  *   gmlake-config [--check]    --check: exit status 1 if any source had an error
  *   gmlake-config --example    a commented gmlake.conf with every key at its default
+ *   gmlake-config --man        gmlake.conf(5), generated from the option table
+ *   gmlake-config --version    gmlake's version
+ * --check also applies the pool's own rules between settings (gml_pool_settings_check): settings
+ * the pool would refuse are an error here, not a silently disabled gmlake later.
  */
 #include <stdio.h>
 #include <string.h>
@@ -17,11 +21,18 @@ int main(int argc, char **argv)
         } else if (strcmp(argv[i], "--example") == 0) {
             gml_config_print_example(stdout);
             return 0;
+        } else if (strcmp(argv[i], "--man") == 0) {
+            gml_config_print_man(stdout, GML_VERSION);
+            return 0;
+        } else if (strcmp(argv[i], "--version") == 0) {
+            printf("gmlake %s\n", GML_VERSION);
+            return 0;
         } else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
             printf("usage: gmlake config [--check] [--example]\n"
                    "Prints every gmlake setting, its value and where it came from (default,\n"
                    "FILE:LINE or an environment variable).  --check exits 1 if any source has an\n"
-                   "error; --example prints a commented configuration file.\n");
+                   "error (a bad value, an unknown key or GMLAKE_* variable, settings the pool\n"
+                   "would refuse); --example prints a commented configuration file.\n");
             return 0;
         } else {
             fprintf(stderr, "gmlake config: unknown option '%s' (try --help)\n", argv[i]);
@@ -32,6 +43,12 @@ int main(int argc, char **argv)
     gml_config_report rep;
     gml_config_load(&c, &rep, stderr);
     gml_config_print(stdout, &c, &rep);
+    const char *why = NULL;
+    if (gml_pool_settings_check(&c.pool, 0, &why) != 0) {
+        fprintf(stderr, "gmlake: these settings would be refused by the pool (%s): gmlake would "
+                        "turn itself off and pass every allocation to CUDA\n", why);
+        rep.errors++;
+    }
     if (check && rep.errors) {
         fprintf(stderr, "gmlake config: %d error%s in the configuration\n", rep.errors,
                 rep.errors == 1 ? "" : "s");

@@ -23,6 +23,6 @@ fi
 echo "== multi_gpu"
 LD_PRELOAD=$lib "$root/build/gpu/multi_gpu" 2>&1 | tee "$out/multi_gpu.log" || status=1
 echo "== pytest"
-LIBGMLAKE=$lib python3 -m pytest -q "$root/tests/gpu/test_gpu.py" 2>&1 | tee "$out/pytest.log"
+LIBGMLAKE=$lib python3 -m pytest -q "$root/tests/gpu/test_gpu.py" "$root/tests/gpu/test_pytorch_route.py" 2>&1 | tee "$out/pytest.log"
 [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 exit $status

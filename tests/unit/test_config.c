@@ -8,6 +8,8 @@
 
 #include "config/config.h"
 
+extern char **environ;
+
 static char root[64];
 
 static void write_file(const char *path, const char *text)
@@ -32,14 +34,18 @@ static void sandbox(void)
     snprintf(p, sizeof p, "%s/home", root), setenv("HOME", p, 1);
     unsetenv("XDG_CONFIG_HOME");
     unsetenv("GMLAKE_CONFIG");
-    for (int i = 0; i < gml_option_count; i++) {
-        char var[96];
-        snprintf(var, sizeof var, "GMLAKE_");
-        for (size_t k = 0; gml_options[i].key[k]; k++)
-            var[7 + k] = (char)(gml_options[i].key[k] - (gml_options[i].key[k] >= 'a' ? 32 : 0)), var[8 + k] = 0;
-        unsetenv(var);
+    for (int i = 0; i < gml_option_count; i++)
         if (gml_options[i].alias)
             unsetenv(gml_options[i].alias);
+    for (char **e = environ; *e;) { /* every GMLAKE_ variable, known or not */
+        if (strncmp(*e, "GMLAKE_", 7) == 0 && strncmp(*e, "GMLAKE_SYSCONFDIR=", 18) != 0) {
+            char name[128];
+            snprintf(name, sizeof name, "%.*s", (int)(strchr(*e, '=') - *e), *e);
+            unsetenv(name);
+            e = environ;
+        } else {
+            e++;
+        }
     }
 }
 
@@ -196,4 +202,100 @@ Test(config, example_file_round_trips)
     cr_assert_eq(rep.errors, 0, "%s", msgs);
     for (int i = 0; i < gml_option_count; i++)
         cr_assert(strstr(rep.source[i], "example:"), "every key appears in the example: %s", gml_options[i].key);
+}
+
+Test(config, unknown_environment_variables_are_errors_with_the_closest_key)
+{
+    sandbox();
+    setenv("GMLAKE_STICH", "off", 1);
+    setenv("GMLAKE_MEMORYLIMIT", "1G", 1);
+    setenv("GMLAKE_WHATEVER_THIS_IS", "1", 1);
+    setenv("GMLAKE_CONFIG", path("none.conf"), 1);
+    write_file(path("none.conf"), "stich = off\n");
+    gml_config c;
+    gml_config_report rep;
+    char *m = load(&c, &rep);
+    cr_assert_eq(rep.errors, 4, "%s", m);
+    cr_assert(strstr(m, "environment GMLAKE_STICH: no such setting, ignored; did you mean GMLAKE_STITCH?"), "%s", m);
+    cr_assert(strstr(m, "environment GMLAKE_MEMORYLIMIT: no such setting, ignored; did you mean GMLAKE_MEMORY_LIMIT?"), "%s", m);
+    cr_assert(strstr(m, "environment GMLAKE_WHATEVER_THIS_IS: no such setting, ignored (gmlake"), "%s", m);
+    cr_assert(strstr(m, "none.conf:1: unknown key 'stich'; did you mean 'stitch'?"), "%s", m);
+    cr_assert(c.pool.vmm_defragment, "the typo changed nothing");
+    cr_assert_str_eq(gml_config_closest_key("autogc"), "auto_gc");
+    cr_assert_str_eq(gml_config_closest_key("fraglimit"), "frag_limit", "aliases count too");
+    cr_assert_null(gml_config_closest_key("zz"));
+}
+
+Test(config, a_hash_inside_a_value_is_kept_a_comment_needs_a_blank_before_it)
+{
+    sandbox();
+    write_file(path("named.conf"), "log_file = /tmp/run#3/log.txt   # where\n"
+                                   "stats_file=/tmp/s.json# not a comment: no blank before it\n"
+                                   "  # a whole-line comment\n"
+                                   "#trace_file = /tmp/t\n"
+                                   "auto_gc = 12 #twelve\n");
+    setenv("GMLAKE_CONFIG", path("named.conf"), 1);
+    gml_config c;
+    gml_config_report rep;
+    char *m = load(&c, &rep);
+    cr_assert_eq(rep.errors, 0, "%s", m);
+    cr_assert_str_eq(c.log_file, "/tmp/run#3/log.txt");
+    cr_assert_str_eq(c.stats_file, "/tmp/s.json# not a comment: no blank before it");
+    cr_assert_str_eq(c.trace_file, "");
+    cr_assert_eq(c.pool.auto_gc, 12);
+}
+
+Test(config, hex_sizes_are_refused)
+{
+    sandbox();
+    setenv("GMLAKE_MEMORY_LIMIT", "0x10", 1);
+    setenv("GMLAKE_REUSE_LIMIT", "0x2", 1);
+    gml_config c;
+    gml_config_report rep;
+    char *m = load(&c, &rep);
+    cr_assert_eq(rep.errors, 2, "%s", m);
+    cr_assert_eq(c.pool.limit_bytes, 0, "0x10 is not 16 bytes");
+    cr_assert(strstr(m, "memory_limit = '0x10' is not valid"), "%s", m);
+}
+
+/* Settings each valid alone but refused together by the pool: the pool's own check names them
+ * before any device exists (what `gmlake config --check` and the library apply). */
+Test(config, settings_the_pool_refuses_are_found_before_a_device_exists)
+{
+    sandbox();
+    setenv("GMLAKE_SMALL_LIMIT", "1GiB", 1);
+    gml_config c;
+    gml_config_report rep;
+    char *m = load(&c, &rep);
+    cr_assert_eq(rep.errors, 0, "each value is in its range: %s", m);
+    const char *why = NULL;
+    cr_assert_eq(gml_pool_settings_check(&c.pool, 0, &why), -1);
+    cr_assert_str_eq(why, "small_limit must not exceed chunk_size");
+    gml_sim_config sc = {.capacity = 64u << 20};
+    gml_device *dev = gml_sim_create(&sc);
+    const char *err = NULL;
+    cr_assert_null(gml_pool_create(dev, &c.pool, &err), "the pool refuses the same settings");
+    cr_assert_str_eq(err, why);
+    gml_device_destroy(dev);
+    unsetenv("GMLAKE_SMALL_LIMIT");
+    setenv("GMLAKE_CHUNK_SIZE", "6MiB", 1);
+    load(&c, &rep);
+    cr_assert_eq(gml_pool_settings_check(&c.pool, 0, &why), -1);
+    cr_assert_str_eq(why, "chunk_size must be a power of two");
+    gml_config_defaults(&c);
+    cr_assert_eq(gml_pool_settings_check(&c.pool, 0, &why), 0, "the defaults pass");
+}
+
+Test(config, man_page_names_every_key)
+{
+    char buf[32768] = {0};
+    FILE *m = fmemopen(buf, sizeof buf - 1, "w");
+    gml_config_print_man(m, "9.9");
+    fclose(m);
+    cr_assert(strstr(buf, ".TH GMLAKE.CONF 5"), "%s", buf);
+    for (int i = 0; i < gml_option_count; i++) {
+        char want[64];
+        snprintf(want, sizeof want, ".B %s\n", gml_options[i].key);
+        cr_assert(strstr(buf, want), "%s missing", gml_options[i].key);
+    }
 }

@@ -15,7 +15,8 @@ Test(units, sizes)
         cr_assert_eq(gml_parse_size(ok[i].s, &v), 0, "'%s'", ok[i].s);
         cr_assert_eq(v, ok[i].v, "'%s' -> %zu", ok[i].s, v);
     }
-    const char *bad[] = {"", "abc", "-1", "1X", "1.5", "2 MiB extra", "1e30", "M", "1MiBB", NULL};
+    const char *bad[] = {"", "abc", "-1", "1X", "1.5", "2 MiB extra", "1e30", "M", "1MiBB",
+                         "0x10", "0X10", "0x1p4", "1e3", "0x2MiB", NULL};
     for (size_t i = 0; bad[i]; i++) {
         size_t v = 7;
         cr_assert_eq(gml_parse_size(bad[i], &v), -1, "'%s' accepted", bad[i]);

@@ -1,0 +1,109 @@
+/*
+ * pytorch_env.c — PyTorch's route into gmlake, chosen by the library itself, so that the line a
+ * user already types (`LD_PRELOAD=libgmlake.so python train.py`) works.
+ *
+ * Under its default caching allocator PyTorch asks CUDA only for large segments and carves them
+ * itself; with backend:cudaMallocAsync every tensor is one cudaMallocAsync / cudaFreeAsync pair,
+ * which gmlake serves.  PyTorch reads PYTORCH_ALLOC_CONF and, when that is unset, the older
+ * PYTORCH_CUDA_ALLOC_CONF; the variable in effect decides (gml_torch_plan, rules in
+ * interpose.h).  The constructor applies the plan before the program's main runs (PyTorch reads
+ * the variable when its allocator starts); `pytorch_backend = off` (GMLAKE_PYTORCH_BACKEND=0) or
+ * GMLAKE_ENABLE=0 leaves the environment alone.  `gmlake run` relies on this too: one rule.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "interpose.h"
+
+/* Whether the comma-separated `key:value` list conf names `key`; its value into val. */
+static bool conf_get(const char *conf, const char *key, char *val, size_t len)
+{
+    size_t klen = strlen(key);
+    for (const char *c = conf; c && *c;) {
+        while (*c == ' ' || *c == ',')
+            c++;
+        const char *end = strchr(c, ',');
+        size_t n = end ? (size_t)(end - c) : strlen(c);
+        if (n > klen && strncmp(c, key, klen) == 0 && (c[klen] == ':' || c[klen] == ' ')) {
+            const char *v = c + klen;
+            while (*v == ' ' || *v == ':')
+                v++;
+            size_t vn = (size_t)(c + n - v);
+            while (vn && v[vn - 1] == ' ')
+                vn--;
+            snprintf(val, len, "%.*s", (int)vn, v);
+            return true;
+        }
+        c += n;
+    }
+    return false;
+}
+
+int gml_torch_plan(const char *alloc_conf, const char *cuda_conf, const char **var, char *value,
+                   size_t len)
+{
+    const char *conf = cuda_conf;
+    *var = "PYTORCH_CUDA_ALLOC_CONF";
+    if (alloc_conf && *alloc_conf) {
+        conf = alloc_conf;
+        *var = "PYTORCH_ALLOC_CONF";
+    }
+    if (!conf || !*conf) {
+        snprintf(value, len, "backend:cudaMallocAsync");
+        return GML_TORCH_SET;
+    }
+    char v[64];
+    if (conf_get(conf, "backend", v, sizeof v))
+        return strcmp(v, "cudaMallocAsync") == 0 ? GML_TORCH_KEEP : GML_TORCH_BYPASS;
+    if (conf_get(conf, "expandable_segments", v, sizeof v) &&
+        (strcasecmp(v, "true") == 0 || strcmp(v, "1") == 0))
+        return GML_TORCH_BYPASS;
+    if ((size_t)snprintf(value, len, "%s,backend:cudaMallocAsync", conf) >= len)
+        return GML_TORCH_BYPASS; /* too long to extend: leave the user's setting as it is */
+    return GML_TORCH_SET;
+}
+
+/* Reads the settings into a private copy, quietly: the shared settings (and their messages, log
+ * file and exit handler) still load on the first hook call, after the program's own setup. */
+static void quiet_settings(gml_config *c)
+{
+    char *msgs = NULL;
+    size_t len = 0;
+    FILE *m = open_memstream(&msgs, &len);
+    if (!m) {
+        gml_config_defaults(c);
+        return;
+    }
+    gml_depth++;
+    gml_config_load(c, NULL, m);
+    gml_depth--;
+    fclose(m);
+    free(msgs);
+}
+
+__attribute__((constructor)) static void pytorch_route(void)
+{
+    gml_config c;
+    quiet_settings(&c);
+    if (!c.enable || !c.pytorch_backend)
+        return;
+    const char *var;
+    char value[4096];
+    const char *alloc_conf = getenv("PYTORCH_ALLOC_CONF"), *cuda_conf = getenv("PYTORCH_CUDA_ALLOC_CONF");
+    switch (gml_torch_plan(alloc_conf, cuda_conf, &var, value, sizeof value)) {
+    case GML_TORCH_SET:
+        setenv(var, value, 1);
+        if (c.log_level >= GML_LOG_DEBUG)
+            gml_log(GML_LOG_DEBUG, "%s=%s (PyTorch hands every tensor to gmlake)", var, value);
+        break;
+    case GML_TORCH_BYPASS:
+        gml_log(GML_LOG_WARN, "%s=%s keeps PyTorch's own caching allocator: PyTorch's allocations "
+                "will not reach gmlake (it asks CUDA only for large segments).  Use "
+                "backend:cudaMallocAsync, or unset %s and let gmlake set it",
+                var, getenv(var), var);
+        break;
+    default: break;
+    }
+}

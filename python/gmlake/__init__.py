@@ -1,0 +1,166 @@
+"""gmlake from Python: the figures of the gmlake GPU memory allocator, standard library only.
+
+gmlake serves a program's CUDA allocations when its library is preloaded
+(``LD_PRELOAD=libgmlake.so python train.py`` or ``gmlake run -- python train.py``).  This module
+reads its figures through the library's public C API (include/gmlake.h) with ctypes.  Importing
+it is always safe: where gmlake is not preloaded, ``enabled()`` is False, ``stats()`` returns
+None and ``empty_cache()`` does nothing.
+
+    import gmlake
+    if gmlake.enabled():
+        print(gmlake.memory_summary())
+        s = gmlake.stats(device=0)   # dict: active/reserved bytes and peaks, utilization,
+                                     # stitches, device calls by kind, free/largest/stitchable
+        gmlake.empty_cache()         # give cached chunks back to the GPU
+"""
+
+import ctypes
+
+__all__ = ["enabled", "stats", "memory_summary", "empty_cache", "reset_peak_stats", "check",
+           "GmlakeError"]
+
+GMLAKE_OK = 0
+GMLAKE_ERR_NO_POOL = 5
+_DEVCALL_COUNT = 13  # GMLAKE_DC_COUNT
+
+# The fields of struct gmlake_stats, in order (include/gmlake.h).
+_U64_BEFORE = ["active_bytes", "peak_active_bytes", "reserved_bytes", "peak_reserved_bytes",
+               "allocations", "frees", "live_allocations", "failed_allocations", "stitches",
+               "stitch_reuses", "stitch_evictions", "stitched_blocks", "stitched_bytes",
+               "cache_releases", "chunk_size"]
+_U64_AFTER = ["free_bytes", "largest_free_bytes", "stitchable_bytes"]
+
+
+class _Stats(ctypes.Structure):
+    _fields_ = ([(n, ctypes.c_uint64) for n in _U64_BEFORE]
+                + [("utilization", ctypes.c_double),
+                   ("device_calls", ctypes.c_uint64 * _DEVCALL_COUNT)]
+                + [(n, ctypes.c_uint64) for n in _U64_AFTER])
+
+
+class GmlakeError(RuntimeError):
+    """A gmlake call failed; the message is gmlake_strerror's."""
+
+
+_api = None
+
+
+def _lib():
+    """The process's own libgmlake functions (the preloaded library), or None."""
+    global _api
+    if _api is None:
+        try:
+            proc = ctypes.CDLL(None)
+            get = proc.gmlake_get_stats
+        except (OSError, AttributeError):
+            _api = False
+            return None
+        get.argtypes = [ctypes.c_int, ctypes.POINTER(_Stats)]
+        get.restype = ctypes.c_int
+        for name in ("gmlake_empty_cache", "gmlake_reset_peak_stats", "gmlake_check"):
+            f = getattr(proc, name)
+            f.argtypes = [ctypes.c_int]
+            f.restype = ctypes.c_int
+        proc.gmlake_strerror.argtypes = [ctypes.c_int]
+        proc.gmlake_strerror.restype = ctypes.c_char_p
+        proc.gmlake_devcall_name.argtypes = [ctypes.c_int]
+        proc.gmlake_devcall_name.restype = ctypes.c_char_p
+        _api = proc
+    return _api or None
+
+
+def _raise(status):
+    lib = _lib()
+    raise GmlakeError(lib.gmlake_strerror(status).decode() if lib else "gmlake is not loaded")
+
+
+def enabled():
+    """Whether libgmlake is loaded in this process (preloaded or linked)."""
+    return _lib() is not None
+
+
+def stats(device=0):
+    """gmlake's figures for `device` as a dict, or None when gmlake is not loaded or has served
+    nothing on that device yet.  Sizes are in bytes; device_calls maps each kind of driver call
+    (chunk_create, map, set_access, ...) to its count."""
+    lib = _lib()
+    if lib is None:
+        return None
+    s = _Stats()
+    rc = lib.gmlake_get_stats(int(device), ctypes.byref(s))
+    if rc == GMLAKE_ERR_NO_POOL:
+        return None
+    if rc != GMLAKE_OK:
+        _raise(rc)
+    out = {n: int(getattr(s, n)) for n in _U64_BEFORE + _U64_AFTER}
+    out["utilization"] = float(s.utilization)
+    out["device_calls"] = {lib.gmlake_devcall_name(i).decode(): int(s.device_calls[i])
+                           for i in range(_DEVCALL_COUNT)}
+    out["device"] = int(device)
+    return out
+
+
+def _size(n):
+    for unit, div in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= div:
+            return "%.2f %s" % (n / div, unit)
+    return "%d B" % n
+
+
+def memory_summary(device=0):
+    """A readable table of gmlake's figures for `device` (in the spirit of
+    torch.cuda.memory_summary)."""
+    s = stats(device)
+    if s is None:
+        why = "gmlake is not loaded in this process" if not enabled() else \
+              "gmlake has served no allocation on device %d" % device
+        return "gmlake memory summary, device %d: %s\n" % (device, why)
+    rows = [
+        ("active (live requests)", _size(s["active_bytes"]), _size(s["peak_active_bytes"])),
+        ("reserved (chunks held)", _size(s["reserved_bytes"]), _size(s["peak_reserved_bytes"])),
+        ("free in the pool", _size(s["free_bytes"]), ""),
+        ("largest free block", _size(s["largest_free_bytes"]), ""),
+        ("stitchable (free chunks)", _size(s["stitchable_bytes"]), ""),
+        ("stitched blocks mapped", "%d (%s)" % (s["stitched_blocks"], _size(s["stitched_bytes"])), ""),
+    ]
+    width = 66
+    lines = ["=" * width,
+             " gmlake memory summary, device %d (chunk %s)" % (device, _size(s["chunk_size"])),
+             "-" * width,
+             " %-28s %17s %17s" % ("", "now", "peak")]
+    lines += [" %-28s %17s %17s" % r for r in rows]
+    lines += ["-" * width,
+              " utilization (peak active / peak reserved)  %.2f%%" % (100.0 * s["utilization"]),
+              " allocations %d, frees %d, live %d, failed %d" % (
+                  s["allocations"], s["frees"], s["live_allocations"], s["failed_allocations"]),
+              " stitches %d, reused %d, evicted %d; cache releases %d" % (
+                  s["stitches"], s["stitch_reuses"], s["stitch_evictions"], s["cache_releases"]),
+              " device calls: " + ", ".join("%s %d" % kv for kv in s["device_calls"].items() if kv[1]),
+              "=" * width]
+    return "\n".join(lines) + "\n"
+
+
+def _call(name, device):
+    """Calls gmlake_<name>(device); no pool on that device, or gmlake not loaded: nothing to do."""
+    lib = _lib()
+    if lib is None:
+        return
+    rc = getattr(lib, "gmlake_" + name)(int(device))
+    if rc not in (GMLAKE_OK, GMLAKE_ERR_NO_POOL):
+        _raise(rc)
+
+
+def empty_cache(device=0):
+    """Return every cached free chunk of `device` to the GPU (waits for the device first).
+    Does nothing where gmlake is not loaded or has no pool on that device."""
+    _call("empty_cache", device)
+
+
+def reset_peak_stats(device=0):
+    """Set the peaks of `device` to the current values."""
+    _call("reset_peak_stats", device)
+
+
+def check(device=0):
+    """Run gmlake's whole-pool consistency checker; raises GmlakeError when an invariant broke."""
+    _call("check", device)

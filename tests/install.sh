@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# install.sh — a `meson install` tree works as installed: configures SOURCE with
+# --prefix=TMP/prefix into a build directory of its own, installs, and checks that the installed
+# gmlake reads PREFIX/etc/gmlake.conf, prints its version, finds its library, tools and bundled
+# trace, and installed its man pages, pkg-config file and Python package.
+# Usage: install.sh SOURCE
+set -u
+src=$1
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+prefix=$tmp/prefix
+log=$tmp/build.log
+if ! { meson setup "$tmp/build" "$src" --prefix="$prefix" -Dtests=false && ninja -C "$tmp/build" &&
+       meson install -C "$tmp/build"; } >"$log" 2>&1; then
+  tail -n 30 "$log"
+  echo "0 passed, 1 failed (the build or the install failed)"
+  exit 1
+fi
+unset GMLAKE_SYSCONFDIR GMLAKE_CONFIG PYTORCH_CUDA_ALLOC_CONF PYTORCH_ALLOC_CONF
+export XDG_CONFIG_HOME=$tmp/none
+for v in $(env | grep -o '^GMLAKE_[A-Z_]*'); do unset "$v"; done
+g=$prefix/bin/gmlake
+pass=0 fail=0
+check() { if eval "$2"; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: $1"; fi; }
+
+check "gmlake.conf installed in the sysconf dir" '[ -f "$prefix/etc/gmlake.conf" ]'
+echo "auto_gc = 77" >>"$prefix/etc/gmlake.conf"
+out=$("$g" config --check 2>&1)
+check "the installed gmlake reads PREFIX/etc/gmlake.conf" '[[ "$out" =~ auto_gc\ +=\ 77\ +#\ $prefix/etc/gmlake.conf:[0-9]+ ]]'
+check "--version" '[[ "$("$g" --version)" =~ ^gmlake\ [0-9] ]]'
+lib=$(ls "$prefix"/lib*/libgmlake.so "$prefix"/lib/*/libgmlake.so 2>/dev/null | head -n1)
+check "libgmlake.so installed" '[ -n "$lib" ]'
+out=$("$g" run -- env 2>/dev/null)
+check "run preloads the installed library" '[[ "$out" == *"LD_PRELOAD=$(readlink -f "$lib")"* ]]'
+echo "log_level = debug" >>"$prefix/etc/gmlake.conf"
+check "... which reads PREFIX/etc/gmlake.conf too (log_level = debug there)" \
+  '[[ "$(LD_PRELOAD=$lib sh -c true 2>&1)" == *"PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync (PyTorch hands"* ]]'
+out=$("$g" replay 2>&1)
+check "replay of the bundled trace from the installed tree" '[[ "$out" == *"mixtral_moe.trace.gz [gmlake]"* ]]'
+check "man pages gmlake(1), gmlake.conf(5)" '[ -f "$prefix/share/man/man1/gmlake.1" ] && grep -q "^\.B auto_gc" "$prefix/share/man/man5/gmlake.conf.5"'
+pc=$(find "$prefix" -name gmlake.pc | head -n1)
+check "pkg-config file" '[ -n "$pc" ] && [[ "$(PKG_CONFIG_PATH=$(dirname "$pc") pkg-config --cflags --libs gmlake)" == *"-I$prefix/include"*"-lgmlake"* ]]'
+check "public header" '[ -f "$prefix/include/gmlake.h" ]'
+pkg=$(find "$prefix" -path '*/gmlake/__init__.py' | head -n1)
+check "Python package installed" '[ -n "$pkg" ]'
+check "... importable, and safe where gmlake is not loaded" \
+  '[ "$(PYTHONPATH=$(dirname "$(dirname "$pkg")") python3 -c "import gmlake; print(gmlake.enabled())")" = False ]'
+
+# First contact without CUDA headers: the simulated device and the tools only, replay works.
+if { meson setup "$tmp/nocuda" "$src" -Dcuda=disabled -Dtests=false && ninja -C "$tmp/nocuda"; } >"$log" 2>&1; then
+  check "no CUDA headers: no libgmlake, the tools are built" \
+    '[ ! -e "$tmp/nocuda/interpose/libgmlake.so" ] && [ -x "$tmp/nocuda/tools/gmlake-replay" ] && grep -q "building only the simulated device" "$log"'
+  check "... and replay works" '"$tmp/nocuda/tools/gmlake-replay" "$src/bench/traces/mixtral_moe.trace.gz" | grep -q utilization'
+else
+  tail -n 20 "$log"
+  check "a build without CUDA headers" false
+fi
+# A build step that fails shows why: a source tree (copy) with a broken file, built by the launcher.
+mkdir "$tmp/src"
+(cd "$src" && git ls-files -z 2>/dev/null | xargs -0 cp --parents -t "$tmp/src") 2>/dev/null ||
+  cp -r "$src"/. "$tmp/src"
+rm -rf "$tmp/src/build"
+echo "this is not C;" >>"$tmp/src/tools/replay.c"
+err=$("$tmp/src/scripts/gmlake" replay 2>&1)
+check "a failed build shows ninja's output" '[ $? -ne 0 ] && [[ "$err" == *"ninja -C $tmp/src/build'"'"' failed:"* && "$err" == *"replay.c"*"error"* ]]'
+echo "$pass passed, $fail failed"
+[ $fail -eq 0 ]

@@ -1,0 +1,122 @@
+/* preload_reports.c — what libgmlake tells the user, under LD_PRELOAD over the fake CUDA.
+ * The runner sets GMLAKE_LOG_FILE=DIR/gmlake-%p.log (so the log is this process's own: %p is the
+ * pid) and LOCAL_RANK=2.
+ *   preload_reports oom   with GMLAKE_MEMORY_LIMIT=8MiB: a request gmlake cannot serve gets the
+ *                         out-of-memory report, with the pool's figures as gmlake_get_stats
+ *                         gives them, the limit and the device's memory
+ *   preload_reports off   with settings the pool refuses (GMLAKE_SMALL_LIMIT=1GiB): an error
+ *                         says gmlake is off, and allocations reach CUDA
+ *   preload_reports alloc a 1 MiB allocation and its free (for the launcher tests: a process that
+ *                         gmlake served, so that it writes its stats and trace files)
+ * Prints "N passed, M failed"; exit status 1 on any failure. */
+#include <cuda_runtime_api.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "gmlake.h"
+#include "tests/fake/fake_cuda.h"
+
+#define MiB ((size_t)1 << 20)
+
+static int pass, fail;
+#define CHECK(cond, ...)                                                                          \
+    do {                                                                                          \
+        if (cond) {                                                                               \
+            pass++;                                                                               \
+        } else {                                                                                  \
+            fail++;                                                                               \
+            printf("FAIL %s: ", #cond);                                                           \
+            printf(__VA_ARGS__);                                                                  \
+            printf("\n");                                                                         \
+        }                                                                                         \
+    } while (0)
+
+/* The whole log file of this process. */
+static char *read_log(void)
+{
+    static char buf[65536];
+    const char *pat = getenv("GMLAKE_LOG_FILE");
+    char path[512];
+    const char *pp = pat ? strstr(pat, "%p") : NULL;
+    if (!pp)
+        return strcpy(buf, "(GMLAKE_LOG_FILE has no %p)");
+    snprintf(path, sizeof path, "%.*s%ld%s", (int)(pp - pat), pat, (long)getpid(), pp + 2);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return strcpy(buf, "(no log file)");
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    buf[n] = 0;
+    fclose(f);
+    unlink(path);
+    return buf;
+}
+
+static const char *mib(uint64_t bytes, char *buf)
+{
+    sprintf(buf, "%.1f MiB", (double)bytes / (double)MiB);
+    return buf;
+}
+
+static void oom(void)
+{
+    void *a = NULL, *b = NULL, *c = NULL;
+    CHECK(cudaMalloc(&a, 3 * MiB) == cudaSuccess, "first 3 MiB");
+    CHECK(cudaMalloc(&b, 3 * MiB) == cudaSuccess, "second 3 MiB");
+    CHECK(cudaFree(a) == cudaSuccess, "free");
+    CHECK(cudaMalloc(&c, 7 * MiB) == cudaErrorMemoryAllocation, "7 MiB beyond the 8 MiB limit");
+    CHECK(fake_cuda_counts()->rt_malloc == 0, "the failed request did not pass to CUDA");
+    gmlake_stats s;
+    CHECK(gmlake_get_stats(0, &s) == GMLAKE_OK, "stats");
+    CHECK(s.failed_allocations == 1, "one failure counted");
+    CHECK(s.free_bytes == s.reserved_bytes - 3 * MiB, "free = reserved - the live 3 MiB: %lu, %lu",
+          (unsigned long)s.free_bytes, (unsigned long)s.reserved_bytes);
+    CHECK(s.largest_free_bytes <= s.free_bytes && s.stitchable_bytes <= s.free_bytes,
+          "largest %lu, stitchable %lu", (unsigned long)s.largest_free_bytes,
+          (unsigned long)s.stitchable_bytes);
+    char *log = read_log();
+    if (getenv("SHOW_LOG"))
+        fputs(log, stdout);
+    char want[256], x[32], y[32], z[32], w[32];
+    snprintf(want, sizeof want, "gmlake[%ld rank 2]: device 0: out of memory: requested 7.0 MiB; ",
+             (long)getpid());
+    CHECK(strstr(log, want) != NULL, "report with pid and rank prefix: %s", log);
+    snprintf(want, sizeof want, "reserved %s (memory_limit 8.0 MiB), active 3.0 MiB, free in the "
+             "pool %s, largest free block %s, stitching could offer %s; ",
+             mib(s.reserved_bytes, x), mib(s.free_bytes, y), mib(s.largest_free_bytes, z),
+             mib(s.stitchable_bytes, w));
+    CHECK(strstr(log, want) != NULL, "the pool's figures\nwant: %s\nlog: %s", want, log);
+    CHECK(strstr(log, "the device has 25") && strstr(log, " MiB free of 256.0 MiB"),
+          "the device's memory: %s", log);
+    CHECK(cudaFree(b) == cudaSuccess, "free");
+}
+
+static void off(void)
+{
+    void *a = NULL;
+    CHECK(cudaMalloc(&a, MiB) == cudaSuccess, "allocation");
+    CHECK(fake_cuda_counts()->rt_malloc == 1, "it reached CUDA");
+    gmlake_stats s;
+    CHECK(gmlake_get_stats(0, &s) == GMLAKE_ERR_NO_POOL, "gmlake made no pool");
+    CHECK(cudaFree(a) == cudaSuccess, "free");
+    char *log = read_log();
+    CHECK(strstr(log, "invalid settings (small_limit must not exceed chunk_size): gmlake is OFF")
+              != NULL, "the error says so: %s", log);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc == 2 && strcmp(argv[1], "oom") == 0)
+        oom();
+    else if (argc == 2 && strcmp(argv[1], "off") == 0)
+        off();
+    else if (argc == 2 && strcmp(argv[1], "alloc") == 0) {
+        void *a = NULL;
+        CHECK(cudaMalloc(&a, MiB) == cudaSuccess && cudaFree(a) == cudaSuccess, "1 MiB");
+    }
+    else
+        CHECK(0, "usage: preload_reports oom|off");
+    printf("%d passed, %d failed\n", pass, fail);
+    return fail != 0;
+}

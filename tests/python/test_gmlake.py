@@ -1,0 +1,109 @@
+"""test_gmlake.py — the `gmlake` Python package without a GPU.
+
+    python3 test_gmlake.py PYTHON_DIR LIBGMLAKE FAKE_CUDART
+
+Runs itself twice more: once plain (gmlake not loaded: the module must be safe to import and
+answer "not enabled"), once with LD_PRELOAD=LIBGMLAKE over the fake CUDA runtime of tests/fake
+(allocations through the fake runtime with ctypes, then gmlake.stats must show them).
+Prints "N passed, M failed"; exit status 1 on any failure.
+"""
+import ctypes
+import os
+import subprocess
+import sys
+
+MiB = 1 << 20
+results = []
+
+
+def check(cond, what):
+    results.append(bool(cond))
+    if not cond:
+        print("FAIL:", what)
+
+
+def not_loaded():
+    import gmlake
+    check(not gmlake.enabled(), "enabled() is False without the library")
+    check(gmlake.stats(0) is None, "stats() is None")
+    check("not loaded" in gmlake.memory_summary(), gmlake.memory_summary())
+    gmlake.empty_cache()
+    gmlake.reset_peak_stats()
+    gmlake.check()
+
+
+def preloaded(cudart_path):
+    import gmlake
+    check(gmlake.enabled(), "enabled() under LD_PRELOAD")
+    check(gmlake.stats(0) is None, "no pool before the first allocation")
+    rt = ctypes.CDLL(cudart_path, mode=ctypes.RTLD_GLOBAL)
+    rt.cudaMalloc.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_size_t]
+    rt.cudaFree.argtypes = [ctypes.c_void_p]
+    rt.cudaMallocAsync.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_size_t, ctypes.c_void_p]
+    rt.cudaFreeAsync.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
+    ptrs = []
+    for size in (3 * MiB, 5 * MiB, 700 * 1024, 3 * MiB):
+        p = ctypes.c_void_p()
+        check(rt.cudaMalloc(ctypes.byref(p), size) == 0, "cudaMalloc(%d)" % size)
+        ptrs.append(p)
+    s = gmlake.stats(0)
+    check(s is not None, "a pool after allocations")
+    check(s["allocations"] == 4 and s["live_allocations"] == 4, s)
+    check(s["active_bytes"] == 11 * MiB + 700 * 1024, "active %d" % s["active_bytes"])
+    check(s["reserved_bytes"] >= s["active_bytes"] and s["reserved_bytes"] % s["chunk_size"] == 0, s)
+    check(s["device_calls"]["chunk_create"] >= 6, s["device_calls"])
+    check(0 < s["utilization"] <= 1.0, "utilization %r" % s["utilization"])
+    check(s["free_bytes"] <= s["reserved_bytes"], s)
+    # free the two 3 MiB blocks (not neighbours) and ask for 6 MiB: stitching serves it
+    check(rt.cudaFree(ptrs[0]) == 0 and rt.cudaFree(ptrs[3]) == 0, "cudaFree")
+    before = gmlake.stats(0)
+    check(before["free_bytes"] == before["reserved_bytes"] - 5 * MiB - 700 * 1024,
+          "free_bytes = reserved - live: %r" % before)
+    check(before["largest_free_bytes"] <= before["free_bytes"], before)
+    big = ctypes.c_void_p()
+    check(rt.cudaMallocAsync(ctypes.byref(big), 6 * MiB, ctypes.c_void_p(0x10)) == 0, "6 MiB")
+    after = gmlake.stats(0)
+    check(after["active_bytes"] == before["active_bytes"] + 6 * MiB, after)
+    check(after["stitches"] + after["stitch_reuses"] >= 1 or
+          after["reserved_bytes"] > before["reserved_bytes"], "served by a stitch or by growth")
+    check(after["peak_active_bytes"] >= after["active_bytes"], after)
+    summary = gmlake.memory_summary(0)
+    check("gmlake memory summary, device 0" in summary and "utilization" in summary and
+          "stitches" in summary, summary)
+    check(rt.cudaFreeAsync(big, ctypes.c_void_p(0x10)) == 0 and rt.cudaFree(ptrs[1]) == 0 and
+          rt.cudaFree(ptrs[2]) == 0, "frees")
+    gmlake.check(0)
+    gmlake.empty_cache(0)
+    s = gmlake.stats(0)
+    check(s["active_bytes"] == 0 and s["reserved_bytes"] == 0, "empty_cache released all: %r" % s)
+    check(s["cache_releases"] >= 1, s)
+    gmlake.reset_peak_stats(0)
+    check(gmlake.stats(0)["peak_active_bytes"] == 0, "peaks reset")
+    check(gmlake.stats(3) is None, "a device with no pool")
+
+
+def main():
+    pydir, lib, cudart = sys.argv[1:4]
+    mode = sys.argv[4] if len(sys.argv) > 4 else None
+    sys.path.insert(0, pydir)
+    if mode == "plain":
+        not_loaded()
+    elif mode == "preloaded":
+        preloaded(cudart)
+    else:
+        env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
+        me = [sys.executable, __file__, pydir, lib, cudart]
+        for m, extra in (("plain", {}), ("preloaded", {
+                "LD_PRELOAD": lib, "LD_LIBRARY_PATH": os.path.dirname(cudart),
+                "GMLAKE_SYSCONFDIR": "/nonexistent", "XDG_CONFIG_HOME": "/nonexistent",
+                "GMLAKE_LOG_LEVEL": "error"})):
+            r = subprocess.run(me + [m], env=dict(env, **extra), capture_output=True, text=True)
+            sys.stdout.write(r.stdout)
+            sys.stderr.write(r.stderr)
+            check(r.returncode == 0 and " 0 failed" in r.stdout, "%s run (status %d)" % (m, r.returncode))
+    print("%d passed, %d failed" % (sum(results), len(results) - sum(results)))
+    sys.exit(0 if all(results) else 1)
+
+
+if __name__ == "__main__":
+    main()
