@@ -79,13 +79,28 @@ struct gml_real {
     CUresult (*cuCtxSynchronize)(void);
     CUresult (*cuStreamIsCapturing)(CUstream, CUstreamCaptureStatus *);
     CUresult (*cuDeviceGetDefaultMemPool)(CUmemoryPool *, CUdevice);
+    cudaError_t (*cudaGetLastError)(void);
+    cudaError_t (*cudaPeekAtLastError)(void);
+    cudaError_t (*cudaDeviceSetMemPool)(int, cudaMemPool_t);
+    cudaError_t (*cudaDeviceEnablePeerAccess)(int, unsigned int);
+    CUresult (*cuDeviceSetMemPool)(CUdevice, CUmemoryPool);
+    CUresult (*cuCtxEnablePeerAccess)(CUcontext, unsigned int);
+    CUresult (*cuCtxPushCurrent_v2)(CUcontext);
+    CUresult (*cuCtxPopCurrent_v2)(CUcontext *);
 };
 extern struct gml_real gml_real;
 
 /* Resolves the real dlsym (once). */
 void gml_resolve(void);
-/* Looks the real `name` up and stores it in *slot; NULL while it is not loaded yet. */
+/* Looks the real `name` up and stores it in *slot; NULL while it is not loaded yet.  A runtime
+ * function that RTLD_NEXT cannot see (libcudart loaded RTLD_LOCAL by a plugin) is looked up in
+ * the scope of the object that called the current runtime hook (gml_caller) and cached per
+ * calling object, not in *slot. */
 void *gml_resolve_one(void **slot, const char *name);
+/* The return address of the runtime hook this thread is in: every runtime hook starts with
+ * GML_RT_ENTRY() (in the exported function itself, so that it is the program's address). */
+extern __thread const void *gml_caller;
+#define GML_RT_ENTRY() (gml_caller = __builtin_return_address(0))
 #define GML_REAL(fn)                                                                              \
     (__atomic_load_n(&gml_real.fn, __ATOMIC_ACQUIRE)                                              \
          ? gml_real.fn                                                                            \
@@ -110,5 +125,14 @@ void gml_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3
  * cudaFree, cuMemAlloc, cuMemFree) are recorded with stream 0xffffffffffffffff (GML_STREAM_NONE),
  * which replay treats as they were served. */
 void gml_trace_event(char op, uintptr_t ptr, size_t size, uintptr_t stream);
+/* Around a pool free: begin takes the trace lock (if a trace is recorded; returns whether), end
+ * appends `F ptr` if `freed` and releases it, so that no other thread can record an allocation
+ * of ptr before its free. */
+bool gml_trace_free_begin(void);
+void gml_trace_free_end(bool tracing, bool freed, uintptr_t ptr, uintptr_t stream);
+/* Device `accessor` may access device `owner`'s memory (peer access was enabled): owner's pool,
+ * now or when it is created, maps its present and future memory for accessor too.  Ignores
+ * out-of-range ordinals and owner == accessor. */
+void gml_peer_grant(int owner, int accessor);
 
 #endif /* GML_INTERPOSE_H */
