@@ -138,18 +138,20 @@ static void note_pool(int device, bool is_default)
 GML_HOOK cudaError_t cudaDeviceSetMemPool(int device, cudaMemPool_t pool)
 {
     GML_RT_ENTRY();
+    bool serving = gml_serving();
     cudaError_t r = PASS(cudaDeviceSetMemPool, NO_RT, device, pool);
     cudaMemPool_t dp = NULL;
-    if (r == cudaSuccess && PASS(cudaDeviceGetDefaultMemPool, NO_RT, &dp, device) == cudaSuccess)
+    if (r == cudaSuccess && serving && PASS(cudaDeviceGetDefaultMemPool, NO_RT, &dp, device) == cudaSuccess)
         note_pool(device, dp == pool);
     return r;
 }
 
 GML_HOOK CUresult cuDeviceSetMemPool(CUdevice device, CUmemoryPool pool)
 {
+    bool serving = gml_serving();
     CUresult r = PASS(cuDeviceSetMemPool, NO_DRV, device, pool);
     CUmemoryPool dp = NULL;
-    if (r == CUDA_SUCCESS && PASS(cuDeviceGetDefaultMemPool, NO_DRV, &dp, device) == CUDA_SUCCESS)
+    if (r == CUDA_SUCCESS && serving && PASS(cuDeviceGetDefaultMemPool, NO_DRV, &dp, device) == CUDA_SUCCESS)
         note_pool((int)device, dp == pool);
     return r;
 }

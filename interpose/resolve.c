@@ -3,8 +3,10 @@
  * look functions up at run time: dlsym (XLA on a libcuda handle), cuGetProcAddress (libcudart
  * itself, CuPy's static cudart), cudaGetDriverEntryPoint(ByVersion).
  *
- * The real dlsym comes from dlvsym (never hooked).  Runtime functions resolve with RTLD_NEXT,
- * driver functions on a libcuda.so.1 handle; a result that is gmlake's own hook is rejected.
+ * The real dlsym comes from dlvsym (never hooked).  Real functions resolve with RTLD_NEXT (so a
+ * wrapper library after gmlake sees gmlake's calls); driver functions fall back to a libcuda.so.1
+ * handle, runtime functions to the caller's scope (below); a result that is gmlake's own hook is
+ * rejected.
  * The hooks are one table sorted by name (bsearch); entry-point resolvers map by the real pointer
  * they got, so the versioned and per-thread-stream variants each get their own hook.
  */
@@ -281,7 +283,7 @@ void *gml_resolve_one(void **slot, const char *name)
 {
     gml_resolve();
     bool driver = name[0] == 'c' && name[1] == 'u' && name[2] != 'd';
-    void *p = next_sym(driver ? libcuda_handle() : RTLD_NEXT, name);
+    void *p = driver ? gml_driver_symbol(name) : next_sym(RTLD_NEXT, name);
     if (p) {
         __atomic_store_n(slot, p, __ATOMIC_RELEASE);
         return p;
@@ -291,10 +293,13 @@ void *gml_resolve_one(void **slot, const char *name)
     return local_symbol((size_t)((char *)slot - (char *)&gml_real), name);
 }
 
+/* The next definition in the global scope (a wrapper preloaded after gmlake, or libcuda when it
+ * is loaded globally), else libcuda.so.1's own. */
 void *gml_driver_symbol(const char *name)
 {
     gml_resolve();
-    return next_sym(libcuda_handle(), name);
+    void *p = next_sym(RTLD_NEXT, name);
+    return p ? p : next_sym(libcuda_handle(), name);
 }
 
 void *gml_hook_for(const char *symbol, void *real)
