@@ -2,8 +2,9 @@
  * reaches the driver by symbol (here: direct calls into the fake libcuda, which the preloaded
  * gmlake interposes), and counts what reached it.  It keeps a per-thread last error as CUDA does:
  * every failing call records its error, cudaGetLastError returns and clears it,
- * cudaPeekAtLastError returns it; after a sticky fault (fake_cuda_fault) every call fails with
- * the fault once a synchronisation has seen it, and the last error cannot be cleared. */
+ * cudaPeekAtLastError returns it; after a sticky fault (fake_cuda_fault) every call but the
+ * host-side queries fails with the fault once a synchronisation has seen it, and the last error
+ * cannot be cleared. */
 #include <cuda.h>
 #include <cuda_runtime_api.h>
 #include <string.h>
@@ -88,11 +89,11 @@ EXPORT cudaError_t cudaMemGetInfo(size_t *f, size_t *t)
     ENTER();
     return leave(cuMemGetInfo_v2(f, t) == CUDA_SUCCESS ? cudaSuccess : cudaErrorUnknown);
 }
+/* a host-side query: answers even after a fault */
 EXPORT cudaError_t cudaGetDevice(int *d)
 {
-    ENTER();
     *d = fake_current_device();
-    return leave(cudaSuccess);
+    return cudaSuccess;
 }
 EXPORT cudaError_t cudaSetDevice(int d)
 {
