@@ -20,6 +20,9 @@
 
 struct gml_real gml_real;
 
+/* Code that may run before a sanitizer runtime has initialised (see dlsym below). */
+#define GML_NO_SANITIZE __attribute__((no_sanitize("address", "undefined", "thread"), noinline))
+
 /* The hooks (hooks.c). */
 extern cudaError_t cudaMallocAsync_ptsz(void **, size_t, cudaStream_t);
 extern cudaError_t cudaFreeAsync_ptsz(void *, cudaStream_t);
@@ -73,9 +76,25 @@ static const size_t table_len = sizeof table / sizeof table[0];
 /* For tests: the table's names in order, NULL-terminated by index. */
 GML_HOOK const char *gmlake_hook_name(size_t i) { return i < table_len ? table[i].name : NULL; }
 
-static int by_name(const void *key, const void *elem)
+/* The table entry named `name`, or NULL.  A binary search of its own, with no libc call: a
+ * sanitizer runtime intercepts bsearch and strcmp, and may look names up before it can serve
+ * them. */
+GML_NO_SANITIZE static const hook_entry *find_hook(const char *name)
 {
-    return strcmp((const char *)key, ((const hook_entry *)elem)->name);
+    size_t lo = 0, hi = table_len;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        const unsigned char *a = (const unsigned char *)name, *b = (const unsigned char *)table[mid].name;
+        while (*a && *a == *b)
+            a++, b++;
+        if (*a == *b)
+            return &table[mid];
+        if (*a < *b)
+            hi = mid;
+        else
+            lo = mid + 1;
+    }
+    return NULL;
 }
 
 static void *libcuda;
@@ -106,12 +125,13 @@ static pthread_mutex_t cuda_mu = PTHREAD_MUTEX_INITIALIZER;
  * to gml_dlsym (C), which may hand out a hook.  The same path serves a sanitizer runtime that
  * resolves its interceptors with dlsym(RTLD_NEXT) before it has initialised: nothing on it is
  * instrumented (gml_resolve_dlsym is exempt). */
-#define GML_NO_SANITIZE __attribute__((no_sanitize("address", "undefined", "thread"), noinline))
 
 /* The real dlsym, resolved once with dlvsym (never hooked). */
 GML_NO_SANITIZE __attribute__((used, visibility("hidden"))) void *gml_resolve_dlsym(void)
 {
-    static __thread int resolving; /* dlvsym may call dlsym (sanitizer runtimes intercept it) */
+    /* A guard against dlvsym reaching dlsym again.  Initial-exec: no __tls_get_addr call, which a
+     * sanitizer runtime intercepts and cannot serve before it has initialised. */
+    static __thread int resolving __attribute__((tls_model("initial-exec")));
     void *p = __atomic_load_n((void **)&gml_real.dlsym, __ATOMIC_ACQUIRE);
     if (p || resolving)
         return p;
@@ -208,7 +228,7 @@ GML_NO_SANITIZE __attribute__((used, visibility("hidden"))) void *gml_dlsym(void
     void *r = real ? real(handle, name) : NULL;
     if (!r)
         return r;
-    const hook_entry *e = bsearch(name, table, table_len, sizeof *table, by_name);
+    const hook_entry *e = find_hook(name);
     if (!e || gml_depth || !gml_cfg()->enable)
         return r;
     return e->hook;
