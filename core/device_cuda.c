@@ -9,8 +9,9 @@
  * list of its mappings so that a grant reaches memory mapped before it.  Events are created with
  * CU_EVENT_DISABLE_TIMING (cheaper to record and query).
  *
- * Graph capture: the pool's own event calls run in relaxed capture mode, so that another thread's
- * capture (global mode) is neither refused nor invalidated by them, and no event is recorded on a
+ * Graph capture: the pool's own driver calls (memory management and events; not synchronize, which
+ * stands for the program's cudaFree) run in relaxed capture mode, so that another thread's capture
+ * (global mode) is neither refused nor invalidated by them, and no event is recorded on a
  * stream that is capturing (it would become a node of that graph) or on the legacy stream while a
  * blocking stream captures: such a record fails, and the pool keeps the stream's blocks to it.
  */
@@ -88,12 +89,36 @@ static int st(CUresult r)
     return GMLAKE_ERR_DEVICE;
 }
 
+/* The pool's own driver calls run in relaxed capture mode (see the top of the file). */
+static CUstreamCaptureMode relax(cuda_dev *d)
+{
+    CUstreamCaptureMode m = CU_STREAM_CAPTURE_MODE_RELAXED;
+    if (d->api.cuThreadExchangeStreamCaptureMode)
+        d->api.cuThreadExchangeStreamCaptureMode(&m);
+    return m;
+}
+
+static void restore(cuda_dev *d, CUstreamCaptureMode m)
+{
+    if (d->api.cuThreadExchangeStreamCaptureMode)
+        d->api.cuThreadExchangeStreamCaptureMode(&m);
+}
+
+/* The CUresult of `call`, made in relaxed capture mode. */
+#define RELAXED(d, call)                                                                          \
+    ({                                                                                            \
+        CUstreamCaptureMode m_ = relax(d);                                                        \
+        CUresult r_ = (call);                                                                     \
+        restore(d, m_);                                                                           \
+        r_;                                                                                       \
+    })
+
 static int cu_chunk_create(void *ctx, size_t size, gml_handle *out)
 {
     cuda_dev *d = ctx;
     ensure_ctx(d);
     CUmemGenericAllocationHandle h;
-    int rc = st(d->api.cuMemCreate(&h, size, &d->prop, 0));
+    int rc = st(RELAXED(d, d->api.cuMemCreate(&h, size, &d->prop, 0)));
     if (rc == GMLAKE_OK)
         *out = (gml_handle)h;
     return rc;
@@ -101,14 +126,16 @@ static int cu_chunk_create(void *ctx, size_t size, gml_handle *out)
 
 static int cu_chunk_release(void *ctx, gml_handle h)
 {
-    return st(((cuda_dev *)ctx)->api.cuMemRelease((CUmemGenericAllocationHandle)h));
+    cuda_dev *d = ctx;
+    return st(RELAXED(d, d->api.cuMemRelease((CUmemGenericAllocationHandle)h)));
 }
 
 static int cu_va_reserve(void *ctx, size_t size, size_t align, uintptr_t *out)
 {
+    cuda_dev *d = ctx;
     CUdeviceptr p;
-    ensure_ctx(ctx);
-    int rc = st(((cuda_dev *)ctx)->api.cuMemAddressReserve(&p, size, align, 0, 0));
+    ensure_ctx(d);
+    int rc = st(RELAXED(d, d->api.cuMemAddressReserve(&p, size, align, 0, 0)));
     if (rc == GMLAKE_OK)
         *out = (uintptr_t)p;
     return rc == GMLAKE_ERR_NOMEM ? GMLAKE_ERR_DEVICE : rc;
@@ -116,7 +143,8 @@ static int cu_va_reserve(void *ctx, size_t size, size_t align, uintptr_t *out)
 
 static int cu_va_free(void *ctx, uintptr_t va, size_t size)
 {
-    return st(((cuda_dev *)ctx)->api.cuMemAddressFree((CUdeviceptr)va, size));
+    cuda_dev *d = ctx;
+    return st(RELAXED(d, d->api.cuMemAddressFree((CUdeviceptr)va, size)));
 }
 
 static int cu_map(void *ctx, uintptr_t va, size_t size, gml_handle h)
@@ -125,7 +153,7 @@ static int cu_map(void *ctx, uintptr_t va, size_t size, gml_handle h)
     mapping *m = malloc(sizeof *m);
     if (!m)
         return GMLAKE_ERR_DEVICE;
-    int rc = st(d->api.cuMemMap((CUdeviceptr)va, size, 0, (CUmemGenericAllocationHandle)h, 0));
+    int rc = st(RELAXED(d, d->api.cuMemMap((CUdeviceptr)va, size, 0, (CUmemGenericAllocationHandle)h, 0)));
     if (rc != GMLAKE_OK) {
         free(m);
         return rc == GMLAKE_ERR_NOMEM ? GMLAKE_ERR_DEVICE : rc;
@@ -140,7 +168,7 @@ static int cu_map(void *ctx, uintptr_t va, size_t size, gml_handle h)
 static int cu_unmap(void *ctx, uintptr_t va, size_t size)
 {
     cuda_dev *d = ctx;
-    int rc = st(d->api.cuMemUnmap((CUdeviceptr)va, size));
+    int rc = st(RELAXED(d, d->api.cuMemUnmap((CUdeviceptr)va, size)));
     if (rc != GMLAKE_OK)
         return rc;
     pthread_mutex_lock(&d->mu);
@@ -167,7 +195,7 @@ static int access_locked(cuda_dev *d, uintptr_t va, size_t size)
         if ((d->peers >> i & 1) && i != d->ordinal)
             a[n++] = (CUmemAccessDesc){.location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = i},
                                        .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
-    int rc = st(d->api.cuMemSetAccess((CUdeviceptr)va, size, a, n));
+    int rc = st(RELAXED(d, d->api.cuMemSetAccess((CUdeviceptr)va, size, a, n)));
     return rc == GMLAKE_ERR_NOMEM ? GMLAKE_ERR_DEVICE : rc;
 }
 
@@ -199,20 +227,6 @@ int gml_cuda_device_grant(gml_device *dev, int accessor)
     return rc;
 }
 
-/* The pool's own event calls run in relaxed capture mode (see the top of the file). */
-static CUstreamCaptureMode relax(cuda_dev *d)
-{
-    CUstreamCaptureMode m = CU_STREAM_CAPTURE_MODE_RELAXED;
-    if (d->api.cuThreadExchangeStreamCaptureMode)
-        d->api.cuThreadExchangeStreamCaptureMode(&m);
-    return m;
-}
-
-static void restore(cuda_dev *d, CUstreamCaptureMode m)
-{
-    if (d->api.cuThreadExchangeStreamCaptureMode)
-        d->api.cuThreadExchangeStreamCaptureMode(&m);
-}
 
 static int cu_event_create(void *ctx, gml_event *out)
 {
@@ -245,19 +259,13 @@ static int cu_event_record(void *ctx, gml_event ev, gml_stream s)
 static int cu_event_query(void *ctx, gml_event ev)
 {
     cuda_dev *d = ctx;
-    CUstreamCaptureMode m = relax(d);
-    int rc = st(d->api.cuEventQuery((CUevent)ev));
-    restore(d, m);
-    return rc;
+    return st(RELAXED(d, d->api.cuEventQuery((CUevent)ev)));
 }
 
 static int cu_event_sync(void *ctx, gml_event ev)
 {
     cuda_dev *d = ctx;
-    CUstreamCaptureMode m = relax(d);
-    int rc = st(d->api.cuEventSynchronize((CUevent)ev));
-    restore(d, m);
-    return rc;
+    return st(RELAXED(d, d->api.cuEventSynchronize((CUevent)ev)));
 }
 
 static int cu_synchronize(void *ctx)
