@@ -299,17 +299,23 @@ static void *local_symbol(size_t field, const char *name)
  * after its first dlsym (Python imports it with torch).  One found with RTLD_NEXT serves every
  * caller; otherwise the caller's own scope is searched (see above) and nothing is cached
  * globally. */
-void *gml_resolve_one(void **slot, const char *name)
+static bool is_driver(const char *name) { return name[0] == 'c' && name[1] == 'u' && name[2] != 'd'; }
+
+/* The real `name` for every caller (RTLD_NEXT; libcuda for the driver), stored in *slot. */
+static void *global_one(void **slot, const char *name)
 {
     gml_resolve();
-    bool driver = name[0] == 'c' && name[1] == 'u' && name[2] != 'd';
-    void *p = driver ? gml_driver_symbol(name) : next_sym(RTLD_NEXT, name);
-    if (p) {
+    void *p = is_driver(name) ? gml_driver_symbol(name) : next_sym(RTLD_NEXT, name);
+    if (p)
         __atomic_store_n(slot, p, __ATOMIC_RELEASE);
+    return p;
+}
+
+void *gml_resolve_one(void **slot, const char *name)
+{
+    void *p = global_one(slot, name);
+    if (p || is_driver(name) || (char *)slot < (char *)&gml_real || (char *)slot >= (char *)(&gml_real + 1))
         return p;
-    }
-    if (driver || (char *)slot < (char *)&gml_real || (char *)slot >= (char *)(&gml_real + 1))
-        return NULL;
     return local_symbol((size_t)((char *)slot - (char *)&gml_real), name);
 }
 
@@ -329,7 +335,7 @@ void *gml_hook_for(const char *symbol, void *real)
     for (size_t i = 0; i < table_len; i++) {
         if (!table[i].real)
             continue;
-        void *r = *table[i].real ? *table[i].real : gml_resolve_one(table[i].real, table[i].name);
+        void *r = *table[i].real ? *table[i].real : global_one(table[i].real, table[i].name);
         if (r == real)
             return table[i].hook;
     }
