@@ -126,5 +126,9 @@ void gml_sim_fail_call(gml_device *dev, int kind, int nth);
 typedef void *(*gml_sym_resolver)(const char *name);
 /* NULL when the driver or a needed function is missing; *err (if not NULL) says why. */
 gml_device *gml_cuda_device_create(int ordinal, gml_sym_resolver resolve, const char **err);
+/* Device `accessor` may read and write dev's memory from now on (peer access): every present and
+ * future mapping of dev grants it.  GMLAKE_ERR_INVALID for a device that is not a cuda device or
+ * a bad ordinal; GMLAKE_ERR_DEVICE if the driver refused (the grant stays recorded). */
+int gml_cuda_device_grant(gml_device *dev, int accessor);
 
 #endif /* GML_DEVICE_H */

@@ -5,10 +5,20 @@
  * the ordinal it was created for.
  *
  * Chunks: cuMemCreate of pinned device memory on this ordinal; access is read/write for this
- * device only.  Events are created with CU_EVENT_DISABLE_TIMING (cheaper to record and query).
+ * device and for the peers granted with gml_cuda_device_grant (peer access): the device keeps the
+ * list of its mappings so that a grant reaches memory mapped before it.  Events are created with
+ * CU_EVENT_DISABLE_TIMING (cheaper to record and query).
+ *
+ * Graph capture: the pool's own driver calls (memory management and events; not synchronize, which
+ * stands for the program's cudaFree) run in relaxed capture mode, so that another thread's capture
+ * (global mode) is neither refused nor invalidated by them, and no event is recorded on a
+ * stream that is capturing (it would become a node of that graph) or on the legacy stream while a
+ * blocking stream captures: such a record fails, and the pool keeps the stream's blocks to it.
  */
 #include <cuda.h>
+#include <pthread.h>
 #include <stdlib.h>
+#include <uthash.h>
 
 #include "device.h"
 
@@ -34,7 +44,16 @@ typedef struct cuda_api {
     CUresult (*cuCtxGetCurrent)(CUcontext *);
     CUresult (*cuCtxSetCurrent)(CUcontext);
     CUresult (*cuDevicePrimaryCtxRetain)(CUcontext *, CUdevice);
+    /* optional (NULL if the driver lacks them) */
+    CUresult (*cuThreadExchangeStreamCaptureMode)(CUstreamCaptureMode *);
+    CUresult (*cuStreamIsCapturing)(CUstream, CUstreamCaptureStatus *);
 } cuda_api;
+
+typedef struct mapping {
+    uintptr_t va;
+    size_t size;
+    UT_hash_handle hh;
+} mapping;
 
 typedef struct cuda_dev {
     cuda_api api;
@@ -42,6 +61,9 @@ typedef struct cuda_dev {
     size_t granularity;
     CUmemAllocationProp prop;
     CUcontext primary;
+    pthread_mutex_t mu; /* peers and maps */
+    uint64_t peers;     /* bit i: device i may access this device's memory */
+    mapping *maps;      /* every live mapping, by address */
 } cuda_dev;
 
 /* The pool's driver calls need a current context; a thread that made none current gets the
@@ -67,12 +89,36 @@ static int st(CUresult r)
     return GMLAKE_ERR_DEVICE;
 }
 
+/* The pool's own driver calls run in relaxed capture mode (see the top of the file). */
+static CUstreamCaptureMode relax(cuda_dev *d)
+{
+    CUstreamCaptureMode m = CU_STREAM_CAPTURE_MODE_RELAXED;
+    if (d->api.cuThreadExchangeStreamCaptureMode)
+        d->api.cuThreadExchangeStreamCaptureMode(&m);
+    return m;
+}
+
+static void restore(cuda_dev *d, CUstreamCaptureMode m)
+{
+    if (d->api.cuThreadExchangeStreamCaptureMode)
+        d->api.cuThreadExchangeStreamCaptureMode(&m);
+}
+
+/* The CUresult of `call`, made in relaxed capture mode. */
+#define RELAXED(d, call)                                                                          \
+    ({                                                                                            \
+        CUstreamCaptureMode m_ = relax(d);                                                        \
+        CUresult r_ = (call);                                                                     \
+        restore(d, m_);                                                                           \
+        r_;                                                                                       \
+    })
+
 static int cu_chunk_create(void *ctx, size_t size, gml_handle *out)
 {
     cuda_dev *d = ctx;
     ensure_ctx(d);
     CUmemGenericAllocationHandle h;
-    int rc = st(d->api.cuMemCreate(&h, size, &d->prop, 0));
+    int rc = st(RELAXED(d, d->api.cuMemCreate(&h, size, &d->prop, 0)));
     if (rc == GMLAKE_OK)
         *out = (gml_handle)h;
     return rc;
@@ -80,14 +126,16 @@ static int cu_chunk_create(void *ctx, size_t size, gml_handle *out)
 
 static int cu_chunk_release(void *ctx, gml_handle h)
 {
-    return st(((cuda_dev *)ctx)->api.cuMemRelease((CUmemGenericAllocationHandle)h));
+    cuda_dev *d = ctx;
+    return st(RELAXED(d, d->api.cuMemRelease((CUmemGenericAllocationHandle)h)));
 }
 
 static int cu_va_reserve(void *ctx, size_t size, size_t align, uintptr_t *out)
 {
+    cuda_dev *d = ctx;
     CUdeviceptr p;
-    ensure_ctx(ctx);
-    int rc = st(((cuda_dev *)ctx)->api.cuMemAddressReserve(&p, size, align, 0, 0));
+    ensure_ctx(d);
+    int rc = st(RELAXED(d, d->api.cuMemAddressReserve(&p, size, align, 0, 0)));
     if (rc == GMLAKE_OK)
         *out = (uintptr_t)p;
     return rc == GMLAKE_ERR_NOMEM ? GMLAKE_ERR_DEVICE : rc;
@@ -95,28 +143,90 @@ static int cu_va_reserve(void *ctx, size_t size, size_t align, uintptr_t *out)
 
 static int cu_va_free(void *ctx, uintptr_t va, size_t size)
 {
-    return st(((cuda_dev *)ctx)->api.cuMemAddressFree((CUdeviceptr)va, size));
+    cuda_dev *d = ctx;
+    return st(RELAXED(d, d->api.cuMemAddressFree((CUdeviceptr)va, size)));
 }
 
 static int cu_map(void *ctx, uintptr_t va, size_t size, gml_handle h)
 {
-    int rc = st(((cuda_dev *)ctx)->api.cuMemMap((CUdeviceptr)va, size, 0,
-                                                (CUmemGenericAllocationHandle)h, 0));
-    return rc == GMLAKE_ERR_NOMEM ? GMLAKE_ERR_DEVICE : rc;
+    cuda_dev *d = ctx;
+    mapping *m = malloc(sizeof *m);
+    if (!m)
+        return GMLAKE_ERR_DEVICE;
+    int rc = st(RELAXED(d, d->api.cuMemMap((CUdeviceptr)va, size, 0, (CUmemGenericAllocationHandle)h, 0)));
+    if (rc != GMLAKE_OK) {
+        free(m);
+        return rc == GMLAKE_ERR_NOMEM ? GMLAKE_ERR_DEVICE : rc;
+    }
+    *m = (mapping){.va = va, .size = size};
+    pthread_mutex_lock(&d->mu);
+    HASH_ADD(hh, d->maps, va, sizeof m->va, m);
+    pthread_mutex_unlock(&d->mu);
+    return GMLAKE_OK;
 }
 
 static int cu_unmap(void *ctx, uintptr_t va, size_t size)
 {
-    return st(((cuda_dev *)ctx)->api.cuMemUnmap((CUdeviceptr)va, size));
+    cuda_dev *d = ctx;
+    int rc = st(RELAXED(d, d->api.cuMemUnmap((CUdeviceptr)va, size)));
+    if (rc != GMLAKE_OK)
+        return rc;
+    pthread_mutex_lock(&d->mu);
+    for (uintptr_t at = va; at < va + size;) { /* whole mappings, one after the other */
+        mapping *m;
+        HASH_FIND(hh, d->maps, &at, sizeof at, m);
+        if (!m)
+            break;
+        at += m->size;
+        HASH_DEL(d->maps, m);
+        free(m);
+    }
+    pthread_mutex_unlock(&d->mu);
+    return GMLAKE_OK;
+}
+
+/* Read/write access over [va, va+size) for the device and its peers; d->mu held. */
+static int access_locked(cuda_dev *d, uintptr_t va, size_t size)
+{
+    CUmemAccessDesc a[64];
+    size_t n = 0;
+    a[n++] = (CUmemAccessDesc){.location = d->prop.location, .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+    for (int i = 0; i < 64; i++)
+        if ((d->peers >> i & 1) && i != d->ordinal)
+            a[n++] = (CUmemAccessDesc){.location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = i},
+                                       .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+    int rc = st(RELAXED(d, d->api.cuMemSetAccess((CUdeviceptr)va, size, a, n)));
+    return rc == GMLAKE_ERR_NOMEM ? GMLAKE_ERR_DEVICE : rc;
 }
 
 static int cu_set_access(void *ctx, uintptr_t va, size_t size)
 {
     cuda_dev *d = ctx;
-    CUmemAccessDesc a = {.location = d->prop.location, .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
-    int rc = st(d->api.cuMemSetAccess((CUdeviceptr)va, size, &a, 1));
-    return rc == GMLAKE_ERR_NOMEM ? GMLAKE_ERR_DEVICE : rc;
+    pthread_mutex_lock(&d->mu);
+    int rc = access_locked(d, va, size);
+    pthread_mutex_unlock(&d->mu);
+    return rc;
 }
+
+static const gml_device_ops cuda_ops;
+
+int gml_cuda_device_grant(gml_device *dev, int accessor)
+{
+    if (dev->ops != &cuda_ops || accessor < 0 || accessor >= 64)
+        return GMLAKE_ERR_INVALID;
+    cuda_dev *d = dev->ctx;
+    int rc = GMLAKE_OK;
+    pthread_mutex_lock(&d->mu);
+    if (!(d->peers >> accessor & 1) && accessor != d->ordinal) {
+        d->peers |= (uint64_t)1 << accessor;
+        ensure_ctx(d);
+        for (mapping *m = d->maps; m && rc == GMLAKE_OK; m = m->hh.next)
+            rc = access_locked(d, m->va, m->size);
+    }
+    pthread_mutex_unlock(&d->mu);
+    return rc;
+}
+
 
 static int cu_event_create(void *ctx, gml_event *out)
 {
@@ -135,17 +245,27 @@ static int cu_event_destroy(void *ctx, gml_event ev)
 
 static int cu_event_record(void *ctx, gml_event ev, gml_stream s)
 {
-    return st(((cuda_dev *)ctx)->api.cuEventRecord((CUevent)ev, (CUstream)s));
+    cuda_dev *d = ctx;
+    CUstreamCaptureMode m = relax(d);
+    CUstreamCaptureStatus cs = CU_STREAM_CAPTURE_STATUS_NONE;
+    int rc = GMLAKE_ERR_DEVICE;
+    if (!d->api.cuStreamIsCapturing ||
+        (d->api.cuStreamIsCapturing((CUstream)s, &cs) == CUDA_SUCCESS && cs == CU_STREAM_CAPTURE_STATUS_NONE))
+        rc = st(d->api.cuEventRecord((CUevent)ev, (CUstream)s));
+    restore(d, m);
+    return rc;
 }
 
 static int cu_event_query(void *ctx, gml_event ev)
 {
-    return st(((cuda_dev *)ctx)->api.cuEventQuery((CUevent)ev));
+    cuda_dev *d = ctx;
+    return st(RELAXED(d, d->api.cuEventQuery((CUevent)ev)));
 }
 
 static int cu_event_sync(void *ctx, gml_event ev)
 {
-    return st(((cuda_dev *)ctx)->api.cuEventSynchronize((CUevent)ev));
+    cuda_dev *d = ctx;
+    return st(RELAXED(d, d->api.cuEventSynchronize((CUevent)ev)));
 }
 
 static int cu_synchronize(void *ctx)
@@ -162,7 +282,17 @@ static int cu_mem_info(void *ctx, size_t *free_bytes, size_t *total_bytes)
     return st(((cuda_dev *)ctx)->api.cuMemGetInfo_v2(free_bytes, total_bytes));
 }
 
-static void cu_destroy(void *ctx) { free(ctx); }
+static void cu_destroy(void *ctx)
+{
+    cuda_dev *d = ctx;
+    mapping *m, *tmp;
+    HASH_ITER(hh, d->maps, m, tmp) {
+        HASH_DEL(d->maps, m);
+        free(m);
+    }
+    pthread_mutex_destroy(&d->mu);
+    free(d);
+}
 
 static const gml_device_ops cuda_ops = {
     .name = "cuda",
@@ -221,6 +351,9 @@ gml_device *gml_cuda_device_create(int ordinal, gml_sym_resolver resolve, const 
     RESOLVE(cuCtxGetCurrent);
     RESOLVE(cuCtxSetCurrent);
     RESOLVE(cuDevicePrimaryCtxRetain);
+    *(void **)&d->api.cuThreadExchangeStreamCaptureMode = resolve("cuThreadExchangeStreamCaptureMode");
+    *(void **)&d->api.cuStreamIsCapturing = resolve("cuStreamIsCapturing");
+    pthread_mutex_init(&d->mu, NULL);
     d->ordinal = ordinal;
     d->prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
     d->prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;

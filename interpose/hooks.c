@@ -4,6 +4,10 @@
  * Streams: cudaMalloc / cuMemAlloc take memory usable by every stream at once (the ready bin);
  * the *Async calls pass their stream.  cudaFree / cuMemFree of a gmlake pointer wait for the
  * device first, as the real ones do, so the block may serve any stream afterwards.
+ *
+ * Every real function is called through PASS (routing off for what it calls, a clean error where
+ * no real function exists).  Runtime hooks note their caller first (GML_RT_ENTRY), so that a
+ * runtime loaded RTLD_LOCAL is found in the caller's scope (resolve.c).
  */
 #include <stdatomic.h>
 
@@ -12,22 +16,35 @@
 
 static _Atomic int capture_warned;
 
+/* The real `fn` called with routing off: a hooked function it reaches passes straight through
+ * (the real cudaMemGetInfo reaches the hooked cuMemGetInfo, which must not add gmlake's cache a
+ * second time).  `err` where no real function exists at all. */
+#define PASS(fn, err, ...)                                                                        \
+    ({                                                                                            \
+        __typeof__(gml_real.fn) f_ = GML_REAL(fn);                                                \
+        __typeof__(err) r_ = (err);                                                               \
+        if (f_) {                                                                                 \
+            gml_depth++;                                                                          \
+            r_ = f_(__VA_ARGS__);                                                                 \
+            gml_depth--;                                                                          \
+        }                                                                                         \
+        r_;                                                                                       \
+    })
+#define NO_RT cudaErrorInitializationError
+#define NO_DRV CUDA_ERROR_NOT_INITIALIZED
+
 /* ---- shared steps ---- */
 
 static int current_device_rt(void)
 {
     int d = -1;
-    if (!GML_REAL(cudaGetDevice) || gml_real.cudaGetDevice(&d) != cudaSuccess)
-        return -1;
-    return d;
+    return PASS(cudaGetDevice, NO_RT, &d) == cudaSuccess ? d : -1;
 }
 
 static int current_device_drv(void)
 {
     CUdevice d = -1;
-    if (!GML_REAL(cuCtxGetDevice) || gml_real.cuCtxGetDevice(&d) != CUDA_SUCCESS)
-        return -1;
-    return (int)d;
+    return PASS(cuCtxGetDevice, NO_DRV, &d) == CUDA_SUCCESS ? (int)d : -1;
 }
 
 static bool capturing_rt(cudaStream_t s)
@@ -35,10 +52,7 @@ static bool capturing_rt(cudaStream_t s)
     enum cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
     if (!GML_REAL(cudaStreamIsCapturing))
         return false;
-    gml_depth++;
-    cudaError_t r = gml_real.cudaStreamIsCapturing(s, &st);
-    gml_depth--;
-    return r != cudaSuccess || st != cudaStreamCaptureStatusNone;
+    return PASS(cudaStreamIsCapturing, NO_RT, s, &st) != cudaSuccess || st != cudaStreamCaptureStatusNone;
 }
 
 static bool capturing_drv(CUstream s)
@@ -46,10 +60,128 @@ static bool capturing_drv(CUstream s)
     CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE;
     if (!GML_REAL(cuStreamIsCapturing))
         return false;
-    gml_depth++;
-    CUresult r = gml_real.cuStreamIsCapturing(s, &st);
-    gml_depth--;
-    return r != CUDA_SUCCESS || st != CU_STREAM_CAPTURE_STATUS_NONE;
+    return PASS(cuStreamIsCapturing, NO_DRV, s, &st) != CUDA_SUCCESS || st != CU_STREAM_CAPTURE_STATUS_NONE;
+}
+
+/* ---- the runtime's last error ----
+ * The runtime keeps a per-thread last error inside libcudart, which gmlake cannot write.  When a
+ * runtime hook answers an error itself, gmlake consumes the runtime's pending error (the new one
+ * supersedes it: CUDA keeps only the last) and keeps its own in gml_rt_error.  The hooked
+ * cudaGetLastError / cudaPeekAtLastError return the runtime's error if it has one (it came after
+ * gmlake's, or it is sticky), else gmlake's; cudaGetLastError clears both.  A runtime that already
+ * holds a sticky error (the context is unusable) makes every served call fail with it, as CUDA
+ * does: gmlake checks with cudaPeekAtLastError before serving. */
+static __thread cudaError_t gml_rt_error;
+
+static cudaError_t rt_error(cudaError_t e)
+{
+    if (e != cudaSuccess) {
+        PASS(cudaGetLastError, cudaSuccess);
+        gml_rt_error = e;
+    }
+    return e;
+}
+
+static bool is_sticky(cudaError_t e)
+{
+    switch (e) {
+    case cudaErrorContained: case cudaErrorIllegalAddress: case cudaErrorLaunchTimeout:
+    case cudaErrorHardwareStackError: case cudaErrorIllegalInstruction:
+    case cudaErrorMisalignedAddress: case cudaErrorInvalidAddressSpace: case cudaErrorInvalidPc:
+    case cudaErrorLaunchFailure: case cudaErrorExternalDevice:
+        return true;
+    default:
+        return false;
+    }
+}
+
+/* The sticky error the runtime holds, or cudaSuccess. */
+static cudaError_t rt_sticky(void)
+{
+    cudaError_t e = PASS(cudaPeekAtLastError, cudaSuccess);
+    return is_sticky(e) ? e : cudaSuccess;
+}
+
+GML_HOOK cudaError_t cudaGetLastError(void)
+{
+    GML_RT_ENTRY();
+    cudaError_t mine = gml_rt_error;
+    gml_rt_error = cudaSuccess;
+    cudaError_t r = PASS(cudaGetLastError, cudaSuccess);
+    return r != cudaSuccess ? r : mine;
+}
+
+GML_HOOK cudaError_t cudaPeekAtLastError(void)
+{
+    GML_RT_ENTRY();
+    cudaError_t r = PASS(cudaPeekAtLastError, cudaSuccess);
+    return r != cudaSuccess ? r : gml_rt_error;
+}
+
+/* ---- memory pools other than the default ----
+ * cudaMallocAsync / cuMemAllocAsync allocate from the device's current memory pool; once the
+ * program makes another pool current (cudaDeviceSetMemPool), that pool's properties apply and
+ * gmlake passes the device's allocations through until the default pool is current again. */
+static _Atomic bool custom_pool[GML_MAX_DEVICES];
+
+static bool custom_pool_of(int device)
+{
+    return device >= 0 && device < GML_MAX_DEVICES && atomic_load_explicit(&custom_pool[device], memory_order_relaxed);
+}
+
+static void note_pool(int device, bool is_default)
+{
+    if (device >= 0 && device < GML_MAX_DEVICES)
+        atomic_store(&custom_pool[device], !is_default);
+}
+
+GML_HOOK cudaError_t cudaDeviceSetMemPool(int device, cudaMemPool_t pool)
+{
+    GML_RT_ENTRY();
+    bool serving = gml_serving();
+    cudaError_t r = PASS(cudaDeviceSetMemPool, NO_RT, device, pool);
+    cudaMemPool_t dp = NULL;
+    if (r == cudaSuccess && serving && PASS(cudaDeviceGetDefaultMemPool, NO_RT, &dp, device) == cudaSuccess)
+        note_pool(device, dp == pool);
+    return r;
+}
+
+GML_HOOK CUresult cuDeviceSetMemPool(CUdevice device, CUmemoryPool pool)
+{
+    bool serving = gml_serving();
+    CUresult r = PASS(cuDeviceSetMemPool, NO_DRV, device, pool);
+    CUmemoryPool dp = NULL;
+    if (r == CUDA_SUCCESS && serving && PASS(cuDeviceGetDefaultMemPool, NO_DRV, &dp, device) == CUDA_SUCCESS)
+        note_pool((int)device, dp == pool);
+    return r;
+}
+
+/* ---- peer access ----
+ * A device that may access a peer's memory (cudaDeviceEnablePeerAccess, cuCtxEnablePeerAccess)
+ * must reach the peer's gmlake memory too: gml_peer_grant (state.c) records it and the peer's
+ * pool maps its present and future memory for that device. */
+GML_HOOK cudaError_t cudaDeviceEnablePeerAccess(int peerDevice, unsigned int flags)
+{
+    GML_RT_ENTRY();
+    cudaError_t r = PASS(cudaDeviceEnablePeerAccess, NO_RT, peerDevice, flags);
+    if (r == cudaSuccess && gml_serving())
+        gml_peer_grant(peerDevice, current_device_rt());
+    return r;
+}
+
+GML_HOOK CUresult cuCtxEnablePeerAccess(CUcontext peer, unsigned int flags)
+{
+    CUresult r = PASS(cuCtxEnablePeerAccess, NO_DRV, peer, flags);
+    if (r != CUDA_SUCCESS || !gml_serving())
+        return r;
+    int accessor = current_device_drv(), owner = -1;
+    CUcontext popped = NULL;
+    if (PASS(cuCtxPushCurrent_v2, NO_DRV, peer) == CUDA_SUCCESS) {
+        owner = current_device_drv();
+        PASS(cuCtxPopCurrent_v2, NO_DRV, &popped);
+    }
+    gml_peer_grant(owner, accessor);
+    return r;
 }
 
 /* 0 served (*out set), 1 out of memory, 2 not served (pass through). */
@@ -86,100 +218,130 @@ static gml_pool *live_owner(uintptr_t ptr)
     return NULL;
 }
 
-/* 0 freed, 1 gmlake memory but not a live allocation (error), 2 not gmlake's (pass through). */
+enum { FREE_PASS = -1 };
+/* CUDA_SUCCESS freed; FREE_PASS not gmlake's (pass through); otherwise the CUDA error to return,
+ * the pool unchanged: CUDA_ERROR_INVALID_VALUE for gmlake memory that is not a live allocation
+ * (double free, interior pointer), or the error of the synchronisation a synchronous free makes
+ * (during graph capture CUDA refuses it, as it refuses cudaFree, and the capture is invalidated). */
 static int serve_free(uintptr_t ptr, gml_stream stream, const char *api, bool sync, bool drv)
 {
     gml_pool *p = live_owner(ptr);
     if (!p) {
         if (!gml_owner(ptr, NULL))
-            return 2;
+            return FREE_PASS;
         gml_log(GML_LOG_ERROR, "%s(%#lx): not the start of a live allocation (double free or "
                 "interior pointer); the pool is unchanged", api, (unsigned long)ptr);
-        return 1;
+        return CUDA_ERROR_INVALID_VALUE;
     }
     if (stream != GML_STREAM_NONE &&
         (drv ? capturing_drv((CUstream)stream) : capturing_rt((cudaStream_t)stream))) {
         if (!atomic_exchange(&capture_warned, 1))
             gml_log(GML_LOG_WARN, "%s during graph capture: gmlake keeps such blocks allocated", api);
-        return 0;
+        return CUDA_SUCCESS;
     }
+    if (sync) {
+        CUresult r = PASS(cuCtxSynchronize, NO_DRV);
+        if (r != CUDA_SUCCESS) {
+            gml_log(GML_LOG_WARN, "%s(%#lx): synchronizing failed (CUDA error %d); the block stays "
+                    "allocated", api, (unsigned long)ptr, (int)r);
+            return r;
+        }
+    }
+    /* The free is logged before the block can serve another thread (gml_trace_free_begin holds
+     * the trace lock across it), so a recorded `A X` never precedes the `F X` that freed X. */
+    bool tracing = gml_trace_free_begin();
     gml_depth++;
-    if (sync && GML_REAL(cuCtxSynchronize))
-        gml_real.cuCtxSynchronize();
     int rc = gml_pool_free(p, ptr, stream);
     gml_depth--;
-    if (rc != GMLAKE_OK)
-        return 1;
-    gml_trace_event('F', ptr, 0, stream);
-    return 0;
+    gml_trace_free_end(tracing, rc == GMLAKE_OK, ptr, stream);
+    return rc == GMLAKE_OK ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
+
+/* A runtime call gmlake served: the runtime's sticky error if it holds one, else cudaSuccess. */
+#define RT_SERVE_CHECK()                                                                          \
+    do {                                                                                          \
+        cudaError_t sticky_ = rt_sticky();                                                        \
+        if (sticky_ != cudaSuccess)                                                               \
+            return sticky_;                                                                       \
+    } while (0)
 
 /* ---- runtime ---- */
 
-GML_HOOK cudaError_t cudaMalloc(void **devPtr, size_t size)
+static cudaError_t rt_malloc(void **devPtr, size_t size)
 {
     if (!gml_serving() || !devPtr || size == 0)
-        return GML_REAL(cudaMalloc) ? gml_real.cudaMalloc(devPtr, size) : cudaErrorInitializationError;
+        return PASS(cudaMalloc, NO_RT, devPtr, size);
+    RT_SERVE_CHECK();
     uintptr_t p;
     switch (serve_alloc(current_device_rt(), size, GML_STREAM_NONE, &p)) {
     case 0: *devPtr = (void *)p; return cudaSuccess;
-    case 1: return cudaErrorMemoryAllocation;
-    default:
-        gml_depth++;
-        cudaError_t r = GML_REAL(cudaMalloc)(devPtr, size);
-        gml_depth--;
-        return r;
+    case 1: return rt_error(cudaErrorMemoryAllocation);
+    default: return PASS(cudaMalloc, NO_RT, devPtr, size);
     }
+}
+
+GML_HOOK cudaError_t cudaMalloc(void **devPtr, size_t size)
+{
+    GML_RT_ENTRY();
+    return rt_malloc(devPtr, size);
+}
+
+static cudaError_t rt_free(void *devPtr)
+{
+    if (gml_serving() && devPtr) {
+        RT_SERVE_CHECK();
+        int r = serve_free((uintptr_t)devPtr, GML_STREAM_NONE, "cudaFree", true, false);
+        if (r == CUDA_SUCCESS)
+            return cudaSuccess;
+        if (r != FREE_PASS)
+            return rt_error((cudaError_t)r); /* the runtime's codes equal the driver's here */
+    }
+    return PASS(cudaFree, NO_RT, devPtr);
 }
 
 GML_HOOK cudaError_t cudaFree(void *devPtr)
 {
-    if (gml_serving() && devPtr) {
-        int r = serve_free((uintptr_t)devPtr, GML_STREAM_NONE, "cudaFree", true, false);
-        if (r == 0)
-            return cudaSuccess;
-        if (r == 1)
-            return cudaErrorInvalidValue;
-    }
-    return GML_REAL(cudaFree) ? gml_real.cudaFree(devPtr) : cudaErrorInitializationError;
+    GML_RT_ENTRY();
+    return rt_free(devPtr);
 }
 
 static cudaError_t malloc_async(void **devPtr, size_t size, cudaStream_t s, gml_stream key)
 {
-    if (!gml_serving() || !devPtr || size == 0 || capturing_rt(s))
-        return GML_REAL(cudaMallocAsync) ? gml_real.cudaMallocAsync(devPtr, size, s)
-                                         : cudaErrorInitializationError;
+    int device = -1;
+    if (!gml_serving() || !devPtr || size == 0 || capturing_rt(s) ||
+        custom_pool_of(device = current_device_rt()))
+        return PASS(cudaMallocAsync, NO_RT, devPtr, size, s);
+    RT_SERVE_CHECK();
     uintptr_t p;
-    switch (serve_alloc(current_device_rt(), size, key, &p)) {
+    switch (serve_alloc(device, size, key, &p)) {
     case 0: *devPtr = (void *)p; return cudaSuccess;
-    case 1: return cudaErrorMemoryAllocation;
-    default:
-        gml_depth++;
-        cudaError_t r = GML_REAL(cudaMallocAsync)(devPtr, size, s);
-        gml_depth--;
-        return r;
+    case 1: return rt_error(cudaErrorMemoryAllocation);
+    default: return PASS(cudaMallocAsync, NO_RT, devPtr, size, s);
     }
 }
 
 static cudaError_t free_async(void *devPtr, cudaStream_t s, gml_stream key)
 {
     if (gml_serving() && devPtr) {
+        RT_SERVE_CHECK();
         int r = serve_free((uintptr_t)devPtr, key, "cudaFreeAsync", false, false);
-        if (r == 0)
+        if (r == CUDA_SUCCESS)
             return cudaSuccess;
-        if (r == 1)
-            return cudaErrorInvalidValue;
+        if (r != FREE_PASS)
+            return rt_error((cudaError_t)r);
     }
-    return GML_REAL(cudaFreeAsync) ? gml_real.cudaFreeAsync(devPtr, s) : cudaErrorInitializationError;
+    return PASS(cudaFreeAsync, NO_RT, devPtr, s);
 }
 
 GML_HOOK cudaError_t cudaMallocAsync(void **devPtr, size_t size, cudaStream_t s)
 {
+    GML_RT_ENTRY();
     return malloc_async(devPtr, size, s, (gml_stream)s);
 }
 
 GML_HOOK cudaError_t cudaFreeAsync(void *devPtr, cudaStream_t s)
 {
+    GML_RT_ENTRY();
     return free_async(devPtr, s, (gml_stream)s);
 }
 
@@ -187,11 +349,13 @@ GML_HOOK cudaError_t cudaFreeAsync(void *devPtr, cudaStream_t s)
 #define PTDS(s) ((s) ? (gml_stream)(s) : (gml_stream)CU_STREAM_PER_THREAD)
 GML_HOOK cudaError_t cudaMallocAsync_ptsz(void **devPtr, size_t size, cudaStream_t s)
 {
+    GML_RT_ENTRY();
     return malloc_async(devPtr, size, s ? s : cudaStreamPerThread, PTDS(s));
 }
 
 GML_HOOK cudaError_t cudaFreeAsync_ptsz(void *devPtr, cudaStream_t s)
 {
+    GML_RT_ENTRY();
     return free_async(devPtr, s ? s : cudaStreamPerThread, PTDS(s));
 }
 
@@ -209,10 +373,10 @@ static void add_cached(int device, size_t *free_b, size_t total)
 
 GML_HOOK cudaError_t cudaMemGetInfo(size_t *free_b, size_t *total)
 {
-    if (!GML_REAL(cudaMemGetInfo))
-        return cudaErrorInitializationError;
-    cudaError_t r = gml_real.cudaMemGetInfo(free_b, total);
-    if (r == cudaSuccess && gml_serving() && free_b && total)
+    GML_RT_ENTRY();
+    bool serving = gml_serving();
+    cudaError_t r = PASS(cudaMemGetInfo, NO_RT, free_b, total);
+    if (r == cudaSuccess && serving && free_b && total)
         add_cached(current_device_rt(), free_b, *total);
     return r;
 }
@@ -226,10 +390,7 @@ static int default_pool_device(cudaMemPool_t pool)
         if (!gml_registry_get(d))
             continue;
         cudaMemPool_t dp = NULL;
-        gml_depth++;
-        cudaError_t r = gml_real.cudaDeviceGetDefaultMemPool(&dp, d);
-        gml_depth--;
-        if (r == cudaSuccess && dp == pool)
+        if (PASS(cudaDeviceGetDefaultMemPool, NO_RT, &dp, d) == cudaSuccess && dp == pool)
             return d;
     }
     return -1;
@@ -237,6 +398,7 @@ static int default_pool_device(cudaMemPool_t pool)
 
 GML_HOOK cudaError_t cudaMemPoolGetAttribute(cudaMemPool_t pool, enum cudaMemPoolAttr attr, void *value)
 {
+    GML_RT_ENTRY();
     int d = value ? default_pool_device(pool) : -1;
     if (d >= 0 && (attr == cudaMemPoolAttrReservedMemCurrent || attr == cudaMemPoolAttrReservedMemHigh ||
                    attr == cudaMemPoolAttrUsedMemCurrent || attr == cudaMemPoolAttrUsedMemHigh)) {
@@ -249,40 +411,39 @@ GML_HOOK cudaError_t cudaMemPoolGetAttribute(cudaMemPool_t pool, enum cudaMemPoo
         *(uint64_t *)value = v;
         return cudaSuccess;
     }
-    return GML_REAL(cudaMemPoolGetAttribute) ? gml_real.cudaMemPoolGetAttribute(pool, attr, value)
-                                             : cudaErrorInitializationError;
+    return PASS(cudaMemPoolGetAttribute, NO_RT, pool, attr, value);
 }
 
 GML_HOOK cudaError_t cudaMemPoolSetAttribute(cudaMemPool_t pool, enum cudaMemPoolAttr attr, void *value)
 {
+    GML_RT_ENTRY();
     int d = default_pool_device(pool);
     if (d >= 0 && (attr == cudaMemPoolAttrReservedMemHigh || attr == cudaMemPoolAttrUsedMemHigh))
         gml_pool_reset_peaks(gml_registry_get(d)); /* resets both highs, as PyTorch does */
-    return GML_REAL(cudaMemPoolSetAttribute) ? gml_real.cudaMemPoolSetAttribute(pool, attr, value)
-                                             : cudaErrorInitializationError;
+    return PASS(cudaMemPoolSetAttribute, NO_RT, pool, attr, value);
 }
 
 GML_HOOK cudaError_t cudaMemPoolTrimTo(cudaMemPool_t pool, size_t minBytesToKeep)
 {
+    GML_RT_ENTRY();
     int d = default_pool_device(pool);
     if (d >= 0) {
         gml_depth++;
         gml_pool_empty_cache(gml_registry_get(d));
         gml_depth--;
     }
-    return GML_REAL(cudaMemPoolTrimTo) ? gml_real.cudaMemPoolTrimTo(pool, minBytesToKeep)
-                                       : cudaErrorInitializationError;
+    return PASS(cudaMemPoolTrimTo, NO_RT, pool, minBytesToKeep);
 }
 
 GML_HOOK cudaError_t cudaIpcGetMemHandle(cudaIpcMemHandle_t *handle, void *devPtr)
 {
+    GML_RT_ENTRY();
     if (gml_serving() && devPtr && gml_owner((uintptr_t)devPtr, NULL)) {
         gml_log(GML_LOG_ERROR, "cudaIpcGetMemHandle(%p): gmlake memory cannot be shared by CUDA IPC; "
                 "run the exporting allocation with GMLAKE_ENABLE=0", devPtr);
-        return cudaErrorInvalidValue;
+        return rt_error(cudaErrorInvalidValue);
     }
-    return GML_REAL(cudaIpcGetMemHandle) ? gml_real.cudaIpcGetMemHandle(handle, devPtr)
-                                         : cudaErrorInitializationError;
+    return PASS(cudaIpcGetMemHandle, NO_RT, handle, devPtr);
 }
 
 /* ---- driver ---- */
@@ -290,16 +451,12 @@ GML_HOOK cudaError_t cudaIpcGetMemHandle(cudaIpcMemHandle_t *handle, void *devPt
 GML_HOOK CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
 {
     if (!gml_serving() || !dptr || bytesize == 0)
-        return GML_REAL(cuMemAlloc_v2) ? gml_real.cuMemAlloc_v2(dptr, bytesize) : CUDA_ERROR_NOT_INITIALIZED;
+        return PASS(cuMemAlloc_v2, NO_DRV, dptr, bytesize);
     uintptr_t p;
     switch (serve_alloc(current_device_drv(), bytesize, GML_STREAM_NONE, &p)) {
     case 0: *dptr = (CUdeviceptr)p; return CUDA_SUCCESS;
     case 1: return CUDA_ERROR_OUT_OF_MEMORY;
-    default:
-        gml_depth++;
-        CUresult r = GML_REAL(cuMemAlloc_v2)(dptr, bytesize);
-        gml_depth--;
-        return r;
+    default: return PASS(cuMemAlloc_v2, NO_DRV, dptr, bytesize);
     }
 }
 
@@ -307,31 +464,38 @@ GML_HOOK CUresult cuMemFree_v2(CUdeviceptr dptr)
 {
     if (gml_serving() && dptr) {
         int r = serve_free((uintptr_t)dptr, GML_STREAM_NONE, "cuMemFree", true, true);
-        if (r == 0)
-            return CUDA_SUCCESS;
-        if (r == 1)
-            return CUDA_ERROR_INVALID_VALUE;
+        if (r != FREE_PASS)
+            return (CUresult)r;
     }
-    return GML_REAL(cuMemFree_v2) ? gml_real.cuMemFree_v2(dptr) : CUDA_ERROR_NOT_INITIALIZED;
+    return PASS(cuMemFree_v2, NO_DRV, dptr);
 }
 
 typedef CUresult (*alloc_async_fn)(CUdeviceptr *, size_t, CUstream);
 typedef CUresult (*free_async_fn)(CUdeviceptr, CUstream);
 
-static CUresult drv_alloc_async(alloc_async_fn real, CUdeviceptr *dptr, size_t size, CUstream s,
-                                gml_stream key)
+static CUresult call_alloc(alloc_async_fn real, CUdeviceptr *dptr, size_t size, CUstream s)
 {
-    if (!gml_serving() || !dptr || size == 0 || capturing_drv(s))
-        return real ? real(dptr, size, s) : CUDA_ERROR_NOT_INITIALIZED;
+    if (!real)
+        return NO_DRV;
+    gml_depth++;
+    CUresult r = real(dptr, size, s);
+    gml_depth--;
+    return r;
+}
+
+/* `cap` is the stream whose capture status counts (see malloc_async). */
+static CUresult drv_alloc_async(alloc_async_fn real, CUdeviceptr *dptr, size_t size, CUstream s,
+                                CUstream cap, gml_stream key)
+{
+    int device = -1;
+    if (!gml_serving() || !dptr || size == 0 || capturing_drv(cap) ||
+        custom_pool_of(device = current_device_drv()))
+        return call_alloc(real, dptr, size, s);
     uintptr_t p;
-    switch (serve_alloc(current_device_drv(), size, key, &p)) {
+    switch (serve_alloc(device, size, key, &p)) {
     case 0: *dptr = (CUdeviceptr)p; return CUDA_SUCCESS;
     case 1: return CUDA_ERROR_OUT_OF_MEMORY;
-    default:
-        gml_depth++;
-        CUresult r = real ? real(dptr, size, s) : CUDA_ERROR_NOT_INITIALIZED;
-        gml_depth--;
-        return r;
+    default: return call_alloc(real, dptr, size, s);
     }
 }
 
@@ -339,17 +503,20 @@ static CUresult drv_free_async(free_async_fn real, CUdeviceptr dptr, CUstream s,
 {
     if (gml_serving() && dptr) {
         int r = serve_free((uintptr_t)dptr, key, "cuMemFreeAsync", false, true);
-        if (r == 0)
-            return CUDA_SUCCESS;
-        if (r == 1)
-            return CUDA_ERROR_INVALID_VALUE;
+        if (r != FREE_PASS)
+            return (CUresult)r;
     }
-    return real ? real(dptr, s) : CUDA_ERROR_NOT_INITIALIZED;
+    if (!real)
+        return NO_DRV;
+    gml_depth++;
+    CUresult r = real(dptr, s);
+    gml_depth--;
+    return r;
 }
 
 GML_HOOK CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUstream s)
 {
-    return drv_alloc_async(GML_REAL(cuMemAllocAsync), dptr, bytesize, s, (gml_stream)s);
+    return drv_alloc_async(GML_REAL(cuMemAllocAsync), dptr, bytesize, s, s, (gml_stream)s);
 }
 
 GML_HOOK CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream s)
@@ -359,7 +526,8 @@ GML_HOOK CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream s)
 
 GML_HOOK CUresult cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUstream s)
 {
-    return drv_alloc_async(GML_REAL(cuMemAllocAsync_ptsz), dptr, bytesize, s, PTDS(s));
+    return drv_alloc_async(GML_REAL(cuMemAllocAsync_ptsz), dptr, bytesize, s, s ? s : CU_STREAM_PER_THREAD,
+                           PTDS(s));
 }
 
 GML_HOOK CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream s)
@@ -373,41 +541,30 @@ static bool is_default_pool(CUmemoryPool pool)
 {
     int d = current_device_drv();
     CUmemoryPool dp = NULL;
-    return d >= 0 && GML_REAL(cuDeviceGetDefaultMemPool) &&
-           gml_real.cuDeviceGetDefaultMemPool(&dp, d) == CUDA_SUCCESS && dp == pool;
+    return d >= 0 && PASS(cuDeviceGetDefaultMemPool, NO_DRV, &dp, d) == CUDA_SUCCESS && dp == pool;
 }
 
 GML_HOOK CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool, CUstream s)
 {
     if (gml_serving() && is_default_pool(pool))
-        return cuMemAllocAsync(dptr, bytesize, s);
-    if (!GML_REAL(cuMemAllocFromPoolAsync))
-        return CUDA_ERROR_NOT_INITIALIZED;
-    gml_depth++;
-    CUresult r = gml_real.cuMemAllocFromPoolAsync(dptr, bytesize, pool, s);
-    gml_depth--;
-    return r;
+        return drv_alloc_async(GML_REAL(cuMemAllocAsync), dptr, bytesize, s, s, (gml_stream)s);
+    return PASS(cuMemAllocFromPoolAsync, NO_DRV, dptr, bytesize, pool, s);
 }
 
 GML_HOOK CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool,
                                                CUstream s)
 {
     if (gml_serving() && is_default_pool(pool))
-        return cuMemAllocAsync_ptsz(dptr, bytesize, s);
-    if (!GML_REAL(cuMemAllocFromPoolAsync_ptsz))
-        return CUDA_ERROR_NOT_INITIALIZED;
-    gml_depth++;
-    CUresult r = gml_real.cuMemAllocFromPoolAsync_ptsz(dptr, bytesize, pool, s);
-    gml_depth--;
-    return r;
+        return drv_alloc_async(GML_REAL(cuMemAllocAsync_ptsz), dptr, bytesize, s,
+                               s ? s : CU_STREAM_PER_THREAD, PTDS(s));
+    return PASS(cuMemAllocFromPoolAsync_ptsz, NO_DRV, dptr, bytesize, pool, s);
 }
 
 GML_HOOK CUresult cuMemGetInfo_v2(size_t *free_b, size_t *total)
 {
-    if (!GML_REAL(cuMemGetInfo_v2))
-        return CUDA_ERROR_NOT_INITIALIZED;
-    CUresult r = gml_real.cuMemGetInfo_v2(free_b, total);
-    if (r == CUDA_SUCCESS && gml_serving() && free_b && total)
+    bool serving = gml_serving();
+    CUresult r = PASS(cuMemGetInfo_v2, NO_DRV, free_b, total);
+    if (r == CUDA_SUCCESS && serving && free_b && total)
         add_cached(current_device_drv(), free_b, *total);
     return r;
 }
@@ -421,3 +578,5 @@ GML_CHECK_TYPE(cuMemFreeAsync_ptsz, PFN_cuMemFreeAsync_v11020_ptsz);
 GML_CHECK_TYPE(cuMemAllocFromPoolAsync, PFN_cuMemAllocFromPoolAsync_v11020);
 GML_CHECK_TYPE(cuMemAllocFromPoolAsync_ptsz, PFN_cuMemAllocFromPoolAsync_v11020_ptsz);
 GML_CHECK_TYPE(cuMemGetInfo_v2, PFN_cuMemGetInfo_v3020);
+GML_CHECK_TYPE(cuDeviceSetMemPool, PFN_cuDeviceSetMemPool_v11020);
+GML_CHECK_TYPE(cuCtxEnablePeerAccess, PFN_cuCtxEnablePeerAccess_v4000);

@@ -3,23 +3,40 @@
  * calls into pool calls and forward everything else untouched.  Thin: no allocation policy here.
  *
  * How to add an interceptor
- *  1. Add the real function to `struct gml_real` (resolve.c) with its CUDA prototype's type, and
- *     its name to the list in resolve_all (runtime: RTLD_NEXT; driver: libcuda.so.1).
+ *  1. Add the real function to `struct gml_real` (below) with its CUDA prototype's type (runtime:
+ *     RTLD_NEXT, else the calling object's scope; driver: RTLD_NEXT, else libcuda.so.1).
  *  2. Write the hook in hooks.c with exactly the CUDA prototype (the header declaration checks the
  *     type; GML_CHECK_TYPE asserts it against the CUDA typedef as well) and export it with GML_HOOK.
+ *     A runtime hook starts with GML_RT_ENTRY(); every real call goes through PASS.
  *  3. Add {name, hook} to the sorted table in resolve.c (dlsym, cuGetProcAddress and
  *     cudaGetDriverEntryPoint hand it out), keeping the names in strcmp order (a test checks).
  *
  * Rules every hook follows
- *  - GML_REAL(fn) always reaches the real function.  A call made while this thread is inside
- *    gmlake (depth > 0), or with gmlake disabled, or that gmlake cannot serve, passes through.
- *  - Streams capturing a graph: allocations pass through to CUDA.  A gmlake pointer freed during
- *    capture stays allocated (logged once): reusing it could corrupt the graph's replays.
+ *  - GML_REAL(fn) always reaches the real function, or is NULL (the hook then returns
+ *    cudaErrorInitializationError / CUDA_ERROR_NOT_INITIALIZED, never calls NULL).  A call made
+ *    while this thread is inside gmlake (depth > 0), or with gmlake disabled, or that gmlake cannot
+ *    serve, passes through, with depth raised so that whatever the real function calls is not
+ *    routed again.
+ *  - dlsym(RTLD_NEXT, ...) from any other object resolves as if gmlake were not there (resolve.c).
+ *  - Streams capturing a graph: allocations pass through to CUDA.  A gmlake pointer freed with a
+ *    stream-ordered free during capture stays allocated (logged once): reusing it could corrupt
+ *    the graph's replays.  A synchronous free (cudaFree, cuMemFree) synchronises as CUDA's does;
+ *    if that fails (during capture: CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, and the capture is
+ *    invalidated, as by CUDA's cudaFree; or a sticky fault) it returns that error and the block
+ *    stays allocated.  The pool's own driver calls run in relaxed capture mode and never record
+ *    an event into a capture (core/device_cuda.c).
  *  - A free of a pointer gmlake does not own goes to the real function; of a pointer that is
  *    inside gmlake's memory but not a live allocation (double free, interior pointer): the real
  *    runtime's error code, one log line, the pool untouched.
  *  - Out of memory after the pool released its cache: cudaErrorMemoryAllocation /
  *    CUDA_ERROR_OUT_OF_MEMORY.
+ *  - Errors a runtime hook answers itself become the thread's last error (cudaGetLastError /
+ *    cudaPeekAtLastError, hooked: hooks.c); a sticky error the runtime holds fails every served
+ *    runtime call, as in CUDA.  (The driver API has no last error.)
+ *  - Stream-ordered allocations of a device whose current memory pool is not its default one
+ *    (cudaDeviceSetMemPool / cuDeviceSetMemPool) pass through to CUDA.
+ *  - Peer access enabled for a device (cudaDeviceEnablePeerAccess, cuCtxEnablePeerAccess) covers
+ *    the peer's gmlake memory, present and future.
  */
 #ifndef GML_INTERPOSE_H
 #define GML_INTERPOSE_H
@@ -79,13 +96,28 @@ struct gml_real {
     CUresult (*cuCtxSynchronize)(void);
     CUresult (*cuStreamIsCapturing)(CUstream, CUstreamCaptureStatus *);
     CUresult (*cuDeviceGetDefaultMemPool)(CUmemoryPool *, CUdevice);
+    cudaError_t (*cudaGetLastError)(void);
+    cudaError_t (*cudaPeekAtLastError)(void);
+    cudaError_t (*cudaDeviceSetMemPool)(int, cudaMemPool_t);
+    cudaError_t (*cudaDeviceEnablePeerAccess)(int, unsigned int);
+    CUresult (*cuDeviceSetMemPool)(CUdevice, CUmemoryPool);
+    CUresult (*cuCtxEnablePeerAccess)(CUcontext, unsigned int);
+    CUresult (*cuCtxPushCurrent_v2)(CUcontext);
+    CUresult (*cuCtxPopCurrent_v2)(CUcontext *);
 };
 extern struct gml_real gml_real;
 
 /* Resolves the real dlsym (once). */
 void gml_resolve(void);
-/* Looks the real `name` up and stores it in *slot; NULL while it is not loaded yet. */
+/* Looks the real `name` up and stores it in *slot; NULL while it is not loaded yet.  A runtime
+ * function that RTLD_NEXT cannot see (libcudart loaded RTLD_LOCAL by a plugin) is looked up in
+ * the scope of the object that called the current runtime hook (gml_caller) and cached per
+ * calling object, not in *slot. */
 void *gml_resolve_one(void **slot, const char *name);
+/* The return address of the runtime hook this thread is in: every runtime hook starts with
+ * GML_RT_ENTRY() (in the exported function itself, so that it is the program's address). */
+extern __thread const void *gml_caller;
+#define GML_RT_ENTRY() (gml_caller = __builtin_return_address(0))
 #define GML_REAL(fn)                                                                              \
     (__atomic_load_n(&gml_real.fn, __ATOMIC_ACQUIRE)                                              \
          ? gml_real.fn                                                                            \
@@ -123,5 +155,14 @@ int gml_torch_plan(const char *alloc_conf, const char *cuda_conf, const char **v
  * cudaFree, cuMemAlloc, cuMemFree) are recorded with stream 0xffffffffffffffff (GML_STREAM_NONE),
  * which replay treats as they were served. */
 void gml_trace_event(char op, uintptr_t ptr, size_t size, uintptr_t stream);
+/* Around a pool free: begin takes the trace lock (if a trace is recorded; returns whether), end
+ * appends `F ptr` if `freed` and releases it, so that no other thread can record an allocation
+ * of ptr before its free. */
+bool gml_trace_free_begin(void);
+void gml_trace_free_end(bool tracing, bool freed, uintptr_t ptr, uintptr_t stream);
+/* Device `accessor` may access device `owner`'s memory (peer access was enabled): owner's pool,
+ * now or when it is created, maps its present and future memory for accessor too.  Ignores
+ * out-of-range ordinals and owner == accessor. */
+void gml_peer_grant(int owner, int accessor);
 
 #endif /* GML_INTERPOSE_H */

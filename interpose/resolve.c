@@ -3,12 +3,15 @@
  * look functions up at run time: dlsym (XLA on a libcuda handle), cuGetProcAddress (libcudart
  * itself, CuPy's static cudart), cudaGetDriverEntryPoint(ByVersion).
  *
- * The real dlsym comes from dlvsym (never hooked).  Runtime functions resolve with RTLD_NEXT,
- * driver functions on a libcuda.so.1 handle; a result that is gmlake's own hook is rejected.
+ * The real dlsym comes from dlvsym (never hooked).  Real functions resolve with RTLD_NEXT (so a
+ * wrapper library after gmlake sees gmlake's calls); driver functions fall back to a libcuda.so.1
+ * handle, runtime functions to the caller's scope (below); a result that is gmlake's own hook is
+ * rejected.
  * The hooks are one table sorted by name (bsearch); entry-point resolvers map by the real pointer
  * they got, so the versioned and per-thread-stream variants each get their own hook.
  */
 #include <dlfcn.h>
+#include <stddef.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,6 +19,9 @@
 #include "interpose.h"
 
 struct gml_real gml_real;
+
+/* Code that may run before a sanitizer runtime has initialised (see dlsym below). */
+#define GML_NO_SANITIZE __attribute__((no_sanitize("address", "undefined", "thread"), noinline))
 
 /* The hooks (hooks.c). */
 extern cudaError_t cudaMallocAsync_ptsz(void **, size_t, cudaStream_t);
@@ -33,6 +39,8 @@ typedef struct hook_entry {
 #define E(name, field) {#name, (void *)&name, (void **)&gml_real.field}
 /* Sorted by strcmp (tests/interpose checks the order). */
 static const hook_entry table[] = {
+    E(cuCtxEnablePeerAccess, cuCtxEnablePeerAccess),
+    E(cuDeviceSetMemPool, cuDeviceSetMemPool),
     E(cuGetProcAddress, cuGetProcAddress),
     E(cuGetProcAddress_v2, cuGetProcAddress_v2),
     E(cuMemAllocAsync, cuMemAllocAsync),
@@ -44,11 +52,14 @@ static const hook_entry table[] = {
     E(cuMemFreeAsync_ptsz, cuMemFreeAsync_ptsz),
     E(cuMemFree_v2, cuMemFree_v2),
     E(cuMemGetInfo_v2, cuMemGetInfo_v2),
+    E(cudaDeviceEnablePeerAccess, cudaDeviceEnablePeerAccess),
+    E(cudaDeviceSetMemPool, cudaDeviceSetMemPool),
     E(cudaFree, cudaFree),
     E(cudaFreeAsync, cudaFreeAsync),
     {"cudaFreeAsync_ptsz", (void *)&cudaFreeAsync_ptsz, NULL},
     E(cudaGetDriverEntryPoint, cudaGetDriverEntryPoint),
     E(cudaGetDriverEntryPointByVersion, cudaGetDriverEntryPointByVersion),
+    E(cudaGetLastError, cudaGetLastError),
     E(cudaIpcGetMemHandle, cudaIpcGetMemHandle),
     E(cudaMalloc, cudaMalloc),
     E(cudaMallocAsync, cudaMallocAsync),
@@ -57,6 +68,7 @@ static const hook_entry table[] = {
     E(cudaMemPoolGetAttribute, cudaMemPoolGetAttribute),
     E(cudaMemPoolSetAttribute, cudaMemPoolSetAttribute),
     E(cudaMemPoolTrimTo, cudaMemPoolTrimTo),
+    E(cudaPeekAtLastError, cudaPeekAtLastError),
 };
 #undef E
 static const size_t table_len = sizeof table / sizeof table[0];
@@ -64,9 +76,25 @@ static const size_t table_len = sizeof table / sizeof table[0];
 /* For tests: the table's names in order, NULL-terminated by index. */
 GML_HOOK const char *gmlake_hook_name(size_t i) { return i < table_len ? table[i].name : NULL; }
 
-static int by_name(const void *key, const void *elem)
+/* The table entry named `name`, or NULL.  A binary search of its own, with no libc call: a
+ * sanitizer runtime intercepts bsearch and strcmp, and may look names up before it can serve
+ * them. */
+GML_NO_SANITIZE static const hook_entry *find_hook(const char *name)
 {
-    return strcmp((const char *)key, ((const hook_entry *)elem)->name);
+    size_t lo = 0, hi = table_len;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        const unsigned char *a = (const unsigned char *)name, *b = (const unsigned char *)table[mid].name;
+        while (*a && *a == *b)
+            a++, b++;
+        if (*a == *b)
+            return &table[mid];
+        if (*a < *b)
+            hi = mid;
+        else
+            lo = mid + 1;
+    }
+    return NULL;
 }
 
 static void *libcuda;
@@ -87,24 +115,123 @@ static void *next_sym(void *handle, const char *name)
 
 static pthread_mutex_t cuda_mu = PTHREAD_MUTEX_INITIALIZER;
 
-static void resolve_dlsym(void)
+/* ---- dlsym ----
+ * glibc resolves dlsym(RTLD_NEXT, name) after the object that called dlsym, which it finds from
+ * dlsym's return address.  A C hook that called the real dlsym would make every RTLD_NEXT lookup
+ * of every other library relative to libgmlake (a wrapper preloaded after gmlake would get its own
+ * function back and recurse; one before gmlake would skip gmlake).  So the exported dlsym is a few
+ * instructions of assembly: a RTLD_NEXT request jumps (does not call) to the real dlsym, which
+ * then sees the caller's own return address, exactly as without gmlake; any other request jumps
+ * to gml_dlsym (C), which may hand out a hook.  The same path serves a sanitizer runtime that
+ * resolves its interceptors with dlsym(RTLD_NEXT) before it has initialised: nothing on it is
+ * instrumented (gml_resolve_dlsym is exempt). */
+
+/* The real dlsym, resolved once with dlvsym (never hooked). */
+GML_NO_SANITIZE __attribute__((used, visibility("hidden"))) void *gml_resolve_dlsym(void)
 {
-    void *p = dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.34");
+    /* A guard against dlvsym reaching dlsym again.  Initial-exec: no __tls_get_addr call, which a
+     * sanitizer runtime intercepts and cannot serve before it has initialised. */
+    static __thread int resolving __attribute__((tls_model("initial-exec")));
+    void *p = __atomic_load_n((void **)&gml_real.dlsym, __ATOMIC_ACQUIRE);
+    if (p || resolving)
+        return p;
+    resolving = 1;
+    p = dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.34");
     if (!p)
         p = dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.2.5");
     __atomic_store_n((void **)&gml_real.dlsym, p, __ATOMIC_RELEASE);
+    resolving = 0;
+    return p;
 }
 
-/* Idempotent, so no once-lock: dlvsym may itself call dlsym (sanitizer runtimes intercept it),
- * which would re-enter here; that inner call gets NULL instead of a deadlock. */
-void gml_resolve(void)
+void gml_resolve(void) { gml_resolve_dlsym(); }
+
+/* The trampoline: dlsym(RTLD_NEXT, ...) tail-jumps to the real dlsym (resolving it first if need
+ * be, with the arguments saved); everything else tail-jumps to gml_dlsym.  gml_real.dlsym is the
+ * first member of gml_real. */
+_Static_assert(offsetof(struct gml_real, dlsym) == 0, "the trampoline reads gml_real.dlsym at offset 0");
+#if defined(__x86_64__)
+__asm__(".text\n"
+        ".globl dlsym\n"
+        ".type dlsym, @function\n"
+        ".p2align 4\n"
+        "dlsym:\n"
+        "  .cfi_startproc\n"
+        "  cmpq $-1, %rdi\n"
+        "  jne gml_dlsym\n"
+        "  movq gml_real(%rip), %rax\n"
+        "  testq %rax, %rax\n"
+        "  jz 1f\n"
+        "  jmp *%rax\n"
+        "1:\n"
+        "  pushq %rdi\n"
+        "  .cfi_adjust_cfa_offset 8\n"
+        "  pushq %rsi\n"
+        "  .cfi_adjust_cfa_offset 8\n"
+        "  subq $8, %rsp\n"
+        "  .cfi_adjust_cfa_offset 8\n"
+        "  call gml_resolve_dlsym\n"
+        "  addq $8, %rsp\n"
+        "  .cfi_adjust_cfa_offset -8\n"
+        "  popq %rsi\n"
+        "  .cfi_adjust_cfa_offset -8\n"
+        "  popq %rdi\n"
+        "  .cfi_adjust_cfa_offset -8\n"
+        "  testq %rax, %rax\n"
+        "  jz 2f\n"
+        "  jmp *%rax\n"
+        "2:\n"
+        "  ret\n"
+        "  .cfi_endproc\n"
+        ".size dlsym, .-dlsym\n");
+#elif defined(__aarch64__)
+__asm__(".text\n"
+        ".globl dlsym\n"
+        ".type dlsym, %function\n"
+        ".p2align 4\n"
+        "dlsym:\n"
+        "  .cfi_startproc\n"
+        "  cmn x0, #1\n"
+        "  b.ne gml_dlsym\n"
+        "  adrp x16, gml_real\n"
+        "  ldr x16, [x16, :lo12:gml_real]\n"
+        "  cbz x16, 1f\n"
+        "  br x16\n"
+        "1:\n"
+        "  stp x29, x30, [sp, #-32]!\n"
+        "  .cfi_def_cfa_offset 32\n"
+        "  .cfi_offset 29, -32\n"
+        "  .cfi_offset 30, -24\n"
+        "  mov x29, sp\n"
+        "  stp x0, x1, [sp, #16]\n"
+        "  bl gml_resolve_dlsym\n"
+        "  mov x16, x0\n"
+        "  ldp x0, x1, [sp, #16]\n"
+        "  ldp x29, x30, [sp], #32\n"
+        "  .cfi_def_cfa_offset 0\n"
+        "  cbz x16, 2f\n"
+        "  br x16\n"
+        "2:\n"
+        "  mov x0, #0\n"
+        "  ret\n"
+        "  .cfi_endproc\n"
+        ".size dlsym, .-dlsym\n");
+#else
+#error "interpose/resolve.c: the dlsym trampoline is written for x86_64 and aarch64 only"
+#endif
+
+/* Every dlsym but RTLD_NEXT (see above).  Touches no gmlake state unless `name` is one of the
+ * hooks: other libraries' start-up code calls dlsym before anything else is ready. */
+GML_NO_SANITIZE __attribute__((used, visibility("hidden"))) void *gml_dlsym(void *handle, const char *name)
 {
-    static __thread int resolving;
-    if (__atomic_load_n(&gml_real.dlsym, __ATOMIC_ACQUIRE) || resolving)
-        return;
-    resolving = 1;
-    resolve_dlsym();
-    resolving = 0;
+    void *(*real)(void *, const char *) = (void *(*)(void *, const char *))gml_resolve_dlsym();
+    void *r = real ? real(handle, name) : NULL;
+    if (!r)
+        return r;
+    const hook_entry *e = find_hook(name);
+    if (!e || gml_depth || !gml_cfg()->enable)
+        return r;
+    return e->hook;
 }
 
 static void *libcuda_handle(void)
@@ -119,22 +246,86 @@ static void *libcuda_handle(void)
     return libcuda;
 }
 
+/* ---- runtimes in a local scope ----
+ * A library loaded with dlopen(RTLD_LOCAL) that links libcudart has that runtime in its own scope
+ * only: the dynamic linker binds its cudaMalloc to gmlake's hook (the global scope comes first),
+ * but RTLD_NEXT from gmlake cannot see that runtime.  Such a call finds its runtime where the
+ * caller's own lookup would: in the calling object's scope (dladdr on the caller's return address,
+ * dlopen(RTLD_NOLOAD) of that object, dlsym on the handle, which searches the object and its
+ * dependencies).  The functions found are cached per calling object; the handle is kept, which
+ * keeps the object loaded, so a cached entry never goes stale. */
+__thread const void *gml_caller;
+
+enum { LOCAL_MAX = 32 };
+typedef struct local_scope {
+    const void *base; /* the calling object's load address (dli_fbase) */
+    void *handle;
+    struct gml_real real;
+} local_scope;
+static local_scope locals[LOCAL_MAX];
+static int nlocals;
+static pthread_mutex_t local_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static void *local_symbol(size_t field, const char *name)
+{
+    Dl_info info;
+    if (!gml_caller || !dladdr(gml_caller, &info) || !info.dli_fbase || !info.dli_fname)
+        return NULL;
+    void *p = NULL;
+    pthread_mutex_lock(&local_mu);
+    local_scope *l = NULL;
+    for (int i = 0; i < nlocals && !l; i++)
+        if (locals[i].base == info.dli_fbase)
+            l = &locals[i];
+    if (!l && nlocals < LOCAL_MAX) {
+        void *h = dlopen(info.dli_fname[0] ? info.dli_fname : NULL, RTLD_LAZY | RTLD_NOLOAD);
+        if (h) {
+            l = &locals[nlocals++];
+            l->base = info.dli_fbase;
+            l->handle = h;
+        }
+    }
+    if (l) {
+        void **slot = (void **)((char *)&l->real + field);
+        if (!*slot)
+            *slot = next_sym(l->handle, name);
+        p = *slot;
+    }
+    pthread_mutex_unlock(&local_mu);
+    return p;
+}
+
 /* Runtime functions are looked up on every call until found: a program may load libcudart long
- * after its first dlsym (Python imports it with torch). */
-void *gml_resolve_one(void **slot, const char *name)
+ * after its first dlsym (Python imports it with torch).  One found with RTLD_NEXT serves every
+ * caller; otherwise the caller's own scope is searched (see above) and nothing is cached
+ * globally. */
+static bool is_driver(const char *name) { return name[0] == 'c' && name[1] == 'u' && name[2] != 'd'; }
+
+/* The real `name` for every caller (RTLD_NEXT; libcuda for the driver), stored in *slot. */
+static void *global_one(void **slot, const char *name)
 {
     gml_resolve();
-    bool driver = name[0] == 'c' && name[1] == 'u' && name[2] != 'd';
-    void *p = next_sym(driver ? libcuda_handle() : RTLD_NEXT, name);
+    void *p = is_driver(name) ? gml_driver_symbol(name) : next_sym(RTLD_NEXT, name);
     if (p)
         __atomic_store_n(slot, p, __ATOMIC_RELEASE);
     return p;
 }
 
+void *gml_resolve_one(void **slot, const char *name)
+{
+    void *p = global_one(slot, name);
+    if (p || is_driver(name) || (char *)slot < (char *)&gml_real || (char *)slot >= (char *)(&gml_real + 1))
+        return p;
+    return local_symbol((size_t)((char *)slot - (char *)&gml_real), name);
+}
+
+/* The next definition in the global scope (a wrapper preloaded after gmlake, or libcuda when it
+ * is loaded globally), else libcuda.so.1's own. */
 void *gml_driver_symbol(const char *name)
 {
     gml_resolve();
-    return next_sym(libcuda_handle(), name);
+    void *p = next_sym(RTLD_NEXT, name);
+    return p ? p : next_sym(libcuda_handle(), name);
 }
 
 void *gml_hook_for(const char *symbol, void *real)
@@ -144,26 +335,12 @@ void *gml_hook_for(const char *symbol, void *real)
     for (size_t i = 0; i < table_len; i++) {
         if (!table[i].real)
             continue;
-        void *r = *table[i].real ? *table[i].real : gml_resolve_one(table[i].real, table[i].name);
+        void *r = *table[i].real ? *table[i].real : global_one(table[i].real, table[i].name);
         if (r == real)
             return table[i].hook;
     }
     (void)symbol;
     return real;
-}
-
-/* Touches no gmlake state unless `name` is one of the hooks: other libraries' start-up code calls
- * dlsym (often with RTLD_NEXT) before anything else is ready. */
-GML_HOOK void *dlsym(void *handle, const char *name)
-{
-    gml_resolve();
-    void *r = gml_real.dlsym ? gml_real.dlsym(handle, name) : NULL;
-    if (!r || handle == RTLD_NEXT)
-        return r;
-    const hook_entry *e = bsearch(name, table, table_len, sizeof *table, by_name);
-    if (!e || gml_depth || !gml_cfg()->enable)
-        return r;
-    return e->hook;
 }
 
 /* ---- entry-point resolvers ---- */
@@ -193,6 +370,7 @@ GML_HOOK cudaError_t cudaGetDriverEntryPoint(const char *symbol, void **funcPtr,
                                              unsigned long long flags,
                                              enum cudaDriverEntryPointQueryResult *status)
 {
+    GML_RT_ENTRY();
     if (!GML_REAL(cudaGetDriverEntryPoint))
         return cudaErrorSymbolNotFound;
     cudaError_t r = gml_real.cudaGetDriverEntryPoint(symbol, funcPtr, flags, status);
@@ -206,6 +384,7 @@ GML_HOOK cudaError_t cudaGetDriverEntryPointByVersion(const char *symbol, void *
                                                       unsigned long long flags,
                                                       enum cudaDriverEntryPointQueryResult *status)
 {
+    GML_RT_ENTRY();
     if (!GML_REAL(cudaGetDriverEntryPointByVersion))
         return cudaErrorSymbolNotFound;
     cudaError_t r = gml_real.cudaGetDriverEntryPointByVersion(symbol, funcPtr, cudaVersion, flags, status);

@@ -37,6 +37,7 @@ static char rank[24];                  /* RANK or LOCAL_RANK, "" when neither is
 static pthread_mutex_t trace_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_mutex_t create_mu = PTHREAD_MUTEX_INITIALIZER;
 static _Atomic int failed_dev[GML_MAX_DEVICES]; /* 1: gmlake cannot run there (logged) */
+static _Atomic uint64_t peers_of[GML_MAX_DEVICES]; /* bit a: device a may access this one */
 
 static void at_exit(void);
 
@@ -205,6 +206,10 @@ gml_pool *gml_pool_of(int device)
             gml_log(GML_LOG_ERROR, "device %d: %s; gmlake is OFF there, its allocations pass "
                     "through to CUDA", device, err ? err : "cannot create a pool");
         } else {
+            uint64_t peers = atomic_load(&peers_of[device]);
+            for (int a = 0; a < GML_MAX_DEVICES; a++)
+                if (peers >> a & 1)
+                    gml_cuda_device_grant(gml_pool_device(p), a);
             gml_registry_install(device, p);
             gml_log(GML_LOG_INFO, "device %d: pool ready (chunk %zu bytes, stitching %s)", device,
                     gml_pool_settings_of(p)->chunk_size,
@@ -213,6 +218,26 @@ gml_pool *gml_pool_of(int device)
     }
     pthread_mutex_unlock(&create_mu);
     return p;
+}
+
+void gml_peer_grant(int owner, int accessor)
+{
+    if (owner < 0 || owner >= GML_MAX_DEVICES || accessor < 0 || accessor >= GML_MAX_DEVICES ||
+        owner == accessor)
+        return;
+    /* under create_mu: a pool created now sees the bit or gets the grant below, never neither */
+    pthread_mutex_lock(&create_mu);
+    atomic_fetch_or(&peers_of[owner], (uint64_t)1 << accessor);
+    gml_pool *p = gml_registry_get(owner);
+    pthread_mutex_unlock(&create_mu);
+    if (p) {
+        gml_depth++;
+        int rc = gml_cuda_device_grant(gml_pool_device(p), accessor);
+        gml_depth--;
+        if (rc != GMLAKE_OK)
+            gml_log(GML_LOG_WARN, "device %d: granting device %d access to gmlake memory failed (%s)",
+                    owner, accessor, gmlake_strerror(rc));
+    }
 }
 
 gml_pool *gml_owner(uintptr_t ptr, int *device)
@@ -245,19 +270,43 @@ static bool trace_open(void)
     return true;
 }
 
+/* One trace line; trace_mu held and the file open. */
+static void trace_line(char op, uintptr_t ptr, size_t size, uintptr_t stream)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    fprintf(trace_out, "%c %#lx %zu %#lx %lld\n", op, (unsigned long)ptr, size,
+            (unsigned long)stream, (long long)t.tv_sec * 1000000 + t.tv_nsec / 1000);
+}
+
 void gml_trace_event(char op, uintptr_t ptr, size_t size, uintptr_t stream)
 {
     if (!trace_path[0])
         return;
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
+    pthread_mutex_lock(&trace_mu);
+    if (trace_open())
+        trace_line(op, ptr, size, stream);
+    pthread_mutex_unlock(&trace_mu);
+}
+
+bool gml_trace_free_begin(void)
+{
+    if (!trace_path[0])
+        return false;
     pthread_mutex_lock(&trace_mu);
     if (!trace_open()) {
         pthread_mutex_unlock(&trace_mu);
-        return;
+        return false;
     }
-    fprintf(trace_out, "%c %#lx %zu %#lx %lld\n", op, (unsigned long)ptr, size,
-            (unsigned long)stream, (long long)t.tv_sec * 1000000 + t.tv_nsec / 1000);
+    return true;
+}
+
+void gml_trace_free_end(bool tracing, bool freed, uintptr_t ptr, uintptr_t stream)
+{
+    if (!tracing)
+        return;
+    if (freed)
+        trace_line('F', ptr, 0, stream);
     pthread_mutex_unlock(&trace_mu);
 }
 

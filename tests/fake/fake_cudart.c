@@ -1,6 +1,10 @@
 /* fake_cudart.c — a fake libcudart.so.13 for the interposer tests.  Like the real runtime it
  * reaches the driver by symbol (here: direct calls into the fake libcuda, which the preloaded
- * gmlake interposes), and counts what reached it. */
+ * gmlake interposes), and counts what reached it.  It keeps a per-thread last error as CUDA does:
+ * every failing call records its error, cudaGetLastError returns and clears it,
+ * cudaPeekAtLastError returns it; after a sticky fault (fake_cuda_fault) every call but the
+ * host-side queries fails with the fault once a synchronisation has seen it, and the last error
+ * cannot be cleared. */
 #include <cuda.h>
 #include <cuda_runtime_api.h>
 #include <string.h>
@@ -9,54 +13,184 @@
 
 #define EXPORT __attribute__((visibility("default")))
 
+static __thread cudaError_t last_error;
+static _Atomic cudaError_t sticky;
+
+/* Every entry point: marks the runtime as entered (fake_cuda.h: reentered) and, once a sticky
+ * fault has been seen, fails with it. */
+#define ENTER()                                                                                   \
+    fake_runtime_enter();                                                                         \
+    if (sticky) {                                                                                 \
+        fake_runtime_leave();                                                                     \
+        return last_error = sticky;                                                               \
+    }
+static cudaError_t leave(cudaError_t e)
+{
+    fake_runtime_leave();
+    if (e != cudaSuccess)
+        last_error = e;
+    return e;
+}
+
+/* The runtime's code for a driver result (equal numbers, as in CUDA, for the ones used here). */
+static cudaError_t rt(CUresult r)
+{
+    if (r == CUDA_ERROR_OUT_OF_MEMORY)
+        return cudaErrorMemoryAllocation;
+    if (fake_cuda_faulted() && r == (CUresult)fake_cuda_faulted())
+        sticky = (cudaError_t)r;
+    return (cudaError_t)r;
+}
+
+EXPORT cudaError_t cudaGetLastError(void)
+{
+    cudaError_t e = last_error;
+    last_error = sticky;
+    return e;
+}
+EXPORT cudaError_t cudaPeekAtLastError(void) { return last_error; }
+
 EXPORT cudaError_t cudaMalloc(void **p, size_t n)
 {
-    fake_cuda_counts()->rt_malloc++;
+    ENTER();
+    __atomic_fetch_add(&fake_cuda_counts()->rt_malloc, 1, __ATOMIC_RELAXED);
     CUdeviceptr d;
-    if (cuMemAlloc_v2(&d, n) != CUDA_SUCCESS)
-        return cudaErrorMemoryAllocation;
-    *p = (void *)d;
-    return cudaSuccess;
+    cudaError_t e = rt(cuMemAlloc_v2(&d, n));
+    if (e == cudaSuccess)
+        *p = (void *)d;
+    return leave(e);
 }
 EXPORT cudaError_t cudaFree(void *p)
 {
-    fake_cuda_counts()->rt_free++;
-    if (!p)
-        return cudaSuccess;
-    return cuMemFree_v2((CUdeviceptr)p) == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
+    ENTER();
+    __atomic_fetch_add(&fake_cuda_counts()->rt_free, 1, __ATOMIC_RELAXED);
+    return leave(p ? (cuMemFree_v2((CUdeviceptr)p) == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue)
+                   : cudaSuccess);
 }
+/* Like the real runtime: the device's current pool (cuMemAllocAsync uses it). */
 EXPORT cudaError_t cudaMallocAsync(void **p, size_t n, cudaStream_t s)
 {
-    fake_cuda_counts()->rt_malloc_async++;
+    ENTER();
+    __atomic_fetch_add(&fake_cuda_counts()->rt_malloc_async, 1, __ATOMIC_RELAXED);
     CUdeviceptr d;
-    if (cuMemAllocAsync(&d, n, (CUstream)s) != CUDA_SUCCESS)
-        return cudaErrorMemoryAllocation;
-    *p = (void *)d;
-    return cudaSuccess;
+    cudaError_t e = rt(cuMemAllocAsync(&d, n, (CUstream)s));
+    if (e == cudaSuccess)
+        *p = (void *)d;
+    return leave(e);
 }
 EXPORT cudaError_t cudaFreeAsync(void *p, cudaStream_t s)
 {
-    fake_cuda_counts()->rt_free_async++;
-    return cuMemFreeAsync((CUdeviceptr)p, (CUstream)s) == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
+    ENTER();
+    __atomic_fetch_add(&fake_cuda_counts()->rt_free_async, 1, __ATOMIC_RELAXED);
+    return leave(cuMemFreeAsync((CUdeviceptr)p, (CUstream)s) == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue);
 }
-EXPORT cudaError_t cudaMemGetInfo(size_t *f, size_t *t) { return cuMemGetInfo_v2(f, t) == CUDA_SUCCESS ? cudaSuccess : cudaErrorUnknown; }
-EXPORT cudaError_t cudaGetDevice(int *d) { *d = 0; return cudaSuccess; }
-EXPORT cudaError_t cudaStreamIsCapturing(cudaStream_t s, enum cudaStreamCaptureStatus *st)
+EXPORT cudaError_t cudaMemGetInfo(size_t *f, size_t *t)
 {
-    *st = (void *)s == FAKE_CAPTURING_STREAM ? cudaStreamCaptureStatusActive : cudaStreamCaptureStatusNone;
+    ENTER();
+    return leave(cuMemGetInfo_v2(f, t) == CUDA_SUCCESS ? cudaSuccess : cudaErrorUnknown);
+}
+/* a host-side query: answers even after a fault */
+EXPORT cudaError_t cudaGetDevice(int *d)
+{
+    *d = fake_current_device();
     return cudaSuccess;
 }
-EXPORT cudaError_t cudaDeviceGetDefaultMemPool(cudaMemPool_t *p, int d) { *p = (cudaMemPool_t)0x9001; return cudaSuccess; }
-EXPORT cudaError_t cudaMemPoolGetAttribute(cudaMemPool_t p, enum cudaMemPoolAttr a, void *v) { *(uint64_t *)v = 777; return cudaSuccess; }
-EXPORT cudaError_t cudaMemPoolSetAttribute(cudaMemPool_t p, enum cudaMemPoolAttr a, void *v) { return cudaSuccess; }
-EXPORT cudaError_t cudaMemPoolTrimTo(cudaMemPool_t p, size_t keep) { fake_cuda_counts()->rt_trim++; return cudaSuccess; }
-EXPORT cudaError_t cudaIpcGetMemHandle(cudaIpcMemHandle_t *h, void *p) { fake_cuda_counts()->rt_ipc++; memset(h, 0, sizeof *h); return cudaSuccess; }
+EXPORT cudaError_t cudaSetDevice(int d)
+{
+    ENTER();
+    if (d < 0 || d >= FAKE_DEVICES)
+        return leave(cudaErrorInvalidDevice);
+    fake_set_device(d);
+    return leave(cudaSuccess);
+}
+EXPORT cudaError_t cudaGetDeviceCount(int *n)
+{
+    ENTER();
+    *n = FAKE_DEVICES;
+    return leave(cudaSuccess);
+}
+EXPORT cudaError_t cudaDeviceSynchronize(void)
+{
+    ENTER();
+    return leave(rt(cuCtxSynchronize()));
+}
+EXPORT cudaError_t cudaDeviceEnablePeerAccess(int peer, unsigned int flags)
+{
+    ENTER();
+    CUcontext c;
+    if (peer < 0 || peer >= FAKE_DEVICES || cuDevicePrimaryCtxRetain(&c, peer) != CUDA_SUCCESS)
+        return leave(cudaErrorInvalidDevice);
+    return leave(rt(cuCtxEnablePeerAccess(c, flags)));
+}
+EXPORT cudaError_t cudaStreamIsCapturing(cudaStream_t s, enum cudaStreamCaptureStatus *st)
+{
+    ENTER();
+    int cs;
+    CUresult r = (CUresult)fake_capture_status(s, &cs);
+    *st = (enum cudaStreamCaptureStatus)cs;
+    return leave(rt(r));
+}
+EXPORT cudaError_t cudaStreamBeginCapture(cudaStream_t s, enum cudaStreamCaptureMode mode)
+{
+    ENTER();
+    return leave(rt(cuStreamBeginCapture_v2((CUstream)s, (CUstreamCaptureMode)mode)));
+}
+EXPORT cudaError_t cudaStreamEndCapture(cudaStream_t s, cudaGraph_t *g)
+{
+    ENTER();
+    return leave(rt(cuStreamEndCapture((CUstream)s, (CUgraph *)g)));
+}
+EXPORT cudaError_t cudaThreadExchangeStreamCaptureMode(enum cudaStreamCaptureMode *mode)
+{
+    ENTER();
+    return leave(rt(cuThreadExchangeStreamCaptureMode((CUstreamCaptureMode *)mode)));
+}
+EXPORT cudaError_t cudaDeviceGetDefaultMemPool(cudaMemPool_t *p, int d)
+{
+    ENTER();
+    return leave(rt((CUresult)fake_default_pool((void **)p, d)));
+}
+EXPORT cudaError_t cudaDeviceSetMemPool(int d, cudaMemPool_t p)
+{
+    ENTER();
+    return leave(rt(cuDeviceSetMemPool(d, (CUmemoryPool)p)));
+}
+EXPORT cudaError_t cudaDeviceGetMemPool(cudaMemPool_t *p, int d)
+{
+    ENTER();
+    return leave(rt(cuDeviceGetMemPool((CUmemoryPool *)p, d)));
+}
+EXPORT cudaError_t cudaMemPoolGetAttribute(cudaMemPool_t p, enum cudaMemPoolAttr a, void *v)
+{
+    ENTER();
+    *(uint64_t *)v = 777;
+    return leave(cudaSuccess);
+}
+EXPORT cudaError_t cudaMemPoolSetAttribute(cudaMemPool_t p, enum cudaMemPoolAttr a, void *v)
+{
+    ENTER();
+    return leave(cudaSuccess);
+}
+EXPORT cudaError_t cudaMemPoolTrimTo(cudaMemPool_t p, size_t keep)
+{
+    ENTER();
+    __atomic_fetch_add(&fake_cuda_counts()->rt_trim, 1, __ATOMIC_RELAXED);
+    return leave(cudaSuccess);
+}
+EXPORT cudaError_t cudaIpcGetMemHandle(cudaIpcMemHandle_t *h, void *p)
+{
+    ENTER();
+    __atomic_fetch_add(&fake_cuda_counts()->rt_ipc, 1, __ATOMIC_RELAXED);
+    memset(h, 0, sizeof *h);
+    return leave(cudaSuccess);
+}
 EXPORT cudaError_t cudaGetDriverEntryPoint(const char *sym, void **fn, unsigned long long flags, enum cudaDriverEntryPointQueryResult *st)
 {
+    ENTER();
     CUresult r = cuGetProcAddress_v2(sym, fn, 13000, flags, NULL);
     if (st)
         *st = r == CUDA_SUCCESS ? cudaDriverEntryPointSuccess : cudaDriverEntryPointSymbolNotFound;
-    return r == CUDA_SUCCESS ? cudaSuccess : cudaErrorSymbolNotFound;
+    return leave(r == CUDA_SUCCESS ? cudaSuccess : cudaErrorSymbolNotFound);
 }
 EXPORT cudaError_t cudaGetDriverEntryPointByVersion(const char *sym, void **fn, unsigned int v, unsigned long long flags, enum cudaDriverEntryPointQueryResult *st)
 {

@@ -22,6 +22,21 @@ if [ ! -x "$root/build/gpu/multi_gpu" ]; then
 fi
 echo "== multi_gpu"
 LD_PRELOAD=$lib "$root/build/gpu/multi_gpu" 2>&1 | tee "$out/multi_gpu.log" || status=1
+g=$root/build/gpu
+if [ ! -x "$g/semantics" ]; then
+  nvcc -O2 -arch=sm_90 -I "$root/include" -cudart shared -o "$g/semantics" "$root/tests/gpu/semantics.cu" -ldl || exit 1
+fi
+if [ ! -x "$g/rtld_local_main" ]; then
+  nvcc -O2 -arch=sm_90 -cudart shared -shared -Xcompiler -fPIC -o "$g/rtld_local_plugin.so" "$root/tests/gpu/rtld_local_plugin.cu" || exit 1
+  cc -O2 -I "$root/include" -o "$g/rtld_local_main" "$root/tests/gpu/rtld_local_main.c" -ldl || exit 1
+fi
+run() { local name=$1; shift; echo "== $name"; env "$@" 2>&1 | tee "$out/$name.log"; [ "${PIPESTATUS[0]}" -eq 0 ] || status=1; }
+run semantics_errors LD_PRELOAD=$lib GMLAKE_MEMORY_LIMIT=256MiB "$g/semantics" errors
+run semantics_errors_cuda LD_PRELOAD=$lib GMLAKE_ENABLE=0 "$g/semantics" errors
+run semantics_sticky LD_PRELOAD=$lib "$g/semantics" sticky
+run semantics_peers LD_PRELOAD=$lib "$g/semantics" peers
+run rtld_local LD_PRELOAD=$lib "$g/rtld_local_main" "$g/rtld_local_plugin.so"
+run rtld_local_off LD_PRELOAD=$lib GMLAKE_ENABLE=0 "$g/rtld_local_main" "$g/rtld_local_plugin.so"
 echo "== pytest"
 LIBGMLAKE=$lib python3 -m pytest -q "$root/tests/gpu/test_gpu.py" "$root/tests/gpu/test_pytorch_route.py" 2>&1 | tee "$out/pytest.log"
 [ "${PIPESTATUS[0]}" -eq 0 ] || status=1

@@ -1,6 +1,7 @@
 /* test_routing.c — the interposer against the fake CUDA runtime and driver (tests/fake), run
- * under LD_PRELOAD=libgmlake.so: which calls gmlake serves, which reach CUDA, and the error codes. */
-#include <criterion/criterion.h>
+ * linked against libgmlake ahead of them (as LD_PRELOAD puts it): which calls gmlake serves, which
+ * reach CUDA, and the error codes. */
+#include "harness.h"
 #include <cuda.h>
 #include <cuda_runtime_api.h>
 #include <dlfcn.h>

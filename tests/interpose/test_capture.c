@@ -1,0 +1,140 @@
+/* test_capture.c — gmlake under graph capture, against the fake's capture rules (fake_cuda.c): a
+ * synchronous free during capture fails as CUDA's does; the pool's own event calls neither record
+ * into a capture nor break another thread's capture; the per-thread variants check the capture
+ * of this thread's default stream. */
+#include "harness.h"
+#include <cuda.h>
+#include <cuda_runtime_api.h>
+#include <pthread.h>
+#include <semaphore.h>
+
+/* cuda.h declares it only under CUDA_API_PER_THREAD_DEFAULT_STREAM */
+CUresult cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUstream hStream);
+
+#include "gmlake.h"
+#include "tests/fake/fake_cuda.h"
+
+#define MiB ((size_t)1 << 20)
+#define S1 ((cudaStream_t)0x100)
+#define S2 ((cudaStream_t)0x200)
+#define C ((cudaStream_t)0x300)
+
+static gmlake_stats stats(void)
+{
+    gmlake_stats s = {0};
+    cr_assert_eq(gmlake_get_stats(0, &s), GMLAKE_OK);
+    return s;
+}
+
+/* Another thread that captures `stream` in `mode` until told to end. */
+typedef struct capturer {
+    pthread_t t;
+    cudaStream_t stream;
+    enum cudaStreamCaptureMode mode;
+    sem_t begun, go;
+    cudaError_t begin, end;
+} capturer;
+
+static void *capture_main(void *arg)
+{
+    capturer *c = arg;
+    c->begin = cudaStreamBeginCapture(c->stream, c->mode);
+    sem_post(&c->begun);
+    sem_wait(&c->go);
+    cudaGraph_t g;
+    c->end = cudaStreamEndCapture(c->stream, &g);
+    return NULL;
+}
+
+static void capture_start(capturer *c, cudaStream_t s, enum cudaStreamCaptureMode mode)
+{
+    c->stream = s;
+    c->mode = mode;
+    sem_init(&c->begun, 0, 0);
+    sem_init(&c->go, 0, 0);
+    cr_assert_eq(pthread_create(&c->t, NULL, capture_main, c), 0);
+    sem_wait(&c->begun);
+    cr_assert_eq(c->begin, cudaSuccess);
+}
+
+static cudaError_t capture_end(capturer *c)
+{
+    sem_post(&c->go);
+    pthread_join(c->t, NULL);
+    return c->end;
+}
+
+Test(capture, a_synchronous_free_during_capture_fails_as_in_cuda)
+{
+    void *p;
+    cr_assert_eq(cudaMalloc(&p, MiB), cudaSuccess);
+    cr_assert_eq(cudaStreamBeginCapture(C, cudaStreamCaptureModeGlobal), cudaSuccess);
+    cr_assert_eq(cudaFree(p), cudaErrorStreamCaptureUnsupported);
+    cr_assert_eq(stats().live_allocations, 1, "the block stays allocated");
+    cr_assert_eq(cudaGetLastError(), cudaErrorStreamCaptureUnsupported);
+    cudaGraph_t g;
+    cr_assert_eq(cudaStreamEndCapture(C, &g), cudaErrorStreamCaptureInvalidated, "as cudaFree does");
+    cr_assert_eq(cudaFree(p), cudaSuccess, "after the capture the free goes through");
+
+    CUdeviceptr d;
+    cr_assert_eq(cuMemAlloc_v2(&d, MiB), CUDA_SUCCESS);
+    cr_assert_eq(cuStreamBeginCapture_v2((CUstream)C, CU_STREAM_CAPTURE_MODE_GLOBAL), CUDA_SUCCESS);
+    cr_assert_eq(cuMemFree_v2(d), CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+    cr_assert_eq(stats().live_allocations, 1);
+    CUgraph cg;
+    cr_assert_eq(cuStreamEndCapture((CUstream)C, &cg), CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);
+    cr_assert_eq(cuMemFree_v2(d), CUDA_SUCCESS);
+}
+
+Test(capture, pool_events_leave_another_threads_global_capture_alone)
+{
+    void *a, *b;
+    cr_assert_eq(cudaMallocAsync(&a, 8 * MiB, S1), cudaSuccess);
+    cr_assert_eq(cudaFreeAsync(a, S1), cudaSuccess); /* waits in S1's bin */
+    capturer c;
+    capture_start(&c, C, cudaStreamCaptureModeGlobal);
+    cr_assert_eq(cudaMallocAsync(&b, 8 * MiB, S2), cudaSuccess, "a miss on S2 looks at S1's block");
+    cr_assert_eq(fake_cuda_counts()->capture_violations, 0, "no unsafe call during the capture");
+    cr_assert_eq(capture_end(&c), cudaSuccess, "the other thread's capture is intact");
+    cr_assert_eq(cudaFreeAsync(b, S2), cudaSuccess);
+}
+
+Test(capture, no_event_is_recorded_into_a_capture)
+{
+    void *a, *b;
+    cr_assert_eq(cudaMallocAsync(&a, 8 * MiB, S1), cudaSuccess);
+    cr_assert_eq(cudaFreeAsync(a, S1), cudaSuccess);
+    capturer c;
+    capture_start(&c, S1, cudaStreamCaptureModeRelaxed); /* S1 itself now captures */
+    cr_assert_eq(cudaMallocAsync(&b, 8 * MiB, S2), cudaSuccess);
+    cr_assert_neq(b, a, "S1's block did not pass to S2");
+    cr_assert_eq(fake_cuda_counts()->capture_nodes, 0, "gmlake added nothing to the graph");
+    cr_assert_eq(capture_end(&c), cudaSuccess);
+}
+
+Test(capture, no_event_is_recorded_on_the_legacy_stream_during_capture)
+{
+    void *a, *b;
+    cr_assert_eq(cudaMallocAsync(&a, 8 * MiB, 0), cudaSuccess);
+    cr_assert_eq(cudaFreeAsync(a, 0), cudaSuccess); /* waits in the legacy stream's bin */
+    capturer c;
+    capture_start(&c, C, cudaStreamCaptureModeRelaxed);
+    cr_assert_eq(cudaMallocAsync(&b, 8 * MiB, S2), cudaSuccess);
+    cr_assert_eq(capture_end(&c), cudaSuccess, "no implicit dependency on the capture");
+}
+
+Test(capture, per_thread_allocations_check_this_threads_stream)
+{
+    capturer c;
+    capture_start(&c, C, cudaStreamCaptureModeRelaxed); /* another stream captures */
+    CUdeviceptr d, e;
+    cr_assert_eq(cuMemAllocAsync_ptsz(&d, MiB, 0), CUDA_SUCCESS);
+    cr_assert(!fake_cuda_owns(d), "this thread's default stream is not capturing: gmlake serves");
+    cr_assert_eq(stats().allocations, 1);
+    cr_assert_eq(cuStreamBeginCapture_v2(CU_STREAM_PER_THREAD, CU_STREAM_CAPTURE_MODE_RELAXED), CUDA_SUCCESS);
+    cr_assert_eq(cuMemAllocAsync_ptsz(&e, MiB, 0), CUDA_SUCCESS);
+    cr_assert(fake_cuda_owns(e), "this thread's default stream captures: passed to CUDA");
+    CUgraph g;
+    cr_assert_eq(cuStreamEndCapture(CU_STREAM_PER_THREAD, &g), CUDA_SUCCESS);
+    cr_assert_eq(capture_end(&c), cudaSuccess);
+}
