@@ -93,7 +93,8 @@ static void cycle(size_t hsize, size_t total, int each, double *ms, gml_handle *
 {
     size_t n = total / hsize;
     uintptr_t va;
-    CHECK(gml_dev_va_reserve(dev, total, hsize, &va));
+    /* the driver wants a power-of-two alignment: a 20 MiB handle maps at any 2 MiB boundary */
+    CHECK(gml_dev_va_reserve(dev, total, gml_dev_granularity(dev), &va));
     double t = now_ms();
     for (size_t i = 0; i < n; i++)
         CHECK(gml_dev_chunk_create(dev, hsize, &hs[i]));
