@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <time.h>
 
-#include "core/pool.h"
+#include "pool/pool.h"
 
 static double now_ns(void)
 {

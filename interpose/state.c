@@ -10,7 +10,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "core/registry.h"
+#include "pool/registry.h"
 #include "interpose.h"
 
 __thread int gml_depth;

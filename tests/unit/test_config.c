@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "config/config.h"
+#include "stitch/stitch.h"
 
 static char root[64];
 
