@@ -59,7 +59,6 @@ void gml_rec_put(gml_heap *h, gml_block *b)
 {
     b->prev = NULL;
     b->holder = NULL;
-    b->held_next = NULL;
     b->bin = NULL;
     b->next = h->rec_free;
     h->rec_free = b;

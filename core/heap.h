@@ -10,7 +10,7 @@
  *                 at creation; slot i of the arena is arena + i * chunk.
  *  block          a byte range of home mappings, one record (gml_block): FREE (in a bin), LIVE
  *                 (handed out by gml_take), or HELD (carved out by gml_carve for an upper layer,
- *                 which links it through holder / held_next).  The home mappings are tiled by
+ *                 which links it through holder / held).  The home mappings are tiled by
  *                 blocks; neighbours of one space are linked prev / next.
  *  space          large blocks span any run of large chunks; small blocks live inside small
  *                 chunks (one chunk each), so that small requests never pin chunks that large
@@ -44,6 +44,7 @@
 #ifndef GML_HEAP_H
 #define GML_HEAP_H
 
+#include <bsd/sys/queue.h>
 #include <bsd/sys/tree.h>
 #include <uthash.h>
 
@@ -79,7 +80,7 @@ typedef struct gml_block {
     uint64_t seq;                    /* FREE: heap->seq at the free (for stream promotion) */
     uint8_t state, space;
     void *holder;                    /* HELD: the upper layer's record */
-    struct gml_block *held_next;     /* HELD: the holder's next block */
+    STAILQ_ENTRY(gml_block) held;    /* HELD: in the holder's list */
 } gml_block;
 
 typedef GML_VEC(gml_block *) gml_block_vec;

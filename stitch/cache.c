@@ -57,13 +57,12 @@ static bool available(gml_stitch *st, const gml_sblock *sb, const gml_bin *bin)
 
 void gml_stitch_parts_home(gml_stitch *st, gml_sblock *sb, gml_bin *bin)
 {
-    for (gml_block *q = sb->parts, *nx; q; q = nx) {
-        nx = q->held_next;
-        q->held_next = NULL;
+    gml_block *q;
+    while ((q = STAILQ_FIRST(&sb->parts))) {
+        STAILQ_REMOVE_HEAD(&sb->parts, held);
         q->holder = NULL;
         gml_free_insert(st->h, q, bin ? bin : q->bin);
     }
-    sb->parts = NULL;
 }
 
 int gml_stitch_cache_take(gml_stitch *st, gml_bin *bin, size_t need, size_t req, gml_block **out)
@@ -77,7 +76,6 @@ int gml_stitch_cache_take(gml_stitch *st, gml_bin *bin, size_t need, size_t req,
             break;
     if (!sb || (double)sb->b.size > cap)
         return GMLAKE_ERR_NOMEM;
-    gml_block **tail = &sb->parts;
     for (uint32_t i = 0; i < sb->nchunks;) {
         uint32_t s = sb->slots[i];
         gml_block *f = gml_chunk_free_block(h, s);
@@ -91,8 +89,7 @@ int gml_stitch_cache_take(gml_stitch *st, gml_bin *bin, size_t need, size_t req,
             return GMLAKE_ERR_NOMEM;
         }
         part->holder = sb;
-        *tail = part;
-        tail = &part->held_next;
+        STAILQ_INSERT_TAIL(&sb->parts, part, held);
         i += m;
     }
     RB_REMOVE(gml_sblock_tree, &st->cached, sb);
@@ -195,8 +192,9 @@ size_t gml_stitch_largest_available(gml_stitch *st)
 bool gml_stitch_parts(gml_stitch *st, gml_block_vec *parts)
 {
     gml_sblock *sb;
+    gml_block *q;
     TAILQ_FOREACH(sb, &st->lru, lru)
-        for (gml_block *q = sb->parts; q; q = q->held_next)
+        STAILQ_FOREACH(q, &sb->parts, held)
             if (!gml_vec_push(parts, q))
                 return false;
     return true;
@@ -247,13 +245,14 @@ int gml_stitch_check(gml_stitch *st, size_t live_views, char *why, size_t whylen
             }
         }
         if (!sb->live) {
-            if (sb->parts)
+            if (!STAILQ_EMPTY(&sb->parts))
                 FAIL("cached stitched block %#lx still holds parts", (unsigned long)sb->b.addr);
             continue;
         }
         live++;
         size_t covered = 0;
-        for (gml_block *q = sb->parts; q; q = q->held_next) {
+        gml_block *q;
+        STAILQ_FOREACH(q, &sb->parts, held) {
             if (q->state != GML_B_HELD || q->holder != sb)
                 FAIL("part %#lx of stitched block %#lx is not marked as its part",
                      (unsigned long)q->addr, (unsigned long)sb->b.addr);

@@ -139,7 +139,6 @@ static int map_range(gml_heap *h, const uint32_t *slots, size_t n, uintptr_t *va
 static bool carve_parts(gml_stitch *st, gml_sblock *sb, const piece *v, size_t used)
 {
     gml_heap *h = st->h;
-    gml_block **tail = &sb->parts;
     for (size_t i = 0; i < used; i++) {
         uintptr_t a = v[i].lo + ((v[i].n - v[i].use) << h->chunk_shift);
         gml_block *part = gml_carve(h, v[i].f, a, v[i].use << h->chunk_shift);
@@ -148,8 +147,7 @@ static bool carve_parts(gml_stitch *st, gml_sblock *sb, const piece *v, size_t u
             return false;
         }
         part->holder = sb;
-        *tail = part;
-        tail = &part->held_next;
+        STAILQ_INSERT_TAIL(&sb->parts, part, held);
     }
     return true;
 }
@@ -192,6 +190,7 @@ int gml_stitch_alloc(gml_stitch *st, gml_bin *bin, size_t need, size_t req, bool
         free(sb);
         goto out;
     }
+    STAILQ_INIT(&sb->parts);
     size_t k = 0;
     for (size_t i = 0; i < used; i++) {
         uintptr_t a = v.v[i].lo + ((v.v[i].n - v.v[i].use) << h->chunk_shift);

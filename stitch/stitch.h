@@ -10,7 +10,7 @@
  *                  use (gml_bin_serves).
  *  stitched block  a fresh virtual range onto which the chunks of several pieces are mapped in
  *                  order.  While it lives its chunks are carved out of their home blocks (HELD
- *                  parts, held_next-linked), so nothing else can hand them out; their home
+ *                  parts, on its STAILQ), so nothing else can hand them out; their home
  *                  mappings stay.  Every chunk it maps is pinned (the heap never releases it).
  *                  Its record (b, state VIEW) is what the pool keeps in its live map.
  *  cached          on free the parts go back to their home blocks (in the freeing stream's bin)
@@ -40,8 +40,6 @@
 #ifndef GML_STITCH_H
 #define GML_STITCH_H
 
-#include <bsd/sys/queue.h>
-
 #include "../core/heap.h"
 
 typedef enum gml_stitch_strategy {
@@ -55,7 +53,7 @@ typedef struct gml_sblock {
     uint32_t *slots;                 /* the chunks, in virtual order */
     uint32_t nchunks;
     bool live;
-    gml_block *parts;                /* live: home parts carved for it */
+    STAILQ_HEAD(gml_part_list, gml_block) parts; /* live: home parts carved for it */
     gml_bin *bin;                    /* cached: bin of the last free */
     uint64_t free_seq;               /* cached: heap->seq at the last free */
     uint64_t last_use;               /* LRU clock at the last take or free */
