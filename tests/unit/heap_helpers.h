@@ -81,6 +81,22 @@ static inline gml_block *hf_put(hfix *f, gml_block *b, gml_bin *bin)
     return NULL;
 }
 
+/* Takes every free record and forbids new slabs: the next record the heap needs is missing. */
+static inline void hf_records_exhaust(hfix *f, gml_block_vec *stash)
+{
+    f->h.no_new_slabs = true;
+    for (gml_block *x; (x = gml_rec_get(&f->h));)
+        cr_assert(gml_vec_push(stash, x));
+}
+
+static inline void hf_records_restore(hfix *f, gml_block_vec *stash)
+{
+    for (size_t i = 0; i < stash->n; i++)
+        gml_rec_put(&f->h, stash->v[i]);
+    gml_vec_free(stash);
+    f->h.no_new_slabs = false;
+}
+
 static inline uint64_t hf_calls(hfix *f, int kind) { return f->dev->calls[kind]; }
 
 #endif

@@ -103,10 +103,8 @@ Test(blocks, running_out_of_records_leaves_the_block_unchanged)
     hf_make(&f, 64 * MiB);
     gml_bin *s1 = gml_bin_get(&f.h, S1);
     gml_block *r = run_in(&f, s1, 4 * MiB);
-    f.h.no_new_slabs = true;
     gml_block_vec stash = {0};
-    for (gml_block *x; (x = gml_rec_get(&f.h));)
-        cr_assert(gml_vec_push(&stash, x));
+    hf_records_exhaust(&f, &stash);
     cr_assert_null(gml_take(&f.h, r, 1 * MiB, 1 * MiB), "a split needs a record");
     cr_assert_null(gml_carve(&f.h, r, r->addr + 2 * MiB, 1 * MiB));
     cr_assert_eq(r->size, 4 * MiB);
@@ -115,9 +113,6 @@ Test(blocks, running_out_of_records_leaves_the_block_unchanged)
     cr_assert_eq(whole, r, "an exact fit needs no record");
     cr_assert(gml_vec_push(&f.used, whole));
     hf_check(&f, 0);
-    for (size_t i = 0; i < stash.n; i++)
-        gml_rec_put(&f.h, stash.v[i]);
-    gml_vec_free(&stash);
-    f.h.no_new_slabs = false;
+    hf_records_restore(&f, &stash);
     hf_free(&f);
 }

@@ -97,17 +97,12 @@ Test(stitch_cache, an_undo_returns_parts_to_the_bin_they_came_from)
     hf_put(&f, v2, s1);
     hf_check(&f, 0);
     /* no record left: the first piece (a whole block) is carved, the second needs a record */
-    f.h.no_new_slabs = true;
     gml_block_vec stash = {0};
-    for (gml_block *x; (x = gml_rec_get(&f.h));)
-        cr_assert(gml_vec_push(&stash, x));
+    hf_records_exhaust(&f, &stash);
     gml_block *out = NULL;
     uint64_t maps = hf_calls(&f, GMLAKE_DC_MAP), unmaps = hf_calls(&f, GMLAKE_DC_UNMAP);
     int rc = gml_stitch_alloc(&f.st, s1, 6 * MiB, 6 * MiB, false, &out);
-    for (size_t i = 0; i < stash.n; i++)
-        gml_rec_put(&f.h, stash.v[i]);
-    gml_vec_free(&stash);
-    f.h.no_new_slabs = false;
+    hf_records_restore(&f, &stash);
     cr_assert_eq(rc, GMLAKE_ERR_NOMEM);
     hf_check(&f, 0);
     cr_assert_eq(gml_block_at(&f.h, a0)->bin, s1, "a rolled-back part went to another bin");
