@@ -194,7 +194,7 @@ void gml_bins_destroy(gml_heap *p);
 /* The reuse rule: the free blocks of bin `from` may serve a request on bin `to`'s stream now
  * (to == NULL: every stream, as release needs) without waiting for any work. */
 bool gml_bin_serves(const gml_heap *h, const gml_bin *from, const gml_bin *to);
-/* Whether free-or-not block b may serve `to` now (gml_bin_serves on a free block). */
+/* Whether block b is free and may serve `to` now (gml_bin_serves on its bin). */
 bool gml_usable(const gml_heap *h, const gml_block *b, const gml_bin *to);
 /* The bins that serve `to`, in search order (its own first): prev NULL gives the first. */
 gml_bin *gml_serving_bin_next(const gml_heap *h, const gml_bin *to, const gml_bin *prev);
