@@ -19,6 +19,28 @@
 
 #include "heap.h"
 
+/* The chunk size settings s give on a device of granularity g (0: not known, taken as given). */
+static size_t chunk_of(const gml_pool_settings *s, size_t g)
+{
+    size_t chunk = s->chunk_size ? s->chunk_size : ((size_t)2 << 20);
+    return g ? GML_ROUND_UP(chunk, g) : chunk;
+}
+
+int gml_heap_settings_check(const gml_pool_settings *s, size_t granularity, const char **why)
+{
+    size_t chunk = chunk_of(s, granularity), round = s->round ? s->round : 512;
+    const char *w = NULL;
+    if (chunk & (chunk - 1))
+        w = "chunk_size must be a power of two";
+    else if (round < 512 || (round & (round - 1)) || round > chunk)
+        w = "round must be a power of two between 512 and the chunk size";
+    else if (s->small_limit > chunk)
+        w = "small_limit must not exceed chunk_size";
+    if (w)
+        *why = w;
+    return w ? GMLAKE_ERR_INVALID : GMLAKE_OK;
+}
+
 int gml_heap_init(gml_heap *h, gml_device *dev, const gml_pool_settings *s, const char **why)
 {
     memset(h, 0, sizeof *h);
@@ -29,20 +51,9 @@ int gml_heap_init(gml_heap *h, gml_device *dev, const gml_pool_settings *s, cons
         *why = "the device reports no usable granularity or memory size";
         return GMLAKE_ERR_INVALID;
     }
-    size_t chunk = GML_ROUND_UP(s->chunk_size ? s->chunk_size : ((size_t)2 << 20), g);
-    size_t round = s->round ? s->round : 512;
-    if (chunk & (chunk - 1)) {
-        *why = "chunk size must be a power of two";
+    if (gml_heap_settings_check(s, g, why) != GMLAKE_OK)
         return GMLAKE_ERR_INVALID;
-    }
-    if (round < 512 || (round & (round - 1)) || round > chunk) {
-        *why = "round must be a power of two between 512 and the chunk size";
-        return GMLAKE_ERR_INVALID;
-    }
-    if (s->small_limit > chunk) {
-        *why = "small_limit must not exceed the chunk size";
-        return GMLAKE_ERR_INVALID;
-    }
+    size_t chunk = chunk_of(s, g), round = s->round ? s->round : 512;
     h->chunk = chunk;
     h->chunk_shift = (unsigned)__builtin_ctzll(chunk);
     h->round = round;

@@ -131,6 +131,9 @@ typedef struct gml_heap_free {
 #define GML_ROUND_UP(x, a) (((x) + (a) - 1) / (a) * (a))
 
 /* ---- arena.c: the heap's life, slots, growth, release, moving chunks between spaces ---- */
+/* The heap's rules on settings s for a device of granularity g (0: not known yet, chunk_size taken
+ * as given): GMLAKE_OK, or GMLAKE_ERR_INVALID with *why naming the setting. */
+int gml_heap_settings_check(const gml_pool_settings *s, size_t granularity, const char **why);
 /* Checks the heap fields of s, reserves the arena; GMLAKE_OK, or an error with *why set. */
 int gml_heap_init(gml_heap *h, gml_device *dev, const gml_pool_settings *s, const char **why);
 /* Returns every chunk and the arena to the device; records and bins are freed. */

@@ -51,6 +51,17 @@ static void debug_check(gml_pool *p)
 #define debug_check(p) ((void)0)
 #endif
 
+int gml_pool_settings_check(const gml_pool_settings *s, size_t granularity, const char **why)
+{
+    const char *w = NULL;
+    if (gml_heap_settings_check(s, granularity, &w) == GMLAKE_OK &&
+        gml_stitch_settings_check(s, &w) == GMLAKE_OK && (s->defrag_level < 0 || s->defrag_level > 2))
+        w = "defrag_level must be 0..2";
+    if (w && why)
+        *why = w;
+    return w ? -1 : 0;
+}
+
 gml_pool *gml_pool_create(gml_device *dev, const gml_pool_settings *settings, const char **err)
 {
     const char *why = "out of host memory";
@@ -59,10 +70,8 @@ gml_pool *gml_pool_create(gml_device *dev, const gml_pool_settings *settings, co
         goto fail;
     p->dev = dev;
     p->set = *settings;
-    if (p->set.defrag_level < 0 || p->set.defrag_level > 2) {
-        why = "defrag_level must be 0..2";
+    if (gml_pool_settings_check(settings, gml_dev_granularity(dev), &why) != 0)
         goto fail;
-    }
     if (gml_stitch_init(&p->st, &p->heap, settings, &why) != GMLAKE_OK)
         goto fail;
     if (gml_heap_init(&p->heap, dev, settings, &why) != GMLAKE_OK)

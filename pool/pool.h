@@ -32,6 +32,11 @@
 
 typedef struct gml_pool gml_pool;
 
+/* The rules gml_pool_create applies to settings, in one call: the heap's, stitching's and the
+ * pool's own (`gmlake config --check` and the preload layer use it before any device exists).
+ * granularity is the device's (0: not known yet; chunk_size is then taken as given).  0, or -1
+ * with *why naming the setting. */
+int gml_pool_settings_check(const gml_pool_settings *s, size_t granularity, const char **why);
 /* Creates a pool on `dev` (which stays the caller's); settings from gml_pool_settings_default
  * (config/settings.h) and changed as needed.  NULL with *err set on failure. */
 gml_pool *gml_pool_create(gml_device *dev, const gml_pool_settings *settings, const char **err);

@@ -26,13 +26,20 @@ int gml_stitch_strategy_from_name(const char *name)
     return gml_setting_choice("stitch_strategy", name);
 }
 
+int gml_stitch_settings_check(const gml_pool_settings *s, const char **why)
+{
+    if (s->reuse_limit < 1.0 || (unsigned)s->strategy >= GML_STITCH_STRATEGY_COUNT) {
+        *why = "reuse_limit must be >= 1 and stitch_strategy known";
+        return GMLAKE_ERR_INVALID;
+    }
+    return GMLAKE_OK;
+}
+
 int gml_stitch_init(gml_stitch *st, gml_heap *h, const gml_pool_settings *s, const char **why)
 {
     memset(st, 0, sizeof *st);
-    if (s->reuse_limit < 1.0 || (unsigned)s->strategy >= GML_STITCH_STRATEGY_COUNT) {
-        *why = "reuse_limit must be >= 1 and the stitch strategy known";
+    if (gml_stitch_settings_check(s, why) != GMLAKE_OK)
         return GMLAKE_ERR_INVALID;
-    }
     st->h = h;
     st->enabled = s->vmm_defragment;
     st->frag_limit = s->frag_limit;

@@ -80,6 +80,8 @@ typedef struct gml_stitch {
     uint64_t stitches, reuses, evictions;
 } gml_stitch;
 
+/* Stitching's rules on settings s: GMLAKE_OK, or GMLAKE_ERR_INVALID with *why naming the setting. */
+int gml_stitch_settings_check(const gml_pool_settings *s, const char **why);
 /* Checks the stitching fields of s; GMLAKE_OK or GMLAKE_ERR_INVALID with *why set. */
 int gml_stitch_init(gml_stitch *st, gml_heap *h, const gml_pool_settings *s, const char **why);
 /* Frees the live stitched blocks (parts to the ready bin: the caller has synchronized) and tears

@@ -326,3 +326,28 @@ Test(pool, free_memory_figures)
     cr_assert_eq(st.stitchable_bytes, 10 * MiB, "a fully free small chunk counts");
     fx_free(&f);
 }
+
+Test(pool, settings_rules_are_checked_before_a_device_exists)
+{
+    gml_pool_settings s;
+    gml_pool_settings_default(&s);
+    const char *why = NULL;
+    cr_assert_eq(gml_pool_settings_check(&s, 0, &why), 0, "the defaults pass");
+    s.small_limit = 4 * MiB;
+    cr_assert_eq(gml_pool_settings_check(&s, 0, &why), -1);
+    cr_assert_str_eq(why, "small_limit must not exceed chunk_size");
+    gml_pool_settings_default(&s);
+    s.reuse_limit = 0.5;
+    cr_assert_eq(gml_pool_settings_check(&s, 0, &why), -1);
+    cr_assert_str_eq(why, "reuse_limit must be >= 1 and stitch_strategy known");
+    gml_pool_settings_default(&s);
+    s.defrag_level = 3;
+    cr_assert_eq(gml_pool_settings_check(&s, 0, &why), -1);
+    cr_assert_str_eq(why, "defrag_level must be 0..2");
+    gml_sim_config sc = {.capacity = 64 * MiB};
+    gml_device *dev = gml_sim_create(&sc);
+    const char *err = NULL;
+    cr_assert_null(gml_pool_create(dev, &s, &err), "the pool refuses the same settings");
+    cr_assert_str_eq(err, why);
+    gml_device_destroy(dev);
+}
