@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # tiers.sh ROOT — no source file includes a header of a tier above its own (docs/ARCHITECTURE.md):
-# 0 config/ include/ < 1 core/device* core/vec.h < 2 core/ (heap) < 3 stitch/ < 4 pool/
+# 0 config/ include/ < 1 core/ device layer (every core/ file but the heap's) < 2 the heap
+# (core/heap.h, blocks.c, arena.c, streams.c, heap_check.c) < 3 stitch/ < 4 pool/
 # < 5 tools/ interpose/.  Prints every upward #include and fails if there is one.
 set -euo pipefail
 root=${1:?usage: tiers.sh ROOT}
@@ -8,8 +9,8 @@ cd "$root"
 tier() {
   case "$1" in
     include/* | config/*) echo 0 ;;
-    core/device* | core/vec.h) echo 1 ;;
-    core/*) echo 2 ;;
+    core/heap.h | core/blocks.c | core/arena.c | core/streams.c | core/heap_check.c) echo 2 ;;
+    core/*) echo 1 ;;
     stitch/*) echo 3 ;;
     pool/*) echo 4 ;;
     *) echo 5 ;;
