@@ -1,6 +1,7 @@
 /*
  * stitch.h — tier 2, virtual memory stitching (GMLake's VMS), built on the heap's API (core/heap.h)
- * only.  The pool calls it, with its lock held, when no single free block fits a large request.
+ * only.  The pool (stitch/pool.c, tier 3: the tier above, in the same directory) calls it, with
+ * its lock held, when no single free block fits a large request; nothing here includes pool.h.
  * Stitching owns its records (gml_sblock), the LRU of mapped stitched blocks, a size index of the
  * cached ones, its counters, settings, checker and strategy.  It never writes heap fields: it
  * carves and returns blocks, pins chunks and asks for growth through heap functions.

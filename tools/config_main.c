@@ -11,7 +11,7 @@
 #include <string.h>
 
 #include "../config/config.h"
-#include "../pool/pool.h"
+#include "../stitch/pool.h"
 
 int main(int argc, char **argv)
 {

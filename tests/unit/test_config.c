@@ -7,7 +7,7 @@
 #include <unistd.h>
 
 #include "config/config.h"
-#include "pool/pool.h"
+#include "stitch/pool.h"
 #include "stitch/stitch.h"
 
 extern char **environ;

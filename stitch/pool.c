@@ -1,7 +1,8 @@
 /*
  * pool.c — tier 3, the orchestrator (contract in pool.h): entry points, the map of live
  * allocations, the order of the fallbacks when no free block fits (the slow path), statistics,
- * the aggregated checker, destruction.
+ * the aggregated checker, destruction.  It sits in stitch/ above VMS (stitch.c, cache.c), which
+ * never calls back into it (pool.h says why it is not in core/).
  *
  * Fast path: lock, best fit in the bins that serve the stream, split, hash insert, unlock.
  * Slow path, in order (each step retries the best fit):
@@ -20,7 +21,7 @@
 #include <string.h>
 
 #include "../core/heap.h"
-#include "../stitch/stitch.h"
+#include "stitch.h"
 #include "pool.h"
 
 struct gml_pool {
