@@ -8,7 +8,7 @@
 #include <stdlib.h>
 
 #include "bench_common.h"
-#include "core/pool.h"
+#include "stitch/pool.h"
 
 int main(int argc, char **argv)
 {

@@ -28,7 +28,7 @@
 #include <stdbool.h>
 #include <stdio.h>
 
-#include "../core/pool.h"
+#include "settings.h"
 
 enum gml_log_level { GML_LOG_ERROR = 0, GML_LOG_WARN, GML_LOG_INFO, GML_LOG_DEBUG };
 

@@ -9,6 +9,7 @@
 #include "config.h"
 #include "units.h"
 
+/* the names of gml_stitch_strategy (stitch/stitch.h), in its order: written here only */
 static const char *const strategies[] = {"largest", "bestfit", NULL};
 static const char *const levels[] = {"error", "warn", "info", "debug", NULL};
 
@@ -178,10 +179,29 @@ void gml_config_value_text(const gml_config *cc, int i, char *buf, size_t len)
 void gml_config_defaults(gml_config *c)
 {
     memset(c, 0, sizeof *c);
-    gml_pool_settings_default(&c->pool);
     char acc[160];
     for (int i = 0; i < gml_option_count; i++)
         gml_option_parse(c, i, gml_options[i].def, acc, sizeof acc);
+}
+
+void gml_pool_settings_default(gml_pool_settings *s)
+{
+    gml_config c;
+    gml_config_defaults(&c);
+    *s = c.pool;
+}
+
+int gml_setting_choice(const char *key, const char *name)
+{
+    for (int i = 0; i < gml_option_count; i++) {
+        const gml_option *o = &gml_options[i];
+        if (o->type != GML_OPT_ENUM || strcmp(o->key, key) != 0)
+            continue;
+        for (int k = 0; o->choices[k]; k++)
+            if (strcmp(o->choices[k], name) == 0)
+                return k;
+    }
+    return -1;
 }
 
 void gml_config_print_example(FILE *out)

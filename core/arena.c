@@ -1,100 +1,182 @@
 /*
- * arena.c — where chunks live: the home arena's slots, growth, release, and moving fully free
- * chunks between the large and the small space.
+ * arena.c — where chunks live: the heap's arena and slots, growth, release, and moving fully free
+ * chunks between the large and the small space (tier 1, contract in heap.h).
  *
- * Growth creates only the chunks a request lacks: when a usable free block ends where empty slots
- * begin, the new chunks are mapped right after it so that the two merge (expandable-segments
- * style); otherwise a fresh run goes at the lowest empty slots.  New chunks have no GPU history,
- * so a fresh run is free in the ready bin (any stream may use it).
- * Release returns chunks that are wholly inside free blocks; the caller has waited for the
- * device first (see pool.c), and cached stitched views of them are torn down before.
+ * Growth (gml_grow; plan_growth owns the unit and the amount): the unit is the chunk.  A small
+ * request gets one chunk.  A large request gets only the chunks it lacks: when a free block that
+ * its stream may use ends where empty slots begin, the fewest chunks that make it large enough are
+ * mapped right after it so that the two merge (expandable-segments style); otherwise
+ * ceil(need / chunk) chunks go at the lowest empty slots.  A stitch (GML_GROW_CHUNKS) gets the
+ * deficit: need minus the whole free chunks its stream may use, next to the first of them that has
+ * room.  New chunks go to the bin of the block they extend, or to the asking stream's bin: they
+ * have no GPU history, but giving them to the ready bin would put them beside that stream's own
+ * later frees, which never merge with ready blocks (blocks.c), splitting the stream's memory.
+ * Release returns whole chunks of the ready bin's free blocks only (memory every stream may use;
+ * the caller promotes or waits first), never a pinned chunk.
  */
 #include <stdlib.h>
+#include <string.h>
 
-#include "pool_impl.h"
+#include "heap.h"
 
-void gml_stats_reserved(gml_pool *p, long delta_slots)
+/* The chunk size settings s give on a device of granularity g (0: not known, taken as given). */
+static size_t chunk_of(const gml_pool_settings *s, size_t g)
 {
-    p->mapped_slots += (size_t)delta_slots;
-    p->c.reserved = (uint64_t)p->mapped_slots * p->chunk;
-    if (p->c.reserved > p->c.peak_reserved)
-        p->c.peak_reserved = p->c.reserved;
+    size_t chunk = s->chunk_size ? s->chunk_size : ((size_t)2 << 20);
+    return g ? GML_ROUND_UP(chunk, g) : chunk;
 }
 
-static bool run_empty(const gml_pool *p, size_t s, size_t k)
+int gml_heap_settings_check(const gml_pool_settings *s, size_t granularity, const char **why)
 {
-    if (s + k > p->nslots)
+    size_t chunk = chunk_of(s, granularity), round = s->round ? s->round : 512;
+    const char *w = NULL;
+    if (chunk & (chunk - 1))
+        w = "chunk_size must be a power of two";
+    else if (round < 512 || (round & (round - 1)) || round > chunk)
+        w = "round must be a power of two between 512 and the chunk size";
+    else if (s->small_limit > chunk)
+        w = "small_limit must not exceed chunk_size";
+    if (w)
+        *why = w;
+    return w ? GMLAKE_ERR_INVALID : GMLAKE_OK;
+}
+
+int gml_heap_init(gml_heap *h, gml_device *dev, const gml_pool_settings *s, const char **why)
+{
+    memset(h, 0, sizeof *h);
+    h->dev = dev;
+    size_t g = gml_dev_granularity(dev);
+    size_t free_b = 0, total = 0;
+    if (g == 0 || (g & (g - 1)) || gml_dev_mem_info(dev, &free_b, &total) != GMLAKE_OK) {
+        *why = "the device reports no usable granularity or memory size";
+        return GMLAKE_ERR_INVALID;
+    }
+    if (gml_heap_settings_check(s, g, why) != GMLAKE_OK)
+        return GMLAKE_ERR_INVALID;
+    size_t chunk = chunk_of(s, g), round = s->round ? s->round : 512;
+    h->chunk = chunk;
+    h->chunk_shift = (unsigned)__builtin_ctzll(chunk);
+    h->round = round;
+    h->small_limit = s->small_limit;
+    h->limit = s->limit_bytes ? s->limit_bytes : total;
+    h->arena_size = GML_ROUND_UP(s->arena_bytes ? s->arena_bytes : 4 * total, chunk);
+    h->nslots = h->arena_size >> h->chunk_shift;
+    h->slots = calloc(h->nslots, sizeof *h->slots);
+    if (!h->slots) {
+        *why = "out of host memory for the slot table";
+        return GMLAKE_ERR_NOMEM;
+    }
+    if (gml_dev_va_reserve(dev, h->arena_size, chunk, &h->arena) != GMLAKE_OK) {
+        *why = "could not reserve the virtual address range for the arena";
+        h->arena = 0;
+        gml_heap_destroy(h);
+        return GMLAKE_ERR_DEVICE;
+    }
+    h->ready = gml_bin_get(h, GML_STREAM_NONE);
+    if (!h->ready) {
+        *why = "out of host memory";
+        gml_heap_destroy(h);
+        return GMLAKE_ERR_NOMEM;
+    }
+    return GMLAKE_OK;
+}
+
+void gml_heap_destroy(gml_heap *h)
+{
+    for (size_t i = 0; h->slots && i < h->nslots; i++) {
+        if (h->slots[i].state == GML_SLOT_EMPTY)
+            continue;
+        gml_dev_unmap(h->dev, gml_slot_addr(h, i), h->chunk);
+        gml_dev_chunk_release(h->dev, h->slots[i].handle);
+    }
+    if (h->arena)
+        gml_dev_va_free(h->dev, h->arena, h->arena_size);
+    gml_bins_destroy(h);
+    for (size_t i = 0; i < h->slabs.n; i++)
+        free(h->slabs.v[i]);
+    gml_vec_free(&h->slabs);
+    free(h->slots);
+    h->slots = NULL;
+    h->arena = 0;
+}
+
+static bool run_empty(const gml_heap *h, size_t s, size_t k)
+{
+    if (s + k > h->nslots)
         return false;
     for (size_t i = s; i < s + k; i++)
-        if (p->slots[i].state != GML_SLOT_EMPTY)
+        if (h->slots[i].state != GML_SLOT_EMPTY)
             return false;
     return true;
 }
 
 /* Lowest run of k empty slots; nslots when there is none. */
-static size_t find_run(gml_pool *p, size_t k)
+static size_t find_run(gml_heap *h, size_t k)
 {
-    while (p->slot_hint < p->nslots && p->slots[p->slot_hint].state != GML_SLOT_EMPTY)
-        p->slot_hint++;
-    for (size_t i = p->slot_hint; i + k <= p->nslots;) {
+    while (h->slot_hint < h->nslots && h->slots[h->slot_hint].state != GML_SLOT_EMPTY)
+        h->slot_hint++;
+    for (size_t i = h->slot_hint; i + k <= h->nslots;) {
         size_t run = 0;
-        while (run < k && p->slots[i + run].state == GML_SLOT_EMPTY)
+        while (run < k && h->slots[i + run].state == GML_SLOT_EMPTY)
             run++;
         if (run == k)
             return i;
         i += run + 1;
     }
-    return p->nslots;
+    return h->nslots;
 }
 
 /* Unmaps and releases slots [s, s+k) (their records are the caller's business). */
-static int unmap_release(gml_pool *p, size_t s, size_t k)
+static int unmap_release(gml_heap *h, size_t s, size_t k)
 {
     int rc = GMLAKE_OK;
     for (size_t i = s; i < s + k; i++) {
-        gml_slot *sl = &p->slots[i];
-        int r1 = gml_dev_unmap(p->dev, gml_slot_addr(p, i), p->chunk);
-        int r2 = gml_dev_chunk_release(p->dev, sl->handle);
+        gml_slot *sl = &h->slots[i];
+        int r1 = gml_dev_unmap(h->dev, gml_slot_addr(h, i), h->chunk);
+        int r2 = gml_dev_chunk_release(h->dev, sl->handle);
         if (r1 || r2)
             rc = GMLAKE_ERR_DEVICE;
         sl->state = GML_SLOT_EMPTY;
         sl->owner = NULL;
         sl->handle = 0;
-        sl->stitch_refs = 0;
-        if (i < p->slot_hint)
-            p->slot_hint = i;
+        sl->pins = 0;
+        if (i < h->slot_hint)
+            h->slot_hint = i;
     }
     return rc;
 }
 
 /* Links a run's record to the large blocks on either side of it. */
-static void link_neighbours(gml_pool *p, gml_block *b)
+static void link_neighbours(gml_heap *h, gml_block *b)
 {
-    size_t s = gml_slot_of(p, b->addr), e = gml_slot_of(p, b->addr + b->size);
-    if (s > 0 && p->slots[s - 1].state == GML_SLOT_LARGE) {
-        gml_block *l = p->slots[s - 1].owner;
+    size_t s = gml_slot_of(h, b->addr), e = gml_slot_of(h, b->addr + b->size);
+    if (s > 0 && h->slots[s - 1].state == GML_SLOT_LARGE) {
+        gml_block *l = h->slots[s - 1].owner;
         l->next = b;
         b->prev = l;
     }
-    if (e < p->nslots && p->slots[e].state == GML_SLOT_LARGE) {
-        gml_block *r = gml_block_at(p, gml_slot_addr(p, e));
+    if (e < h->nslots && h->slots[e].state == GML_SLOT_LARGE) {
+        gml_block *r = gml_block_at(h, gml_slot_addr(h, e));
         r->prev = b;
         b->next = r;
     }
 }
 
-gml_block *gml_grow(gml_pool *p, int space, size_t k, gml_block *extend, int *rc)
+/* Creates and maps k chunks as one free run of `space`: right after free block `extend` (in its
+ * bin), or at the lowest empty slots in `bin`.  Returns the free block, or NULL with *rc set. */
+static gml_block *grow_run(gml_heap *h, int space, size_t k, gml_block *extend, gml_bin *bin,
+                           int *rc)
 {
-    size_t s = extend ? gml_slot_of(p, extend->addr + extend->size) : find_run(p, k);
-    if (s >= p->nslots || !run_empty(p, s, k)) {
+    size_t s = extend ? gml_slot_of(h, extend->addr + extend->size) : find_run(h, k);
+    if (s >= h->nslots || !run_empty(h, s, k)) {
         *rc = GMLAKE_ERR_NOMEM; /* the arena is full */
         return NULL;
     }
-    if ((p->mapped_slots + k) * p->chunk > p->limit) {
+    if ((h->mapped_slots + k) * h->chunk > h->limit) {
         *rc = GMLAKE_ERR_NOMEM;
         return NULL;
     }
-    gml_block *b = gml_rec_get(p);
+    gml_block *b = gml_rec_get(h);
     if (!b) {
         *rc = GMLAKE_ERR_NOMEM;
         return NULL;
@@ -102,180 +184,233 @@ gml_block *gml_grow(gml_pool *p, int space, size_t k, gml_block *extend, int *rc
     size_t done = 0;
     *rc = GMLAKE_OK;
     for (; done < k; done++) {
-        gml_slot *sl = &p->slots[s + done];
-        *rc = gml_dev_chunk_create(p->dev, p->chunk, &sl->handle);
+        gml_slot *sl = &h->slots[s + done];
+        *rc = gml_dev_chunk_create(h->dev, h->chunk, &sl->handle);
         if (*rc)
             break;
-        *rc = gml_dev_map(p->dev, gml_slot_addr(p, s + done), p->chunk, sl->handle);
+        *rc = gml_dev_map(h->dev, gml_slot_addr(h, s + done), h->chunk, sl->handle);
         if (*rc) {
-            gml_dev_chunk_release(p->dev, sl->handle);
+            gml_dev_chunk_release(h->dev, sl->handle);
             break;
         }
         sl->state = (uint8_t)(space == GML_SPACE_SMALL ? GML_SLOT_SMALL : GML_SLOT_LARGE);
     }
     if (*rc == GMLAKE_OK)
-        *rc = gml_dev_set_access(p->dev, gml_slot_addr(p, s), k * p->chunk);
+        *rc = gml_dev_set_access(h->dev, gml_slot_addr(h, s), k * h->chunk);
     if (*rc) {
         if (*rc != GMLAKE_ERR_NOMEM)
             *rc = GMLAKE_ERR_DEVICE;
-        unmap_release(p, s, done);
-        gml_rec_put(p, b);
+        unmap_release(h, s, done);
+        gml_rec_put(h, b);
         return NULL;
     }
-    b->addr = gml_slot_addr(p, s);
-    b->size = k * p->chunk;
+    b->addr = gml_slot_addr(h, s);
+    b->size = k * h->chunk;
     b->space = (uint8_t)space;
     b->prev = b->next = NULL;
-    gml_claim(p, b, b->addr, b->size);
+    gml_claim(h, b, b->addr, b->size);
     if (space == GML_SPACE_LARGE)
-        link_neighbours(p, b);
-    gml_stats_reserved(p, (long)k);
-    return gml_free_insert(p, b, extend ? extend->bin : p->ready);
+        link_neighbours(h, b);
+    gml_heap_reserved(h, (long)k);
+    return gml_free_insert(h, b, extend ? extend->bin : bin);
 }
 
-/* Calls fn on every free block of `space` usable by bin (own bin and ready bin). */
-#define FOR_USABLE(p, bin, space, f)                                                              \
-    for (int pass_ = 0; pass_ < 2; pass_++)                                                       \
-        for (gml_block *f = RB_MIN(gml_size_tree, &(pass_ ? (p)->ready : (bin))->free[space]);     \
-             f && !(pass_ == 1 && (bin) == (p)->ready); f = RB_NEXT(gml_size_tree, NULL, f))
+/* Calls the loop body on every free block of `space` that may serve bin. */
+#define FOR_USABLE(h, bin, space, f)                                                              \
+    GML_FOR_SERVING_BINS(h, bin, sb_)                                                             \
+    for (gml_block *f = RB_MIN(gml_size_tree, &sb_->free[space]); f;                              \
+         f = RB_NEXT(gml_size_tree, NULL, f))
 
-int gml_grow_large(gml_pool *p, gml_bin *bin, size_t need)
+/* Where growth goes: up to two places, tried in order (extend NULL: fresh slots). */
+typedef struct growth {
+    int n;
+    struct growth_at {
+        size_t k;
+        gml_block *extend;
+    } at[2];
+} growth;
+
+/* The growth plan: the one place that decides the unit and the amount (see the top of the file).
+ * The plan lists where to try: an extension of a free block first when one fits, then fresh
+ * slots. */
+static growth plan_growth(gml_heap *h, gml_bin *bin, int space, enum gml_grow_goal goal,
+                          size_t need)
 {
-    size_t k_fresh = (need + p->chunk - 1) >> p->chunk_shift;
-    gml_block *best = NULL;
-    size_t best_k = k_fresh;
-    FOR_USABLE(p, bin, GML_SPACE_LARGE, f) {
-        uintptr_t end = f->addr + f->size;
-        if ((end - p->arena) & (p->chunk - 1))
-            continue;
-        size_t k = (need - f->size + p->chunk - 1) >> p->chunk_shift; /* f->size < need */
-        if (k < best_k && run_empty(p, gml_slot_of(p, end), k)) {
-            best = f;
-            best_k = k;
-        }
+    growth g = {0};
+    size_t k_need = (need + h->chunk - 1) >> h->chunk_shift;
+    if (space == GML_SPACE_SMALL) {
+        g.at[g.n++].k = 1;
+        return g;
     }
-    int rc;
-    if (best && gml_grow(p, GML_SPACE_LARGE, best_k, best, &rc))
-        return GMLAKE_OK;
-    gml_grow(p, GML_SPACE_LARGE, k_fresh, NULL, &rc);
+    if (goal == GML_GROW_BLOCK) {
+        gml_block *best = NULL;
+        size_t best_k = k_need;
+        FOR_USABLE(h, bin, GML_SPACE_LARGE, f) {
+            uintptr_t end = f->addr + f->size;
+            if ((end - h->arena) & (h->chunk - 1))
+                continue;
+            size_t k = (need - f->size + h->chunk - 1) >> h->chunk_shift; /* f->size < need */
+            if (k < best_k && run_empty(h, gml_slot_of(h, end), k)) {
+                best = f;
+                best_k = k;
+            }
+        }
+        if (best)
+            g.at[g.n++] = (struct growth_at){best_k, best};
+        g.at[g.n++].k = k_need;
+        return g;
+    }
+    size_t have = 0;
+    gml_block *next_to = NULL;
+    FOR_USABLE(h, bin, GML_SPACE_LARGE, f) {
+        uintptr_t lo, hi;
+        gml_whole_chunks(h, f, &lo, &hi);
+        if (f->size >= h->chunk && hi > lo)
+            have += (hi - lo) >> h->chunk_shift;
+    }
+    size_t k = k_need > have ? k_need - have : 0;
+    if (k == 0)
+        return g;
+    FOR_USABLE(h, bin, GML_SPACE_LARGE, f) {
+        uintptr_t lo, hi, end = f->addr + f->size;
+        gml_whole_chunks(h, f, &lo, &hi);
+        if (next_to || f->size < h->chunk || hi <= lo || ((end - h->arena) & (h->chunk - 1)))
+            continue;
+        if (run_empty(h, gml_slot_of(h, end), k))
+            next_to = f;
+    }
+    if (next_to)
+        g.at[g.n++] = (struct growth_at){k, next_to};
+    g.at[g.n++].k = k;
+    return g;
+}
+
+int gml_grow(gml_heap *h, gml_bin *bin, int space, enum gml_grow_goal goal, size_t need)
+{
+    growth g = plan_growth(h, bin, space, goal, need);
+    int rc = GMLAKE_ERR_NOMEM;
+    for (int i = 0; i < g.n; i++) {
+        if (grow_run(h, space, g.at[i].k, g.at[i].extend, bin, &rc))
+            return GMLAKE_OK;
+        if (rc == GMLAKE_ERR_DEVICE && goal == GML_GROW_CHUNKS)
+            break;
+    }
     return rc;
 }
 
 /* Moves the chunk at address c out of free large block f into the small space. */
-static void chunk_to_small(gml_pool *p, gml_block *f, uintptr_t c)
+static void chunk_to_small(gml_heap *h, gml_block *f, uintptr_t c)
 {
     gml_bin *bin = f->bin;
-    gml_block *m = gml_carve(p, f, c, p->chunk);
+    gml_block *m = gml_carve(h, f, c, h->chunk);
     if (!m)
         return;
     gml_detach(m);
     m->space = GML_SPACE_SMALL;
-    p->slots[gml_slot_of(p, c)].state = GML_SLOT_SMALL;
-    gml_free_insert(p, m, bin);
+    h->slots[gml_slot_of(h, c)].state = GML_SLOT_SMALL;
+    gml_free_insert(h, m, bin);
 }
 
-int gml_small_refill(gml_pool *p, gml_bin *bin)
+int gml_small_refill(gml_heap *h, gml_bin *bin)
 {
     gml_block *pick = NULL;
     uintptr_t pick_c = 0;
-    FOR_USABLE(p, bin, GML_SPACE_LARGE, f) {
-        if (f->size < p->chunk || (pick && pick->size <= f->size))
+    FOR_USABLE(h, bin, GML_SPACE_LARGE, f) {
+        if (f->size < h->chunk || (pick && pick->size <= f->size))
             continue;
-        uintptr_t lo = p->arena + GML_ROUND_UP(f->addr - p->arena, p->chunk);
-        uintptr_t end = f->addr + f->size;
-        uintptr_t hi = p->arena + ((end - p->arena) & ~(uintptr_t)(p->chunk - 1));
-        if (lo + p->chunk > hi)
+        uintptr_t lo, hi, end = f->addr + f->size;
+        gml_whole_chunks(h, f, &lo, &hi);
+        if (lo + h->chunk > hi)
             continue;
         pick = f;
         /* take an edge chunk so the rest of f stays in one piece */
-        pick_c = (hi == end) ? hi - p->chunk : lo;
+        pick_c = (hi == end) ? hi - h->chunk : lo;
     }
     if (pick) {
-        chunk_to_small(p, pick, pick_c);
+        chunk_to_small(h, pick, pick_c);
         return GMLAKE_OK;
     }
-    int rc;
-    gml_grow(p, GML_SPACE_SMALL, 1, NULL, &rc);
-    return rc;
+    return gml_grow(h, bin, GML_SPACE_SMALL, GML_GROW_BLOCK, h->chunk);
 }
 
 /* Collects the free blocks of one tree whose size is in [lo, hi] (they may be modified after). */
-static size_t collect(struct gml_size_tree *t, size_t lo, size_t hi, gml_block ***out, size_t *cap)
+static void collect(struct gml_size_tree *t, size_t lo, size_t hi, void *out)
 {
-    size_t n = 0;
+    GML_VEC(gml_block *) *v = out;
+    v->n = 0;
     gml_block key = {.size = lo, .addr = 0};
     for (gml_block *f = RB_NFIND(gml_size_tree, t, &key); f && f->size <= hi;
-         f = RB_NEXT(gml_size_tree, NULL, f)) {
-        if (n == *cap) {
-            size_t nc = *cap ? *cap * 2 : 64;
-            gml_block **a = realloc(*out, nc * sizeof *a);
-            if (!a)
-                break;
-            *out = a;
-            *cap = nc;
-        }
-        (*out)[n++] = f;
-    }
-    return n;
+         f = RB_NEXT(gml_size_tree, NULL, f))
+        if (!gml_vec_push(v, f))
+            break;
 }
 
-size_t gml_small_reclaim(gml_pool *p)
+size_t gml_small_reclaim(gml_heap *h)
 {
-    size_t moved = 0, cap = 0;
-    gml_block **v = NULL;
+    size_t moved = 0;
+    GML_VEC(gml_block *) v = {0};
     gml_bin *bin, *tmp;
-    HASH_ITER(hh, p->bins, bin, tmp) {
-        size_t n = collect(&bin->free[GML_SPACE_SMALL], p->chunk, p->chunk, &v, &cap);
-        for (size_t i = 0; i < n; i++) {
-            gml_block *b = v[i];
+    HASH_ITER(hh, h->bins, bin, tmp) {
+        collect(&bin->free[GML_SPACE_SMALL], h->chunk, h->chunk, &v);
+        for (size_t i = 0; i < v.n; i++) {
+            gml_block *b = v.v[i];
             gml_free_tree_remove(b);
             b->space = GML_SPACE_LARGE;
-            p->slots[gml_slot_of(p, b->addr)].state = GML_SLOT_LARGE;
-            link_neighbours(p, b);
-            gml_free_insert(p, b, bin);
+            h->slots[gml_slot_of(h, b->addr)].state = GML_SLOT_LARGE;
+            link_neighbours(h, b);
+            gml_free_insert(h, b, bin);
             moved++;
         }
     }
-    free(v);
+    gml_vec_free(&v);
     return moved;
 }
 
-size_t gml_release_free_chunks(gml_pool *p)
+size_t gml_release_free_chunks(gml_heap *h)
 {
-    gml_small_reclaim(p);
-    size_t released = 0, cap = 0;
-    gml_block **v = NULL;
-    gml_bin *bin, *tmp;
-    HASH_ITER(hh, p->bins, bin, tmp) {
-        size_t n = collect(&bin->free[GML_SPACE_LARGE], p->chunk, SIZE_MAX, &v, &cap);
-        for (size_t i = 0; i < n; i++) {
-            gml_block *f = v[i];
-            uintptr_t lo = p->arena + GML_ROUND_UP(f->addr - p->arena, p->chunk);
-            uintptr_t hi = p->arena + ((f->addr + f->size - p->arena) & ~(uintptr_t)(p->chunk - 1));
-            /* release maximal runs of chunks no stitched view maps, from the top down so that
-             * f (which keeps the head of the range) stays valid */
+    gml_small_reclaim(h);
+    size_t released = 0;
+    GML_VEC(gml_block *) v = {0};
+    GML_FOR_SERVING_BINS(h, NULL, bin) { /* the bins every stream may use: the ready bin */
+        collect(&bin->free[GML_SPACE_LARGE], h->chunk, SIZE_MAX, &v);
+        for (size_t i = 0; i < v.n; i++) {
+            gml_block *f = v.v[i];
+            uintptr_t lo, hi;
+            gml_whole_chunks(h, f, &lo, &hi);
+            /* release maximal runs of unpinned chunks, from the top down so that f (which keeps
+             * the head of the range) stays valid */
             while (hi > lo) {
                 uintptr_t e = hi;
-                while (e > lo && p->slots[gml_slot_of(p, e - p->chunk)].stitch_refs)
-                    e -= p->chunk;
+                while (e > lo && h->slots[gml_slot_of(h, e - h->chunk)].pins)
+                    e -= h->chunk;
                 uintptr_t s = e;
-                while (s > lo && !p->slots[gml_slot_of(p, s - p->chunk)].stitch_refs)
-                    s -= p->chunk;
+                while (s > lo && !h->slots[gml_slot_of(h, s - h->chunk)].pins)
+                    s -= h->chunk;
                 if (e == s)
                     break;
-                gml_block *m = gml_carve(p, f, s, e - s);
+                gml_block *m = gml_carve(h, f, s, e - s);
                 if (!m)
                     break;
                 gml_detach(m);
-                size_t k = (e - s) >> p->chunk_shift;
-                unmap_release(p, gml_slot_of(p, s), k);
-                gml_rec_put(p, m);
-                gml_stats_reserved(p, -(long)k);
+                size_t k = (e - s) >> h->chunk_shift;
+                unmap_release(h, gml_slot_of(h, s), k);
+                gml_rec_put(h, m);
+                gml_heap_reserved(h, -(long)k);
                 released += k;
                 hi = s;
             }
         }
     }
-    free(v);
+    gml_vec_free(&v);
     return released;
+}
+
+gml_block *gml_chunk_free_block(gml_heap *h, size_t slot)
+{
+    if (h->slots[slot].state != GML_SLOT_LARGE)
+        return NULL;
+    gml_block *o = h->slots[slot].owner;
+    if (o->state != GML_B_FREE || o->addr > gml_slot_addr(h, slot))
+        return NULL;
+    return o;
 }

@@ -1,17 +1,20 @@
 /*
- * blocks.c — block records and the operations on them: the best-fit choice, split, merge, carve.
+ * blocks.c — block records and the operations on them: the best-fit choice, split, merge, carve
+ * (tier 1, contract in heap.h).
  *
  * Best fit: each bin keeps its free blocks per space in a red-black tree ordered by (size, addr);
  * RB_NFIND gives the smallest block >= the request (lowest address among equals).  A request on
- * stream S looks in S's bin and in the ready bin and takes the smaller fit.
+ * stream S looks in the bins that serve S (gml_bin_serves: S's own, then the ready bin) and takes
+ * the smaller fit (the earlier bin among equal sizes).
  * Split: the request is cut from the tail of the free block, so the remainder keeps its address.
- * Merge: a freed block joins free neighbours of its bin or of the ready bin; the larger record
- * survives, so that re-pointing slot owners costs the size of the smaller side only.
+ * Merge: a freed block joins free neighbours of its own bin only; the larger record survives, so
+ * that re-pointing slot owners costs the size of the smaller side only.  A ready neighbour never
+ * joins a stream's block: memory any stream may use never becomes memory one stream may use.
  * Records come from slabs and are recycled; the hot path never calls malloc.
  */
 #include <stdlib.h>
 
-#include "pool_impl.h"
+#include "heap.h"
 
 static int gml_size_cmp(const gml_block *a, const gml_block *b)
 {
@@ -24,58 +27,54 @@ RB_GENERATE(gml_size_tree, gml_block, snode, gml_size_cmp)
 
 enum { SLAB_RECORDS = 1024 };
 
-__attribute__((noinline)) static gml_block *rec_refill(gml_pool *p)
+__attribute__((noinline)) static gml_block *rec_refill(gml_heap *h)
 {
-    if (p->nslabs == p->cap_slabs) {
-        size_t cap = p->cap_slabs ? p->cap_slabs * 2 : 16;
-        void **s = realloc(p->slabs, cap * sizeof *s);
-        if (!s)
-            return NULL;
-        p->slabs = s;
-        p->cap_slabs = cap;
-    }
+    if (h->no_new_slabs)
+        return NULL;
     gml_block *slab = calloc(SLAB_RECORDS, sizeof *slab);
     if (!slab)
         return NULL;
-    p->slabs[p->nslabs++] = slab;
+    if (!gml_vec_push(&h->slabs, slab)) {
+        free(slab);
+        return NULL;
+    }
     for (size_t i = 1; i < SLAB_RECORDS; i++) {
-        slab[i].next = p->rec_free;
-        p->rec_free = &slab[i];
+        slab[i].next = h->rec_free;
+        h->rec_free = &slab[i];
     }
     return &slab[0];
 }
 
-gml_block *gml_rec_get(gml_pool *p)
+gml_block *gml_rec_get(gml_heap *h)
 {
-    gml_block *b = p->rec_free;
+    gml_block *b = h->rec_free;
     if (__builtin_expect(b == NULL, 0))
-        return rec_refill(p);
-    p->rec_free = b->next;
+        return rec_refill(h);
+    h->rec_free = b->next;
     b->next = NULL;
     return b;
 }
 
-void gml_rec_put(gml_pool *p, gml_block *b)
+void gml_rec_put(gml_heap *h, gml_block *b)
 {
     b->prev = NULL;
-    b->sb = NULL;
-    b->part_next = NULL;
+    b->holder = NULL;
     b->bin = NULL;
-    b->next = p->rec_free;
-    p->rec_free = b;
+    b->next = h->rec_free;
+    h->rec_free = b;
 }
 
-void gml_claim(gml_pool *p, gml_block *b, uintptr_t addr, size_t size)
+void gml_claim(gml_heap *h, gml_block *b, uintptr_t addr, size_t size)
 {
-    size_t first = gml_slot_of(p, addr);
-    size_t end = (addr + size - p->arena) >> p->chunk_shift; /* slots whose last byte < addr+size */
+    size_t first = gml_slot_of(h, addr);
+    size_t end = (addr + size - h->arena) >> h->chunk_shift; /* slots whose last byte < addr+size */
     for (size_t i = first; i < end; i++)
-        p->slots[i].owner = b;
+        h->slots[i].owner = b;
 }
 
-gml_block *gml_block_at(gml_pool *p, uintptr_t addr)
+gml_block *gml_block_at(gml_heap *h, uintptr_t addr)
 {
-    gml_block *b = p->slots[gml_slot_of(p, addr)].owner;
+    gml_block *b = h->slots[gml_slot_of(h, addr)].owner;
     while (b && b->addr > addr)
         b = b->prev;
     return b;
@@ -96,50 +95,48 @@ static inline void tree_insert(gml_block *b)
 }
 
 /* l immediately precedes r in one space; returns the survivor holding both ranges. */
-static gml_block *merge(gml_pool *p, gml_block *l, gml_block *r)
+static gml_block *merge(gml_heap *h, gml_block *l, gml_block *r)
 {
     if (l->size >= r->size) {
-        gml_claim(p, l, r->addr, r->size);
+        gml_claim(h, l, r->addr, r->size);
         l->size += r->size;
         l->next = r->next;
         if (r->next)
             r->next->prev = l;
-        gml_rec_put(p, r);
+        gml_rec_put(h, r);
         return l;
     }
-    gml_claim(p, r, l->addr, l->size);
+    gml_claim(h, r, l->addr, l->size);
     r->addr = l->addr;
     r->size += l->size;
     r->prev = l->prev;
     if (l->prev)
         l->prev->next = r;
-    gml_rec_put(p, l);
+    gml_rec_put(h, l);
     return r;
 }
 
-/* A free neighbour joins a block freed into `bin` if it is in that bin, or in the ready bin (a
- * ready block may serve any stream, so restricting it to `bin` is safe). */
-static inline bool joins(const gml_pool *p, const gml_block *n, const gml_bin *bin)
+/* A free neighbour joins a block freed into `bin` only if it is in that same bin. */
+static inline bool joins(const gml_block *n, const gml_bin *bin)
 {
-    return n && n->state == GML_B_FREE && (n->bin == bin || n->bin == p->ready);
+    return n && n->state == GML_B_FREE && n->bin == bin;
 }
 
-gml_block *gml_free_insert(gml_pool *p, gml_block *b, gml_bin *bin)
+gml_block *gml_free_insert(gml_heap *h, gml_block *b, gml_bin *bin)
 {
     b->state = GML_B_FREE;
     b->bin = bin;
-    /* loops: absorbing a ready neighbour can bring a block of `bin` next to b */
-    for (gml_block *n = b->prev; joins(p, n, bin); n = b->prev) {
+    for (gml_block *n = b->prev; joins(n, bin); n = b->prev) {
         gml_free_tree_remove(n);
-        b = merge(p, n, b);
+        b = merge(h, n, b);
     }
-    for (gml_block *n = b->next; joins(p, n, bin); n = b->next) {
+    for (gml_block *n = b->next; joins(n, bin); n = b->next) {
         gml_free_tree_remove(n);
-        b = merge(p, b, n);
+        b = merge(h, b, n);
     }
     b->state = GML_B_FREE;
     b->bin = bin;
-    b->seq = ++p->seq;
+    b->seq = ++h->seq;
     tree_insert(b);
     return b;
 }
@@ -150,30 +147,23 @@ static inline gml_block *nfind(struct gml_size_tree *t, size_t need)
     return RB_NFIND(gml_size_tree, t, &key);
 }
 
-gml_block *gml_best_fit(gml_pool *p, gml_bin *bin, int space, size_t need)
+gml_block *gml_best_fit(gml_heap *h, gml_bin *bin, int space, size_t need)
 {
-    gml_block *a = nfind(&bin->free[space], need);
-    if (bin == p->ready)
-        return a;
-    gml_block *r = nfind(&p->ready->free[space], need);
-    if (!a)
-        return r;
-    if (r && r->size < a->size)
-        return r;
-    return a;
+    gml_block *best = NULL;
+    GML_FOR_SERVING_BINS(h, bin, b) {
+        gml_block *f = nfind(&b->free[space], need);
+        if (f && (!best || f->size < best->size))
+            best = f;
+    }
+    return best;
 }
 
-bool gml_usable(const gml_block *b, const gml_bin *bin, const gml_pool *p)
-{
-    return b->state == GML_B_FREE && (b->bin == bin || b->bin == p->ready);
-}
-
-gml_block *gml_take(gml_pool *p, gml_block *f, size_t need, size_t req)
+gml_block *gml_take(gml_heap *h, gml_block *f, size_t need, size_t req)
 {
     gml_free_tree_remove(f);
     gml_block *l = f;
     if (f->size > need) {
-        l = gml_rec_get(p);
+        l = gml_rec_get(h);
         if (__builtin_expect(!l, 0)) {
             tree_insert(f);
             return NULL;
@@ -187,30 +177,29 @@ gml_block *gml_take(gml_pool *p, gml_block *f, size_t need, size_t req)
         if (f->next)
             f->next->prev = l;
         f->next = l;
-        gml_claim(p, l, l->addr, need);
+        gml_claim(h, l, l->addr, need);
         tree_insert(f);
     }
     l->state = GML_B_LIVE;
     l->bin = NULL;
     l->req = req;
-    HASH_ADD(hh, p->live, addr, sizeof l->addr, l);
     return l;
 }
 
-gml_block *gml_carve(gml_pool *p, gml_block *f, uintptr_t a, size_t len)
+gml_block *gml_carve(gml_heap *h, gml_block *f, uintptr_t a, size_t len)
 {
     uintptr_t end = f->addr + f->size;
     gml_block *mid = f, *tail = NULL;
     if (a + len < end) {
-        tail = gml_rec_get(p);
+        tail = gml_rec_get(h);
         if (!tail)
             return NULL;
     }
     if (a > f->addr) {
-        mid = gml_rec_get(p);
+        mid = gml_rec_get(h);
         if (!mid) {
             if (tail)
-                gml_rec_put(p, tail);
+                gml_rec_put(h, tail);
             return NULL;
         }
     }
@@ -231,7 +220,7 @@ gml_block *gml_carve(gml_pool *p, gml_block *f, uintptr_t a, size_t len)
     if (after)
         after->prev = mid;
     if (mid != f)
-        gml_claim(p, mid, a, len);
+        gml_claim(h, mid, a, len);
     if (tail) {
         tail->addr = a + len;
         tail->size = end - (a + len);
@@ -244,11 +233,12 @@ gml_block *gml_carve(gml_pool *p, gml_block *f, uintptr_t a, size_t len)
         tail->state = GML_B_FREE;
         tail->bin = bin;
         tail->seq = seq;
-        gml_claim(p, tail, tail->addr, tail->size);
+        gml_claim(h, tail, tail->addr, tail->size);
         tree_insert(tail);
     }
-    mid->bin = NULL;
-    mid->state = GML_B_PART; /* the caller sets what the cut becomes */
+    mid->bin = bin; /* where it came from, for an undo */
+    mid->seq = seq;
+    mid->state = GML_B_HELD;
     return mid;
 }
 
@@ -259,4 +249,10 @@ void gml_detach(gml_block *b)
     if (b->next)
         b->next->prev = NULL;
     b->prev = b->next = NULL;
+}
+
+void gml_whole_chunks(const gml_heap *h, const gml_block *b, uintptr_t *lo, uintptr_t *hi)
+{
+    *lo = h->arena + GML_ROUND_UP(b->addr - h->arena, h->chunk);
+    *hi = h->arena + ((b->addr + b->size - h->arena) & ~(uintptr_t)(h->chunk - 1));
 }

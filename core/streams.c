@@ -9,12 +9,31 @@
  * completed, those blocks move to the ready bin, which every stream searches.
  * A free with GML_STREAM_NONE (cudaFree, which synchronizes) goes straight to the ready bin.
  * Under memory pressure the pool waits for the events instead of querying them.
+ * The rule itself is gml_bin_serves, which every search of the heap (best fit, growth next to a
+ * free block, small refill), of stitching and of release calls (tier 1, contract in heap.h).
  */
 #include <stdlib.h>
 
-#include "pool_impl.h"
+#include "heap.h"
 
-gml_bin *gml_bin_get(gml_pool *p, gml_stream s)
+bool gml_bin_serves(const gml_heap *h, const gml_bin *from, const gml_bin *to)
+{
+    return from == h->ready || from == to;
+}
+
+bool gml_usable(const gml_heap *h, const gml_block *b, const gml_bin *to)
+{
+    return b->state == GML_B_FREE && gml_bin_serves(h, b->bin, to);
+}
+
+gml_bin *gml_serving_bin_next(const gml_heap *h, const gml_bin *to, const gml_bin *prev)
+{
+    if (!prev)
+        return to ? (gml_bin *)to : h->ready;
+    return prev == h->ready ? NULL : h->ready;
+}
+
+gml_bin *gml_bin_get(gml_heap *p, gml_stream s)
 {
     gml_bin *b = NULL;
     HASH_FIND(hh, p->bins, &s, sizeof s, b);
@@ -30,7 +49,7 @@ gml_bin *gml_bin_get(gml_pool *p, gml_stream s)
     return b;
 }
 
-bool gml_bin_passed(gml_pool *p, gml_bin *bin, uint64_t seq, bool wait)
+bool gml_bin_passed(gml_heap *p, gml_bin *bin, uint64_t seq, bool wait)
 {
     if (bin == p->ready || bin->done_seq >= seq)
         return true;
@@ -57,10 +76,10 @@ bool gml_bin_passed(gml_pool *p, gml_bin *bin, uint64_t seq, bool wait)
     return true;
 }
 
-size_t gml_promote(gml_pool *p, gml_bin *except, bool wait)
+size_t gml_promote(gml_heap *p, gml_bin *except, bool wait)
 {
-    size_t moved = 0, cap = 0;
-    gml_block **v = NULL;
+    size_t moved = 0;
+    GML_VEC(gml_block *) v = {0};
     gml_bin *bin, *tmp;
     HASH_ITER(hh, p->bins, bin, tmp) {
         if (bin == p->ready || bin == except || bin->nfree == 0)
@@ -68,34 +87,25 @@ size_t gml_promote(gml_pool *p, gml_bin *except, bool wait)
         if (!gml_bin_passed(p, bin, p->seq, wait) && bin->done_seq == 0)
             continue;
         /* collect first: moving blocks merges and frees records */
-        size_t n = 0;
+        v.n = 0;
         gml_block *f;
         for (int s = 0; s < GML_NSPACES; s++)
             RB_FOREACH(f, gml_size_tree, &bin->free[s]) {
-                if (f->seq > bin->done_seq)
-                    continue;
-                if (n == cap) {
-                    size_t nc = cap ? cap * 2 : 64;
-                    gml_block **a = realloc(v, nc * sizeof *a);
-                    if (!a)
-                        goto out;
-                    v = a;
-                    cap = nc;
-                }
-                v[n++] = f;
+                if (f->seq <= bin->done_seq && !gml_vec_push(&v, f))
+                    goto out;
             }
-        for (size_t i = 0; i < n; i++) {
-            gml_free_tree_remove(v[i]);
-            gml_free_insert(p, v[i], p->ready);
+        for (size_t i = 0; i < v.n; i++) {
+            gml_free_tree_remove(v.v[i]);
+            gml_free_insert(p, v.v[i], p->ready);
         }
-        moved += n;
+        moved += v.n;
     }
 out:
-    free(v);
+    gml_vec_free(&v);
     return moved;
 }
 
-void gml_bins_destroy(gml_pool *p)
+void gml_bins_destroy(gml_heap *p)
 {
     gml_bin *bin, *tmp;
     HASH_ITER(hh, p->bins, bin, tmp) {
@@ -104,5 +114,5 @@ void gml_bins_destroy(gml_pool *p)
         HASH_DEL(p->bins, bin);
         free(bin);
     }
-    p->ready = p->last_bin = NULL;
+    p->ready = NULL;
 }

@@ -73,9 +73,12 @@ typedef struct gmlake_stats {
     uint64_t chunk_size;
     double utilization;             /* peak_active / peak_reserved, 0 when nothing was reserved */
     uint64_t device_calls[GMLAKE_DC_COUNT];
-    uint64_t free_bytes;            /* bytes of reserved memory in free blocks (any stream) */
-    uint64_t largest_free_bytes;    /* the largest single free block */
-    uint64_t stitchable_bytes;      /* whole free large chunks: the most one stitch could map */
+    uint64_t free_bytes;            /* reserved bytes held free by the pool (in no live block) */
+    uint64_t largest_free_bytes;    /* the largest single free block (home, or a cached stitched
+                                       block whose chunks are all free): the most one request can
+                                       get without device calls */
+    uint64_t stitchable_bytes;      /* free bytes in whole free chunks, which stitching can combine
+                                       into one block without device memory growth */
 } gmlake_stats;
 
 /* Fill *out with the pool of `device`. */

@@ -11,7 +11,7 @@
  */
 #include <stdatomic.h>
 
-#include "core/registry.h"
+#include "stitch/registry.h"
 #include "interpose.h"
 
 static _Atomic int capture_warned;

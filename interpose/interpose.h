@@ -47,7 +47,7 @@
 #include <stddef.h>
 
 #include "config/config.h"
-#include "core/pool.h"
+#include "stitch/pool.h"
 
 /* cuda.h maps cuGetProcAddress to its _v2; libcuda exports both, and so does gmlake. */
 #undef cuGetProcAddress

@@ -22,7 +22,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "core/registry.h"
+#include "stitch/registry.h"
 #include "interpose.h"
 
 __thread int gml_depth;

@@ -1,10 +1,12 @@
 /*
- * cache.c — the stitched-block cache: reuse without device calls, staleness, StitchFree, auto GC.
+ * cache.c — the stitched-block cache: reuse without device calls, staleness, StitchFree, auto GC,
+ * and stitching's checker (tier 2, contract in stitch.h).
  *
- * Every stitched block mapped now (live or cached) is on one list, most recently used first.
+ * Every stitched block mapped now (live or cached) is on one LRU list, most recently used first;
+ * the cached ones are also in a size index ordered by (size, most recently used first).
  * Reuse: the smallest cached block with need <= size <= need x reuse_limit whose chunks are all
- * free at home and usable by the request's stream; its chunks are carved out of their home
- * blocks again (no device call).
+ * free at home and may serve the request's stream (the most recently used among equal sizes);
+ * its chunks are carved out of their home blocks again (no device call).
  * Teardown (StitchFree) happens here only: when the bounds are exceeded after a new stitch, or
  * when the pool must release chunks.  Stale blocks go first, least recently used first, then any
  * cached block.  A block is unmapped only after the work given to the stream of its last free
@@ -15,176 +17,187 @@
 
 #include "stitch.h"
 
+static int cached_cmp(const gml_sblock *a, const gml_sblock *b)
+{
+    if (a->b.size != b->b.size)
+        return a->b.size < b->b.size ? -1 : 1;
+    return a->last_use > b->last_use ? -1 : (a->last_use < b->last_use);
+}
+
+RB_GENERATE(gml_sblock_tree, gml_sblock, cnode, cached_cmp)
+
 static gml_sblock *sb_of(gml_block *b) { return (gml_sblock *)((char *)b - offsetof(gml_sblock, b)); }
 
-static void lru_unlink(gml_pool *p, gml_sblock *sb)
+/* Moves sb to the front of the LRU (the most recently used). */
+static void touch(gml_stitch *st, gml_sblock *sb, bool linked)
 {
-    if (sb->lru_prev)
-        sb->lru_prev->lru_next = sb->lru_next;
-    else
-        p->lru_head = sb->lru_next;
-    if (sb->lru_next)
-        sb->lru_next->lru_prev = sb->lru_prev;
-    else
-        p->lru_tail = sb->lru_prev;
-    sb->lru_prev = sb->lru_next = NULL;
+    if (linked)
+        TAILQ_REMOVE(&st->lru, sb, lru);
+    TAILQ_INSERT_HEAD(&st->lru, sb, lru);
+    sb->last_use = ++st->clock;
 }
 
-static void lru_push_front(gml_pool *p, gml_sblock *sb)
+void gml_stitch_link_new(gml_stitch *st, gml_sblock *sb)
 {
-    sb->lru_next = p->lru_head;
-    sb->lru_prev = NULL;
-    if (p->lru_head)
-        p->lru_head->lru_prev = sb;
-    p->lru_head = sb;
-    if (!p->lru_tail)
-        p->lru_tail = sb;
-    sb->last_use = ++p->lru_clock;
+    touch(st, sb, false);
+    st->count++;
+    st->bytes += sb->b.size;
 }
 
-void gml_stitch_link_new(gml_pool *p, gml_sblock *sb)
-{
-    lru_push_front(p, sb);
-    p->stitched_count++;
-    p->stitched_bytes += sb->b.size;
-}
-
-/* The free home block that covers chunk `slot` entirely, or NULL. */
-static gml_block *free_cover(gml_pool *p, uint32_t slot)
-{
-    if (p->slots[slot].state != GML_SLOT_LARGE)
-        return NULL;
-    gml_block *o = p->slots[slot].owner;
-    if (o->state != GML_B_FREE || o->addr > gml_slot_addr(p, slot))
-        return NULL;
-    return o;
-}
-
-static bool available(gml_pool *p, const gml_sblock *sb, const gml_bin *bin)
+/* Whether every chunk of sb is free at home and (bin != NULL) may serve bin's stream. */
+static bool available(gml_stitch *st, const gml_sblock *sb, const gml_bin *bin)
 {
     for (uint32_t i = 0; i < sb->nchunks; i++) {
-        gml_block *f = free_cover(p, sb->slots[i]);
-        if (!f || (bin && !gml_usable(f, bin, p)))
+        gml_block *f = gml_chunk_free_block(st->h, sb->slots[i]);
+        if (!f || (bin && !gml_usable(st->h, f, bin)))
             return false;
     }
     return true;
 }
 
-int gml_stitch_cache_take(gml_pool *p, gml_bin *bin, size_t need, size_t req, uintptr_t *out)
+void gml_stitch_parts_home(gml_stitch *st, gml_sblock *sb, gml_bin *bin)
 {
-    gml_sblock *best = NULL;
-    double cap = (double)need * p->set.reuse_limit;
-    for (gml_sblock *sb = p->lru_head; sb; sb = sb->lru_next) {
-        if (sb->live || sb->b.size < need || (double)sb->b.size > cap)
-            continue;
-        if (best && best->b.size <= sb->b.size)
-            continue;
-        if (available(p, sb, bin))
-            best = sb;
+    gml_block *q;
+    while ((q = STAILQ_FIRST(&sb->parts))) {
+        STAILQ_REMOVE_HEAD(&sb->parts, held);
+        q->holder = NULL;
+        gml_free_insert(st->h, q, bin ? bin : q->bin);
     }
-    if (!best)
+}
+
+int gml_stitch_cache_take(gml_stitch *st, gml_bin *bin, size_t need, size_t req, gml_block **out)
+{
+    gml_heap *h = st->h;
+    double cap = (double)need * st->reuse_limit;
+    gml_sblock key = {.b.size = need, .last_use = UINT64_MAX}, *sb;
+    for (sb = RB_NFIND(gml_sblock_tree, &st->cached, &key); sb && (double)sb->b.size <= cap;
+         sb = RB_NEXT(gml_sblock_tree, &st->cached, sb))
+        if (available(st, sb, bin))
+            break;
+    if (!sb || (double)sb->b.size > cap)
         return GMLAKE_ERR_NOMEM;
-    gml_sblock *sb = best;
-    gml_block **tail = &sb->parts;
     for (uint32_t i = 0; i < sb->nchunks;) {
         uint32_t s = sb->slots[i];
-        gml_block *f = free_cover(p, s);
+        gml_block *f = gml_chunk_free_block(h, s);
         uint32_t m = 1;
         while (i + m < sb->nchunks && sb->slots[i + m] == s + m &&
-               f->addr + f->size >= gml_slot_addr(p, s + m + 1))
+               f->addr + f->size >= gml_slot_addr(h, s + m + 1))
             m++;
-        gml_block *part = gml_carve(p, f, gml_slot_addr(p, s), (size_t)m << p->chunk_shift);
+        gml_block *part = gml_carve(h, f, gml_slot_addr(h, s), (size_t)m << h->chunk_shift);
         if (!part) { /* host out of memory: undo the parts carved so far */
-            for (gml_block *q = sb->parts, *nx; q; q = nx) {
-                nx = q->part_next;
-                q->part_next = NULL;
-                q->sb = NULL;
-                gml_free_insert(p, q, p->ready);
-            }
-            sb->parts = NULL;
+            gml_stitch_parts_home(st, sb, NULL);
             return GMLAKE_ERR_NOMEM;
         }
-        part->sb = sb;
-        *tail = part;
-        tail = &part->part_next;
+        part->holder = sb;
+        STAILQ_INSERT_TAIL(&sb->parts, part, held);
         i += m;
     }
+    RB_REMOVE(gml_sblock_tree, &st->cached, sb);
     sb->live = true;
     sb->b.req = req;
-    sb->b.state = GML_B_STITCHED;
-    HASH_ADD(hh, p->live, addr, sizeof sb->b.addr, &sb->b);
-    lru_unlink(p, sb);
-    lru_push_front(p, sb);
-    p->c.stitch_reuses++;
-    *out = sb->b.addr;
+    sb->b.state = GML_B_VIEW;
+    touch(st, sb, true);
+    st->reuses++;
+    *out = &sb->b;
     return GMLAKE_OK;
 }
 
-void gml_stitch_free(gml_pool *p, gml_block *b, gml_bin *bin)
+void gml_stitch_free(gml_stitch *st, gml_block *b, gml_bin *bin)
 {
     gml_sblock *sb = sb_of(b);
-    for (gml_block *q = sb->parts, *nx; q; q = nx) {
-        nx = q->part_next;
-        q->part_next = NULL;
-        q->sb = NULL;
-        gml_free_insert(p, q, bin);
-    }
-    sb->parts = NULL;
+    gml_stitch_parts_home(st, sb, bin);
     sb->live = false;
     sb->bin = bin;
-    sb->free_seq = p->seq;
-    lru_unlink(p, sb);
-    lru_push_front(p, sb);
+    sb->free_seq = st->h->seq;
+    touch(st, sb, true);
+    RB_INSERT(gml_sblock_tree, &st->cached, sb);
 }
 
-static void evict(gml_pool *p, gml_sblock *sb)
+/* Tears cached block sb down. */
+static void evict(gml_stitch *st, gml_sblock *sb)
 {
+    gml_heap *h = st->h;
     bool ok = true;
     for (uint32_t i = 0; i < sb->nchunks; i++) {
-        if (gml_dev_unmap(p->dev, sb->b.addr + ((size_t)i << p->chunk_shift), p->chunk))
+        if (gml_dev_unmap(h->dev, sb->b.addr + ((size_t)i << h->chunk_shift), h->chunk))
             ok = false;
-        p->slots[sb->slots[i]].stitch_refs--;
+        gml_chunk_unpin(h, sb->slots[i]);
     }
-    if (!ok || gml_dev_va_free(p->dev, sb->b.addr, sb->b.size))
+    if (!ok || gml_dev_va_free(h->dev, sb->b.addr, sb->b.size))
         fprintf(stderr, "gmlake: warning: tearing down a stitched range at %#lx failed; "
                         "its %zu virtual bytes stay reserved\n", (unsigned long)sb->b.addr, sb->b.size);
-    lru_unlink(p, sb);
-    p->stitched_count--;
-    p->stitched_bytes -= sb->b.size;
-    p->c.stitch_evictions++;
+    TAILQ_REMOVE(&st->lru, sb, lru);
+    RB_REMOVE(gml_sblock_tree, &st->cached, sb);
+    st->count--;
+    st->bytes -= sb->b.size;
+    st->evictions++;
     free(sb->slots);
     free(sb);
 }
 
-static bool over_bounds(const gml_pool *p)
+static bool over_bounds(const gml_stitch *st)
 {
-    return (p->set.auto_gc && p->stitched_count > p->set.auto_gc) ||
-           (p->set.stitch_bytes_limit && p->stitched_bytes > p->set.stitch_bytes_limit);
+    return (st->auto_gc && st->count > st->auto_gc) ||
+           (st->bytes_limit && st->bytes > st->bytes_limit);
 }
 
-size_t gml_stitch_gc(gml_pool *p, bool all)
+size_t gml_stitch_gc(gml_stitch *st, bool all)
 {
     size_t n = 0;
     for (int pass = 0; pass < 2; pass++) {
-        for (gml_sblock *sb = p->lru_tail, *prev; sb && (all || over_bounds(p)); sb = prev) {
-            prev = sb->lru_prev;
-            if (sb->live || (pass == 0 && !all && available(p, sb, NULL)))
+        for (gml_sblock *sb = TAILQ_LAST(&st->lru, gml_sblock_list), *prev;
+             sb && (all || over_bounds(st)); sb = prev) {
+            prev = TAILQ_PREV(sb, gml_sblock_list, lru);
+            if (sb->live || (pass == 0 && !all && available(st, sb, NULL)))
                 continue; /* pass 0 takes stale blocks only */
-            if (!gml_bin_passed(p, sb->bin, sb->free_seq, all))
+            if (!gml_bin_passed(st->h, sb->bin, sb->free_seq, all))
                 continue;
-            evict(p, sb);
+            evict(st, sb);
             n++;
         }
     }
     return n;
 }
 
-bool gml_stitch_owns(gml_pool *p, uintptr_t ptr)
+void gml_stitch_destroy(gml_stitch *st)
 {
-    for (gml_sblock *sb = p->lru_head; sb; sb = sb->lru_next)
+    gml_sblock *sb;
+    while ((sb = TAILQ_FIRST(&st->lru))) {
+        if (sb->live)
+            gml_stitch_free(st, &sb->b, st->h->ready);
+        gml_stitch_gc(st, true);
+        if (TAILQ_FIRST(&st->lru) == sb)
+            break; /* the device refused to unmap: leave it to process exit */
+    }
+}
+
+bool gml_stitch_owns(gml_stitch *st, uintptr_t ptr)
+{
+    gml_sblock *sb;
+    TAILQ_FOREACH(sb, &st->lru, lru)
         if (ptr >= sb->b.addr && ptr < sb->b.addr + sb->b.size)
             return true;
     return false;
+}
+
+size_t gml_stitch_largest_available(gml_stitch *st)
+{
+    gml_sblock *sb;
+    RB_FOREACH_REVERSE(sb, gml_sblock_tree, &st->cached)
+        if (available(st, sb, NULL))
+            return sb->b.size;
+    return 0;
+}
+
+bool gml_stitch_parts(gml_stitch *st, gml_block_vec *parts)
+{
+    gml_sblock *sb;
+    gml_block *q;
+    TAILQ_FOREACH(sb, &st->lru, lru)
+        STAILQ_FOREACH(q, &sb->parts, held)
+            if (!gml_vec_push(parts, q))
+                return false;
+    return true;
 }
 
 #define FAIL(...)                                                                                 \
@@ -195,29 +208,34 @@ bool gml_stitch_owns(gml_pool *p, uintptr_t ptr)
         return GMLAKE_ERR_CORRUPT;                                                                \
     } while (0)
 
-int gml_stitch_check(gml_pool *p, char *why, size_t whylen)
+int gml_stitch_check(gml_stitch *st, size_t live_views, char *why, size_t whylen)
 {
-    uint32_t *refs = calloc(p->nslots, sizeof *refs);
-    gml_sblock **owner = calloc(p->nslots, sizeof *owner);
+    gml_heap *h = st->h;
+    uint32_t *refs = calloc(h->nslots, sizeof *refs);
+    gml_sblock **owner = calloc(h->nslots, sizeof *owner);
     if (!refs || !owner)
         FAIL("out of host memory in the checker");
-    size_t count = 0, bytes = 0;
-    for (gml_sblock *sb = p->lru_head; sb; sb = sb->lru_next) {
+    size_t count = 0, bytes = 0, live = 0, cached = 0;
+    gml_sblock *sb;
+    RB_FOREACH(sb, gml_sblock_tree, &st->cached) {
+        if (sb->live)
+            FAIL("live stitched block %#lx is in the cache index", (unsigned long)sb->b.addr);
+        cached++;
+    }
+    TAILQ_FOREACH(sb, &st->lru, lru) {
         count++;
         bytes += sb->b.size;
-        if (sb->lru_next && sb->lru_next->lru_prev != sb)
-            FAIL("stitched LRU list broken at %#lx", (unsigned long)sb->b.addr);
-        if (sb->b.size != (size_t)sb->nchunks << p->chunk_shift)
+        gml_sblock *nx = TAILQ_NEXT(sb, lru);
+        if (nx && nx->last_use >= sb->last_use)
+            FAIL("stitched LRU list out of order at %#lx", (unsigned long)sb->b.addr);
+        if (sb->b.size != (size_t)sb->nchunks << h->chunk_shift)
             FAIL("stitched block %#lx: size %zu for %u chunks", (unsigned long)sb->b.addr,
                  sb->b.size, sb->nchunks);
-        gml_block *h = NULL;
-        HASH_FIND(hh, p->live, &sb->b.addr, sizeof sb->b.addr, h);
-        if (sb->live != (h == &sb->b))
-            FAIL("stitched block %#lx: live=%d but the live map says otherwise",
-                 (unsigned long)sb->b.addr, sb->live);
+        if (sb->live && sb->b.state != GML_B_VIEW)
+            FAIL("live stitched block %#lx has state %d", (unsigned long)sb->b.addr, sb->b.state);
         for (uint32_t i = 0; i < sb->nchunks; i++) {
             uint32_t s = sb->slots[i];
-            if (s >= p->nslots || p->slots[s].state == GML_SLOT_EMPTY)
+            if (s >= h->nslots || h->slots[s].state == GML_SLOT_EMPTY)
                 FAIL("stitched block %#lx maps an empty slot %u", (unsigned long)sb->b.addr, s);
             refs[s]++;
             if (sb->live) {
@@ -227,17 +245,19 @@ int gml_stitch_check(gml_pool *p, char *why, size_t whylen)
             }
         }
         if (!sb->live) {
-            if (sb->parts)
+            if (!STAILQ_EMPTY(&sb->parts))
                 FAIL("cached stitched block %#lx still holds parts", (unsigned long)sb->b.addr);
             continue;
         }
+        live++;
         size_t covered = 0;
-        for (gml_block *q = sb->parts; q; q = q->part_next) {
-            if (q->state != GML_B_PART || q->sb != sb)
+        gml_block *q;
+        STAILQ_FOREACH(q, &sb->parts, held) {
+            if (q->state != GML_B_HELD || q->holder != sb)
                 FAIL("part %#lx of stitched block %#lx is not marked as its part",
                      (unsigned long)q->addr, (unsigned long)sb->b.addr);
-            for (uintptr_t a = q->addr; a < q->addr + q->size; a += p->chunk) {
-                size_t s = gml_slot_of(p, a);
+            for (uintptr_t a = q->addr; a < q->addr + q->size; a += h->chunk) {
+                size_t s = gml_slot_of(h, a);
                 if (owner[s] != sb)
                     FAIL("part chunk %zu is not a chunk of stitched block %#lx", s,
                          (unsigned long)sb->b.addr);
@@ -248,13 +268,16 @@ int gml_stitch_check(gml_pool *p, char *why, size_t whylen)
             FAIL("stitched block %#lx: parts cover %zu of %u chunks", (unsigned long)sb->b.addr,
                  covered, sb->nchunks);
     }
-    if (count != p->stitched_count || bytes != p->stitched_bytes)
-        FAIL("stitched counters %zu blocks / %zu bytes, list has %zu / %zu", p->stitched_count,
-             p->stitched_bytes, count, bytes);
-    for (size_t s = 0; s < p->nslots; s++)
-        if (refs[s] != p->slots[s].stitch_refs)
-            FAIL("slot %zu: stitch_refs %u, stitched blocks map it %u times", s,
-                 p->slots[s].stitch_refs, refs[s]);
+    if (count != st->count || bytes != st->bytes)
+        FAIL("stitched counters %zu blocks / %zu bytes, list has %zu / %zu", st->count, st->bytes,
+             count, bytes);
+    if (live != live_views || cached != count - live)
+        FAIL("%zu live and %zu cached stitched blocks, but %zu in the live map and %zu indexed",
+             live, count - live, live_views, cached);
+    for (size_t s = 0; s < h->nslots; s++)
+        if (refs[s] != h->slots[s].pins)
+            FAIL("slot %zu: %u pins, stitched blocks map it %u times", s, h->slots[s].pins,
+                 refs[s]);
     free(refs);
     free(owner);
     return GMLAKE_OK;

@@ -13,50 +13,70 @@
  *
  * Cost: reserving a range, one map per chunk and one set_access over the range (~25 us a chunk
  * on an H200), which is why stitched blocks are cached (cache.c) and never made on a steady path.
+ * Tier 2: only the heap's API below (contract in stitch.h).
  */
 #include <stdlib.h>
+#include <string.h>
 
+#include "../config/settings.h"
 #include "stitch.h"
+
+int gml_stitch_strategy_from_name(const char *name)
+{
+    return gml_setting_choice("stitch_strategy", name);
+}
+
+int gml_stitch_settings_check(const gml_pool_settings *s, const char **why)
+{
+    if (s->reuse_limit < 1.0 || (unsigned)s->strategy >= GML_STITCH_STRATEGY_COUNT) {
+        *why = "reuse_limit must be >= 1 and stitch_strategy known";
+        return GMLAKE_ERR_INVALID;
+    }
+    return GMLAKE_OK;
+}
+
+int gml_stitch_init(gml_stitch *st, gml_heap *h, const gml_pool_settings *s, const char **why)
+{
+    memset(st, 0, sizeof *st);
+    if (gml_stitch_settings_check(s, why) != GMLAKE_OK)
+        return GMLAKE_ERR_INVALID;
+    st->h = h;
+    st->enabled = s->vmm_defragment;
+    st->frag_limit = s->frag_limit;
+    st->reuse_limit = s->reuse_limit;
+    st->auto_gc = s->auto_gc;
+    st->bytes_limit = s->stitch_bytes_limit;
+    st->strategy = (gml_stitch_strategy)s->strategy;
+    TAILQ_INIT(&st->lru);
+    RB_INIT(&st->cached);
+    return GMLAKE_OK;
+}
 
 typedef struct piece {
     gml_block *f;   /* the free block */
     uintptr_t lo;   /* first whole chunk inside it */
     size_t n;       /* whole chunks inside it */
     size_t use;     /* chunks taken (from the top) */
-    gml_bin *bin;
 } piece;
 
-static size_t collect_pieces(gml_pool *p, gml_bin *bin, piece **out)
+typedef GML_VEC(piece) piece_vec;
+
+/* The pieces the request's stream may use, in search order; false on host out of memory. */
+static bool collect_pieces(gml_heap *h, gml_bin *bin, piece_vec *v)
 {
-    size_t n = 0, cap = 0;
-    piece *v = NULL;
-    for (int pass = 0; pass < 2; pass++) {
-        gml_bin *b = pass ? p->ready : bin;
-        if (pass && bin == p->ready)
-            break;
+    v->n = 0;
+    GML_FOR_SERVING_BINS(h, bin, b) {
         gml_block *f;
         RB_FOREACH(f, gml_size_tree, &b->free[GML_SPACE_LARGE]) {
-            if (f->size < p->chunk)
+            uintptr_t lo, hi;
+            gml_whole_chunks(h, f, &lo, &hi);
+            if (f->size < h->chunk || hi <= lo)
                 continue;
-            uintptr_t lo = p->arena + GML_ROUND_UP(f->addr - p->arena, p->chunk);
-            uintptr_t hi = p->arena + ((f->addr + f->size - p->arena) & ~(uintptr_t)(p->chunk - 1));
-            if (hi <= lo)
-                continue;
-            if (n == cap) {
-                cap = cap ? cap * 2 : 64;
-                piece *nv = realloc(v, cap * sizeof *nv);
-                if (!nv) {
-                    free(v);
-                    *out = NULL;
-                    return 0;
-                }
-                v = nv;
-            }
-            v[n++] = (piece){.f = f, .lo = lo, .n = (hi - lo) >> p->chunk_shift, .bin = b};
+            if (!gml_vec_push(v, ((piece){.f = f, .lo = lo, .n = (hi - lo) >> h->chunk_shift})))
+                return false;
         }
     }
-    *out = v;
-    return n;
+    return true;
 }
 
 static int by_size_desc(const void *a, const void *b)
@@ -95,134 +115,121 @@ static size_t choose_pieces(piece *v, size_t n, size_t chunks, gml_stitch_strate
     return left ? 0 : used;
 }
 
-static void unmap_stitched(gml_pool *p, uintptr_t va, size_t mapped)
+static void unmap_stitched(gml_heap *h, uintptr_t va, size_t mapped)
 {
     for (size_t i = 0; i < mapped; i++)
-        gml_dev_unmap(p->dev, va + (i << p->chunk_shift), p->chunk);
+        gml_dev_unmap(h->dev, va + (i << h->chunk_shift), h->chunk);
 }
 
 /* Device calls for a stitched range over `slots`; on failure nothing stays mapped or reserved. */
-static int map_range(gml_pool *p, const uint32_t *slots, size_t n, uintptr_t *va_out)
+static int map_range(gml_heap *h, const uint32_t *slots, size_t n, uintptr_t *va_out)
 {
     uintptr_t va;
-    size_t bytes = n << p->chunk_shift;
-    if (gml_dev_va_reserve(p->dev, bytes, p->chunk, &va) != GMLAKE_OK)
+    size_t bytes = n << h->chunk_shift;
+    if (gml_dev_va_reserve(h->dev, bytes, h->chunk, &va) != GMLAKE_OK)
         return GMLAKE_ERR_DEVICE;
     size_t i = 0;
     for (; i < n; i++)
-        if (gml_dev_map(p->dev, va + (i << p->chunk_shift), p->chunk, p->slots[slots[i]].handle))
+        if (gml_dev_map(h->dev, va + (i << h->chunk_shift), h->chunk, h->slots[slots[i]].handle))
             break;
-    if (i == n && gml_dev_set_access(p->dev, va, bytes) == GMLAKE_OK) {
+    if (i == n && gml_dev_set_access(h->dev, va, bytes) == GMLAKE_OK) {
         *va_out = va;
         return GMLAKE_OK;
     }
-    unmap_stitched(p, va, i);
-    gml_dev_va_free(p->dev, va, bytes);
+    unmap_stitched(h, va, i);
+    gml_dev_va_free(h->dev, va, bytes);
     return GMLAKE_ERR_DEVICE;
 }
 
-/* Grows the large space by k chunks, next to a piece where the arena allows. */
-static int grow_deficit(gml_pool *p, size_t k, piece *v, size_t n)
+/* Carves the chosen pieces out of their home blocks as sb's parts; false (nothing carved) on host
+ * out of memory. */
+static bool carve_parts(gml_stitch *st, gml_sblock *sb, const piece *v, size_t used)
 {
-    int rc = GMLAKE_ERR_NOMEM;
-    for (size_t i = 0; i < n; i++) {
-        gml_block *f = v[i].f;
-        uintptr_t end = f->addr + f->size;
-        if (((end - p->arena) & (p->chunk - 1)) == 0 && gml_grow(p, GML_SPACE_LARGE, k, f, &rc))
-            return GMLAKE_OK;
-        if (rc == GMLAKE_ERR_DEVICE)
-            return rc;
+    gml_heap *h = st->h;
+    for (size_t i = 0; i < used; i++) {
+        uintptr_t a = v[i].lo + ((v[i].n - v[i].use) << h->chunk_shift);
+        gml_block *part = gml_carve(h, v[i].f, a, v[i].use << h->chunk_shift);
+        if (!part) {
+            gml_stitch_parts_home(st, sb, NULL);
+            return false;
+        }
+        part->holder = sb;
+        STAILQ_INSERT_TAIL(&sb->parts, part, held);
     }
-    gml_grow(p, GML_SPACE_LARGE, k, NULL, &rc);
-    return rc;
+    return true;
 }
 
-int gml_stitch_alloc(gml_pool *p, gml_bin *bin, size_t need, size_t req, bool may_grow,
-                     uintptr_t *out)
+int gml_stitch_alloc(gml_stitch *st, gml_bin *bin, size_t need, size_t req, bool may_grow,
+                     gml_block **out)
 {
-    if (gml_stitch_cache_take(p, bin, need, req, out) == GMLAKE_OK)
+    gml_heap *h = st->h;
+    if (!st->enabled || req < st->frag_limit)
+        return GMLAKE_ERR_NOMEM;
+    if (gml_stitch_cache_take(st, bin, need, req, out) == GMLAKE_OK)
         return GMLAKE_OK;
-    size_t chunks = (need + p->chunk - 1) >> p->chunk_shift;
-    piece *v = NULL;
-    size_t n = collect_pieces(p, bin, &v), have = 0;
-    for (size_t i = 0; i < n; i++)
-        have += v[i].n;
+    size_t chunks = (need + h->chunk - 1) >> h->chunk_shift;
+    piece_vec v = {0};
+    int rc = GMLAKE_ERR_NOMEM;
+    if (!collect_pieces(h, bin, &v))
+        goto out;
+    size_t have = 0;
+    for (size_t i = 0; i < v.n; i++)
+        have += v.v[i].n;
     if (have < chunks) {
-        int rc = may_grow ? grow_deficit(p, chunks - have, v, n) : GMLAKE_ERR_NOMEM;
-        free(v);
+        rc = may_grow ? gml_grow(h, bin, GML_SPACE_LARGE, GML_GROW_CHUNKS, need) : GMLAKE_ERR_NOMEM;
         if (rc != GMLAKE_OK)
-            return rc;
+            goto out;
         /* the new chunks may have made one block large enough */
-        gml_block *f = gml_best_fit(p, bin, GML_SPACE_LARGE, need);
+        gml_block *f = gml_best_fit(h, bin, GML_SPACE_LARGE, need);
         if (f) {
-            gml_block *l = gml_take(p, f, need, req);
-            if (!l)
-                return GMLAKE_ERR_NOMEM;
-            *out = l->addr;
-            return GMLAKE_OK;
+            *out = gml_take(h, f, need, req);
+            rc = *out ? GMLAKE_OK : GMLAKE_ERR_NOMEM;
+            goto out;
         }
-        n = collect_pieces(p, bin, &v);
+        rc = GMLAKE_ERR_NOMEM;
+        if (!collect_pieces(h, bin, &v))
+            goto out;
     }
-    size_t used = choose_pieces(v, n, chunks, p->set.strategy);
+    size_t used = choose_pieces(v.v, v.n, chunks, st->strategy);
     gml_sblock *sb = used ? calloc(1, sizeof *sb) : NULL;
     uint32_t *slots = sb ? malloc(chunks * sizeof *slots) : NULL;
     if (!slots) {
         free(sb);
-        free(v);
-        return GMLAKE_ERR_NOMEM;
+        goto out;
     }
+    STAILQ_INIT(&sb->parts);
     size_t k = 0;
     for (size_t i = 0; i < used; i++) {
-        uintptr_t a = v[i].lo + ((v[i].n - v[i].use) << p->chunk_shift);
-        for (size_t j = 0; j < v[i].use; j++)
-            slots[k++] = (uint32_t)gml_slot_of(p, a + (j << p->chunk_shift));
+        uintptr_t a = v.v[i].lo + ((v.v[i].n - v.v[i].use) << h->chunk_shift);
+        for (size_t j = 0; j < v.v[i].use; j++)
+            slots[k++] = (uint32_t)gml_slot_of(h, a + (j << h->chunk_shift));
     }
     uintptr_t va;
-    int rc = map_range(p, slots, chunks, &va);
+    rc = map_range(h, slots, chunks, &va);
+    if (rc == GMLAKE_OK && !carve_parts(st, sb, v.v, used)) {
+        unmap_stitched(h, va, chunks);
+        gml_dev_va_free(h->dev, va, chunks << h->chunk_shift);
+        rc = GMLAKE_ERR_NOMEM;
+    }
     if (rc != GMLAKE_OK) {
         free(slots);
         free(sb);
-        free(v);
-        return rc;
+        goto out;
     }
-    /* carve the parts out of their home blocks (each piece is a distinct free block) */
-    gml_block **tail = &sb->parts;
-    for (size_t i = 0; i < used; i++) {
-        uintptr_t a = v[i].lo + ((v[i].n - v[i].use) << p->chunk_shift);
-        gml_block *part = gml_carve(p, v[i].f, a, v[i].use << p->chunk_shift);
-        if (!part) { /* host out of memory: give back what was carved, undo the mapping */
-            for (gml_block *q = sb->parts, *nx; q; q = nx) {
-                nx = q->part_next;
-                q->part_next = NULL;
-                q->sb = NULL;
-                gml_free_insert(p, q, p->ready);
-            }
-            unmap_stitched(p, va, chunks);
-            gml_dev_va_free(p->dev, va, chunks << p->chunk_shift);
-            free(slots);
-            free(sb);
-            free(v);
-            return GMLAKE_ERR_NOMEM;
-        }
-        part->sb = sb;
-        *tail = part;
-        tail = &part->part_next;
-    }
-    free(v);
     sb->slots = slots;
     sb->nchunks = (uint32_t)chunks;
     sb->b.addr = va;
-    sb->b.size = chunks << p->chunk_shift;
+    sb->b.size = chunks << h->chunk_shift;
     sb->b.req = req;
-    sb->b.space = GML_SPACE_STITCHED;
-    sb->b.state = GML_B_STITCHED;
+    sb->b.state = GML_B_VIEW;
     sb->live = true;
     for (size_t i = 0; i < chunks; i++)
-        p->slots[slots[i]].stitch_refs++;
-    HASH_ADD(hh, p->live, addr, sizeof sb->b.addr, &sb->b);
-    gml_stitch_link_new(p, sb);
-    p->c.stitches++;
-    *out = va;
-    gml_stitch_gc(p, false);
-    return GMLAKE_OK;
+        gml_chunk_pin(h, slots[i]);
+    gml_stitch_link_new(st, sb);
+    st->stitches++;
+    *out = &sb->b;
+    gml_stitch_gc(st, false);
+out:
+    gml_vec_free(&v);
+    return rc;
 }

@@ -1,47 +1,118 @@
 /*
- * stitch.h — virtual memory stitching (GMLake's VMS), called by the pool only when no single
- * free block fits a large request.  Runs with the pool lock held.
+ * stitch.h — tier 2, virtual memory stitching (GMLake's VMS), built on the heap's API (core/heap.h)
+ * only.  The pool (stitch/pool.c, tier 3: the tier above, in the same directory) calls it, with
+ * its lock held, when no single free block fits a large request; nothing here includes pool.h.
+ * Stitching owns its records (gml_sblock), the LRU of mapped stitched blocks, a size index of the
+ * cached ones, its counters, settings, checker and strategy.  It never writes heap fields: it
+ * carves and returns blocks, pins chunks and asks for growth through heap functions.
  *
  * Vocabulary
- *  piece           a run of whole chunks inside one free home block (its chunk-aligned interior).
+ *  piece           a run of whole chunks inside one free home block that the request's stream may
+ *                  use (gml_bin_serves).
  *  stitched block  a fresh virtual range onto which the chunks of several pieces are mapped in
- *                  order.  While it lives its chunks are carved out of their home blocks as PART
- *                  records, so nothing else can hand them out; their home mappings stay.
- *  cached          on free the parts go back to their home blocks but the stitched mapping stays.
- *                  A later request whose rounded size fits (size <= need x reuse_limit) takes it
- *                  again, with no device call, if every chunk of it is free and usable by the
- *                  request's stream.  A cached block one of whose chunks is in use elsewhere is
- *                  stale.
- *  StitchFree      tearing a cached stitched mapping down (unmap, free the range): stale blocks
- *                  first, least recently used first, and only once the GPU has finished the work
- *                  given before its last free.  Auto GC keeps the stitched blocks under auto_gc
- *                  blocks and stitch_bytes_limit virtual bytes.
+ *                  order.  While it lives its chunks are carved out of their home blocks (HELD
+ *                  parts, on its STAILQ), so nothing else can hand them out; their home
+ *                  mappings stay.  Every chunk it maps is pinned (the heap never releases it).
+ *                  Its record (b, state VIEW) is what the pool keeps in its live map.
+ *  cached          on free the parts go back to their home blocks (in the freeing stream's bin)
+ *                  but the stitched mapping stays.  A later request whose rounded size fits
+ *                  (need <= size <= need x reuse_limit) takes it again, with no device call, if
+ *                  every chunk of it is free at home and may serve the request's stream.  A cached
+ *                  block one of whose chunks is in use elsewhere is stale.
+ *  StitchFree      tearing a cached stitched mapping down (unmap, free the range, unpin): stale
+ *                  blocks first, least recently used first, and only once the GPU has finished
+ *                  the work given before its last free.  Auto GC keeps the stitched blocks under
+ *                  auto_gc blocks and stitch_bytes_limit virtual bytes.
+ *
+ * Decisions owned here: which chunks a stitch takes (choose_pieces, stitch.c); which cached block
+ * serves a request (gml_stitch_cache_take, cache.c); when a stitched mapping is torn down
+ * (gml_stitch_gc, cache.c).  Growth for a stitch is asked of the heap (gml_grow, GML_GROW_CHUNKS).
  *
  * Contract
- *  gml_stitch_alloc: GMLAKE_OK with *out; GMLAKE_ERR_NOMEM when the free chunks (plus, with
- *  may_grow, the chunks the device can still give) cannot cover the request; GMLAKE_ERR_DEVICE
- *  when the driver failed (everything done so far is undone).  Physical memory never grows by
- *  more than the deficit: need - (free usable chunk bytes), rounded up to chunks.
+ *  gml_stitch_alloc: GMLAKE_OK with *out (a VIEW record, or a LIVE heap block when growth made one
+ *  block large enough); GMLAKE_ERR_NOMEM when stitching is off, the request is below frag_limit,
+ *  or the free chunks (plus, with may_grow, the chunks the device can still give) cannot cover it;
+ *  GMLAKE_ERR_DEVICE when the driver failed.  On failure everything done is undone: carved parts
+ *  go back to the bins they came from.  Invariants (gml_stitch_check): S1 a chunk is part of at
+ *  most one live stitched block, and the parts of a live block cover exactly its chunks; S2 a
+ *  chunk's pins = the stitched blocks (live or cached) that map it; S3 the counters, the LRU and
+ *  the size index agree with the records.
  */
 #ifndef GML_STITCH_H
 #define GML_STITCH_H
 
-#include "../core/pool_impl.h"
+#include "../core/heap.h"
 
-int gml_stitch_alloc(gml_pool *p, gml_bin *bin, size_t need, size_t req, bool may_grow,
-                     uintptr_t *out);
+typedef enum gml_stitch_strategy {
+    GML_STITCH_LARGEST = 0, /* GMLake's: largest free pieces first */
+    GML_STITCH_BESTFIT = 1, /* fewest pieces, least leftover: best-fit piece for the remainder */
+    GML_STITCH_STRATEGY_COUNT
+} gml_stitch_strategy;
+
+typedef struct gml_sblock {
+    gml_block b;                     /* VIEW: its record in the pool's live map while live */
+    uint32_t *slots;                 /* the chunks, in virtual order */
+    uint32_t nchunks;
+    bool live;
+    STAILQ_HEAD(gml_part_list, gml_block) parts; /* live: home parts carved for it */
+    gml_bin *bin;                    /* cached: bin of the last free */
+    uint64_t free_seq;               /* cached: heap->seq at the last free */
+    uint64_t last_use;               /* LRU clock at the last take or free */
+    TAILQ_ENTRY(gml_sblock) lru;     /* every stitched block, most recently used first */
+    RB_ENTRY(gml_sblock) cnode;      /* cached: in the size index */
+} gml_sblock;
+
+TAILQ_HEAD(gml_sblock_list, gml_sblock);
+RB_HEAD(gml_sblock_tree, gml_sblock);
+RB_PROTOTYPE(gml_sblock_tree, gml_sblock, cnode, cached_cmp)
+
+typedef struct gml_stitch {
+    gml_heap *h;
+    bool enabled;
+    size_t frag_limit;
+    double reuse_limit;
+    unsigned auto_gc;
+    size_t bytes_limit;
+    gml_stitch_strategy strategy;
+    struct gml_sblock_list lru;      /* every stitched block mapped now */
+    struct gml_sblock_tree cached;   /* cached ones by (size, most recently used first) */
+    size_t count, bytes;             /* stitched blocks mapped now and their virtual bytes */
+    uint64_t clock;
+    uint64_t stitches, reuses, evictions;
+} gml_stitch;
+
+/* Stitching's rules on settings s: GMLAKE_OK, or GMLAKE_ERR_INVALID with *why naming the setting. */
+int gml_stitch_settings_check(const gml_pool_settings *s, const char **why);
+/* Checks the stitching fields of s; GMLAKE_OK or GMLAKE_ERR_INVALID with *why set. */
+int gml_stitch_init(gml_stitch *st, gml_heap *h, const gml_pool_settings *s, const char **why);
+/* Frees the live stitched blocks (parts to the ready bin: the caller has synchronized) and tears
+ * every mapping down. */
+void gml_stitch_destroy(gml_stitch *st);
+/* -1 when the name is unknown. */
+int gml_stitch_strategy_from_name(const char *name);
+
+int gml_stitch_alloc(gml_stitch *st, gml_bin *bin, size_t need, size_t req, bool may_grow,
+                     gml_block **out);
 /* Takes a cached stitched block for the request (no device call); GMLAKE_ERR_NOMEM if none fits. */
-int gml_stitch_cache_take(gml_pool *p, gml_bin *bin, size_t need, size_t req, uintptr_t *out);
-/* Puts a new stitched block on the list of mapped ones. */
-void gml_stitch_link_new(gml_pool *p, gml_sblock *sb);
+int gml_stitch_cache_take(gml_stitch *st, gml_bin *bin, size_t need, size_t req, gml_block **out);
+/* Puts a new live stitched block on the LRU. */
+void gml_stitch_link_new(gml_stitch *st, gml_sblock *sb);
+/* Returns the parts of live stitched block sb home: to `bin`, or with bin NULL each to the bin it
+ * was carved from (an undo).  The one way parts leave a stitched block. */
+void gml_stitch_parts_home(gml_stitch *st, gml_sblock *sb, gml_bin *bin);
 /* Frees the live stitched block whose record is b; its parts go to `bin`. */
-void gml_stitch_free(gml_pool *p, gml_block *b, gml_bin *bin);
+void gml_stitch_free(gml_stitch *st, gml_block *b, gml_bin *bin);
 /* Tears down cached stitched blocks: with all, every one (waiting for the GPU); otherwise until
  * the auto GC bounds hold.  Returns the number torn down. */
-size_t gml_stitch_gc(gml_pool *p, bool all);
+size_t gml_stitch_gc(gml_stitch *st, bool all);
 /* Whether ptr lies inside a stitched range. */
-bool gml_stitch_owns(gml_pool *p, uintptr_t ptr);
-/* Invariants I6 and I7 (see pool_impl.h). */
-int gml_stitch_check(gml_pool *p, char *why, size_t whylen);
+bool gml_stitch_owns(gml_stitch *st, uintptr_t ptr);
+/* The largest cached stitched block whose chunks are all free (servable without device calls). */
+size_t gml_stitch_largest_available(gml_stitch *st);
+/* Appends every HELD part of the live stitched blocks to *parts (for the heap checker); false on
+ * host out of memory. */
+bool gml_stitch_parts(gml_stitch *st, gml_block_vec *parts);
+/* S1..S3; `live_views` is the number of VIEW records in the pool's live map. */
+int gml_stitch_check(gml_stitch *st, size_t live_views, char *why, size_t whylen);
 
 #endif /* GML_STITCH_H */

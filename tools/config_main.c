@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "../config/config.h"
+#include "../stitch/pool.h"
 
 int main(int argc, char **argv)
 {

@@ -9,6 +9,7 @@
 
 #include "../config/config.h"
 #include "../config/units.h"
+#include "../stitch/stitch.h"
 #include "trace.h"
 
 static void usage(FILE *f)

@@ -13,7 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../core/pool.h"
+#include "../stitch/pool.h"
 
 typedef struct gml_trace_event {
     char op; /* 'A' or 'F' */

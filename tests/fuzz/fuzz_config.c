@@ -4,6 +4,7 @@
 #include <stdlib.h>
 
 #include "config/config.h"
+#include "stitch/stitch.h" /* the strategy enum only */
 
 int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size)
 {

@@ -5,7 +5,7 @@
 #ifndef GML_STRESS_RUN_H
 #define GML_STRESS_RUN_H
 
-#include "core/pool.h"
+#include "stitch/pool.h"
 
 int gml_stress_run(gml_pool *pool, int threads, int ops);
 

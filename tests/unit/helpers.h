@@ -4,7 +4,7 @@
 
 #include <criterion/criterion.h>
 
-#include "core/pool.h"
+#include "stitch/pool.h"
 
 #define MiB ((size_t)1 << 20)
 #define KiB ((size_t)1 << 10)

@@ -7,6 +7,8 @@
 #include <unistd.h>
 
 #include "config/config.h"
+#include "stitch/pool.h"
+#include "stitch/stitch.h"
 
 extern char **environ;
 

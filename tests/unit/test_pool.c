@@ -252,3 +252,102 @@ Test(pool, data_written_survives_reuse_of_neighbours)
     }
     fx_free(&f);
 }
+
+/* Issue 8 item 6 (failed on ad08cd9: a's three chunks were released although no event could
+ * say that its work on s1 had completed). */
+Test(pool, release_returns_only_memory_every_stream_may_use)
+{
+    fixture f = fx_make(16 * MiB, false, no_stitch);
+    gml_pool *p = f.pool;
+    gml_sim_set_manual_events(f.dev, true);
+    const gml_stream s1 = 0x1000;
+    uintptr_t a = must_alloc(p, 6 * MiB, s1);
+    uintptr_t b = must_alloc(p, 6 * MiB, s1);
+    must_free(p, a, s1);                                 /* the GPU may still be using a */
+    gml_sim_fail_call(f.dev, GMLAKE_DC_EVENT_RECORD, 1); /* so no event can say when it is done */
+    uintptr_t c = 0;
+    int rc = gml_pool_alloc(p, 8 * MiB, s1, &c);
+    CHECK_POOL(p);
+    cr_assert_eq(stats_of(p).device_calls[GMLAKE_DC_CHUNK_RELEASE], 0,
+                 "chunks whose work was never waited for were released");
+    cr_assert_eq(rc, GMLAKE_ERR_NOMEM);
+    cr_assert_eq(stats_of(p).reserved_bytes, 12 * MiB);
+    c = must_alloc(p, 8 * MiB, s1); /* the event can be recorded and waited for now */
+    cr_assert_eq(stats_of(p).device_calls[GMLAKE_DC_CHUNK_RELEASE], 3);
+    must_free(p, b, s1);
+    must_free(p, c, s1);
+    fx_free(&f);
+}
+
+/* Failed on ad08cd9: freeing b on s1 merged the ready head into s1's bin. */
+Test(pool, ready_memory_stays_usable_by_every_stream)
+{
+    fixture f = fx_make(64 * MiB, false, no_stitch);
+    gml_pool *p = f.pool;
+    gml_sim_set_manual_events(f.dev, true);
+    const gml_stream s1 = 0x1000, s2 = 0x2000;
+    uintptr_t a = must_alloc(p, 8 * MiB, s1);
+    must_free(p, a, GML_STREAM_NONE);         /* cudaFree: any stream may use it at once */
+    uintptr_t b = must_alloc(p, 2 * MiB, s1); /* the tail of the ready block */
+    cr_assert_eq(b, a + 6 * MiB);
+    must_free(p, b, s1); /* its work on s1 may still run */
+    uint64_t reserved = stats_of(p).reserved_bytes;
+    uintptr_t c = must_alloc(p, 6 * MiB, s2);
+    cr_assert_eq(c, a, "the ready head still serves another stream");
+    cr_assert_eq(stats_of(p).reserved_bytes, reserved, "without growth");
+    fx_free(&f);
+}
+
+Test(pool, free_memory_figures)
+{
+    fixture f = fx_make(64 * MiB, false, NULL);
+    gml_pool *p = f.pool;
+    uintptr_t v[8];
+    for (int i = 0; i < 8; i++)
+        v[i] = must_alloc(p, 2 * MiB, 0);
+    uintptr_t s = must_alloc(p, 1000, 0); /* a small chunk, 2 MiB - 1 KiB of it free */
+    gmlake_stats st = stats_of(p);
+    cr_assert_eq(st.free_bytes, 2 * MiB - 1024);
+    cr_assert_eq(st.stitchable_bytes, 0);
+    for (int i = 0; i < 8; i += 2)
+        must_free(p, v[i], 0);
+    st = stats_of(p);
+    cr_assert_eq(st.free_bytes, 8 * MiB + 2 * MiB - 1024);
+    cr_assert_eq(st.largest_free_bytes, 2 * MiB, "four separate free chunks");
+    cr_assert_eq(st.stitchable_bytes, 8 * MiB);
+    uintptr_t x = must_alloc(p, 8 * MiB, 0); /* stitched from the four */
+    must_free(p, x, 0);
+    st = stats_of(p);
+    cr_assert_eq(st.largest_free_bytes, 8 * MiB, "the cached stitched block serves 8 MiB");
+    cr_assert_eq(st.free_bytes + 4 * 2 * MiB + 1024, st.reserved_bytes);
+    must_free(p, s, 0);
+    st = stats_of(p);
+    cr_assert_eq(st.free_bytes + 4 * 2 * MiB, st.reserved_bytes, "four blocks stay live");
+    cr_assert_eq(st.stitchable_bytes, 10 * MiB, "a fully free small chunk counts");
+    fx_free(&f);
+}
+
+Test(pool, settings_rules_are_checked_before_a_device_exists)
+{
+    gml_pool_settings s;
+    gml_pool_settings_default(&s);
+    const char *why = NULL;
+    cr_assert_eq(gml_pool_settings_check(&s, 0, &why), 0, "the defaults pass");
+    s.small_limit = 4 * MiB;
+    cr_assert_eq(gml_pool_settings_check(&s, 0, &why), -1);
+    cr_assert_str_eq(why, "small_limit must not exceed chunk_size");
+    gml_pool_settings_default(&s);
+    s.reuse_limit = 0.5;
+    cr_assert_eq(gml_pool_settings_check(&s, 0, &why), -1);
+    cr_assert_str_eq(why, "reuse_limit must be >= 1 and stitch_strategy known");
+    gml_pool_settings_default(&s);
+    s.defrag_level = 3;
+    cr_assert_eq(gml_pool_settings_check(&s, 0, &why), -1);
+    cr_assert_str_eq(why, "defrag_level must be 0..2");
+    gml_sim_config sc = {.capacity = 64 * MiB};
+    gml_device *dev = gml_sim_create(&sc);
+    const char *err = NULL;
+    cr_assert_null(gml_pool_create(dev, &s, &err), "the pool refuses the same settings");
+    cr_assert_str_eq(err, why);
+    gml_device_destroy(dev);
+}

@@ -1,5 +1,6 @@
 /*
- * registry.h — the process's pools, one per CUDA device ordinal, behind the public gmlake_* API.
+ * registry.h — tier 3 (with pool.h): the process's pools, one per CUDA device ordinal, behind the
+ * public gmlake_* API.
  * A pool is installed once (by the interposer on first use of a device, or by a test) and stays
  * until gml_registry_clear.  Lookups are lock-free reads of an atomic pointer.
  */

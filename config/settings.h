@@ -1,0 +1,38 @@
+/*
+ * settings.h — the pool's settings as plain data, one struct for every tier below the pool, and
+ * their defaults.  The defaults are the `def` texts of config/options.c's table (the one place they
+ * are written); a field with no row there is 0, which means "the layer's own choice".
+ * Who reads what: the heap (core/heap.h) the first group, stitching (stitch/stitch.h) the second,
+ * the pool (stitch/pool.h) the third.  Each layer checks its own fields when it is created.
+ */
+#ifndef GML_SETTINGS_H
+#define GML_SETTINGS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+typedef struct gml_pool_settings {
+    /* heap */
+    size_t chunk_size;         /* physical chunk; rounded up to the granularity (0: 2 MiB) */
+    size_t small_limit;        /* requests below it are small (packed in small chunks) */
+    size_t round;              /* every request is rounded up to a multiple of this (0: 512) */
+    size_t limit_bytes;        /* most bytes the pool may reserve; 0 = the device's total */
+    size_t arena_bytes;        /* virtual bytes reserved for home mappings; 0 = 4 x device total */
+    /* stitching */
+    bool vmm_defragment;       /* stitching on */
+    size_t frag_limit;         /* smallest request that may be stitched */
+    double reuse_limit;        /* a cached stitched block serves a request if size <= req x this */
+    /* pool */
+    int defrag_level;          /* 0 stitch before growing, 1 after growth failed, 2 after release */
+    /* stitching */
+    unsigned auto_gc;          /* most stitched blocks mapped at once (0 = no bound) */
+    size_t stitch_bytes_limit; /* most virtual bytes in stitched blocks (0 = no bound) */
+    int strategy;              /* a gml_stitch_strategy (stitch/stitch.h) */
+} gml_pool_settings;
+
+/* Fills s with the defaults of the settings table. */
+void gml_pool_settings_default(gml_pool_settings *s);
+/* The value of enum setting `key` named `name` (its index in the table's choices), -1 if none. */
+int gml_setting_choice(const char *key, const char *name);
+
+#endif /* GML_SETTINGS_H */

@@ -1,0 +1,222 @@
+/*
+ * heap.h — tier 1, the heap mechanics: chunks, their home mappings, blocks, bins.  Built on the
+ * device (device.h) only; it knows nothing of stitching or of the pool above it, which call it
+ * with their lock held (the heap has none).
+ *
+ * Vocabulary
+ *  chunk          one physical allocation of `chunk` bytes (2 MiB by default), its own handle, so
+ *                 that it can be mapped on its own (CUDA maps a handle only at offset 0).
+ *  home mapping   every chunk held is mapped exactly once in the arena, a virtual range reserved
+ *                 at creation; slot i of the arena is arena + i * chunk.
+ *  block          a byte range of home mappings, one record (gml_block): FREE (in a bin), LIVE
+ *                 (handed out by gml_take), or HELD (carved out by gml_carve for an upper layer,
+ *                 which links it through holder / held).  The home mappings are tiled by
+ *                 blocks; neighbours of one space are linked prev / next.
+ *  space          large blocks span any run of large chunks; small blocks live inside small
+ *                 chunks (one chunk each), so that small requests never pin chunks that large
+ *                 requests, stitching or release could use.  A fully free chunk changes space
+ *                 without device calls.
+ *  bin            the free blocks last freed on one stream.  The ready bin's blocks may serve any
+ *                 stream.  Whether a bin's blocks may serve a stream is decided in one place:
+ *                 gml_bin_serves (streams.c); every search goes through it.
+ *  pin            a chunk mapped by a view an upper layer made of it (a stitched range) is pinned
+ *                 (gml_chunk_pin); release never returns a pinned chunk.
+ *  VIEW           a record state the heap never tiles: an upper layer's allocation outside the
+ *                 arena (a stitched block) kept in the same live map as LIVE blocks.
+ *
+ * Decisions owned here (one function each)
+ *  best fit            gml_best_fit (blocks.c): smallest block >= need among the serving bins.
+ *  cross-stream reuse  gml_bin_serves (streams.c); promotion gml_promote (streams.c).
+ *  growth unit, amount gml_grow (arena.c, its plan_growth).
+ *  release             gml_release_free_chunks (arena.c): whole unpinned chunks of the ready bin.
+ *
+ * Invariants (gml_heap_check)
+ *  H1 every mapped slot holds one chunk with exactly one home mapping; reserved = slots x chunk.
+ *  H2 the home mappings are tiled by blocks without overlap; blocks of one space that touch are
+ *     linked prev/next; a small block lies inside one small chunk; a large one on large chunks.
+ *  H3 slot.owner is the block holding the slot's last byte.
+ *  H4 two free neighbours are never in the same bin (they would have been merged); a free block
+ *     is never merged with a neighbour of another bin.
+ *  H5 a free block is in its bin's size tree and nowhere else.
+ * Functions returning int give GMLAKE_OK, GMLAKE_ERR_NOMEM (device, limit or host memory) or
+ * GMLAKE_ERR_DEVICE (the driver failed; everything done so far is undone).
+ */
+#ifndef GML_HEAP_H
+#define GML_HEAP_H
+
+#include <bsd/sys/queue.h>
+#include <bsd/sys/tree.h>
+#include <uthash.h>
+
+#include "../config/settings.h"
+#include "device.h"
+#include "vec.h"
+
+/* uthash on pointer-sized keys: a cheap multiplicative hash instead of Jenkins. */
+#undef HASH_FUNCTION
+#define HASH_FUNCTION(keyptr, keylen, hashv)                                                      \
+    do {                                                                                          \
+        uint64_t k_ = *(const uint64_t *)(keyptr);                                                \
+        k_ ^= k_ >> 29;                                                                           \
+        k_ *= UINT64_C(0xbf58476d1ce4e5b9);                                                       \
+        (hashv) = (unsigned)(k_ >> 32);                                                           \
+    } while (0)
+
+enum gml_space { GML_SPACE_LARGE = 0, GML_SPACE_SMALL = 1, GML_NSPACES = 2 };
+enum gml_state { GML_B_FREE = 0, GML_B_LIVE, GML_B_HELD, GML_B_VIEW };
+enum gml_slot_state { GML_SLOT_EMPTY = 0, GML_SLOT_LARGE, GML_SLOT_SMALL };
+
+typedef struct gml_bin gml_bin;
+
+typedef struct gml_block {
+    uintptr_t addr;
+    size_t size;
+    size_t req;                      /* LIVE / VIEW: bytes asked for */
+    struct gml_block *prev, *next;   /* home neighbours of one space (NULL at a gap) */
+    RB_ENTRY(gml_block) snode;       /* FREE: in bin->free[space] */
+    UT_hash_handle hh;               /* LIVE / VIEW: in the pool's live map */
+    gml_bin *bin;                    /* FREE: its bin; HELD: the bin it was carved from (for an
+                                      * undo within the carving operation only) */
+    uint64_t seq;                    /* FREE: heap->seq at the free (for stream promotion) */
+    uint8_t state, space;
+    void *holder;                    /* HELD: the upper layer's record */
+    STAILQ_ENTRY(gml_block) held;    /* HELD: in the holder's list */
+} gml_block;
+
+typedef GML_VEC(gml_block *) gml_block_vec;
+
+RB_HEAD(gml_size_tree, gml_block);
+RB_PROTOTYPE(gml_size_tree, gml_block, snode, gml_size_cmp)
+
+struct gml_bin {
+    gml_stream stream;               /* key; GML_STREAM_NONE for the ready bin */
+    struct gml_size_tree free[GML_NSPACES];
+    size_t nfree;
+    gml_event ev;                    /* created on first need */
+    uint64_t ev_seq;                 /* heap->seq when ev was recorded (0: never) */
+    uint64_t done_seq;               /* work up to this seq is known complete */
+    UT_hash_handle hh;
+};
+
+typedef struct gml_slot {
+    gml_block *owner;                /* block holding the slot's last byte */
+    gml_handle handle;
+    uint32_t pins;                   /* views of the chunk that upper layers hold */
+    uint8_t state;
+} gml_slot;
+
+typedef struct gml_heap {
+    gml_device *dev;
+    size_t chunk, small_limit, round, limit;
+    unsigned chunk_shift;
+    uintptr_t arena;
+    size_t arena_size, nslots, slot_hint, mapped_slots;
+    gml_slot *slots;
+    gml_bin *bins;                   /* hash by stream */
+    gml_bin *ready;
+    gml_block *rec_free;             /* recycled records (linked by next) */
+    GML_VEC(gml_block *) slabs;
+    bool no_new_slabs;               /* tests: the record allocator fails once rec_free is empty */
+    uint64_t seq;
+    uint64_t reserved, peak_reserved;
+} gml_heap;
+
+/* Free-memory figures (gml_heap_free_stats). */
+typedef struct gml_heap_free {
+    uint64_t free_bytes;             /* bytes in free blocks, every bin and space */
+    uint64_t largest_free_bytes;     /* the largest free block */
+    uint64_t whole_chunk_bytes;      /* bytes of the whole chunks inside free blocks */
+} gml_heap_free;
+
+#define GML_ROUND_UP(x, a) (((x) + (a) - 1) / (a) * (a))
+
+/* ---- arena.c: the heap's life, slots, growth, release, moving chunks between spaces ---- */
+/* The heap's rules on settings s for a device of granularity g (0: not known yet, chunk_size taken
+ * as given): GMLAKE_OK, or GMLAKE_ERR_INVALID with *why naming the setting. */
+int gml_heap_settings_check(const gml_pool_settings *s, size_t granularity, const char **why);
+/* Checks the heap fields of s, reserves the arena; GMLAKE_OK, or an error with *why set. */
+int gml_heap_init(gml_heap *h, gml_device *dev, const gml_pool_settings *s, const char **why);
+/* Returns every chunk and the arena to the device; records and bins are freed. */
+void gml_heap_destroy(gml_heap *h);
+static inline size_t gml_slot_of(const gml_heap *h, uintptr_t a) { return (a - h->arena) >> h->chunk_shift; }
+static inline uintptr_t gml_slot_addr(const gml_heap *h, size_t i) { return h->arena + (i << h->chunk_shift); }
+static inline bool gml_in_arena(const gml_heap *h, uintptr_t a) { return a - h->arena < h->arena_size; }
+
+enum gml_grow_goal {
+    GML_GROW_BLOCK,  /* one free block of `need` bytes usable by the bin */
+    GML_GROW_CHUNKS, /* whole free chunks usable by the bin adding up to `need` (to stitch) */
+};
+/* Grows `space` for a request of `need` bytes on `bin`: the one owner of the growth unit and
+ * amount (see arena.c).  New chunks go to `bin`, or to the bin of the free block they extend. */
+int gml_grow(gml_heap *h, gml_bin *bin, int space, enum gml_grow_goal goal, size_t need);
+/* Gives the small space one more free chunk: a free large chunk `bin` may use, else a new one. */
+int gml_small_refill(gml_heap *h, gml_bin *bin);
+/* Moves every fully free small chunk back to the large space; returns how many. */
+size_t gml_small_reclaim(gml_heap *h);
+/* Returns to the device every whole unpinned chunk of the free blocks that every stream may use
+ * (the ready bin); the caller promotes what it can first.  Returns the number of chunks. */
+size_t gml_release_free_chunks(gml_heap *h);
+static inline void gml_chunk_pin(gml_heap *h, size_t slot) { h->slots[slot].pins++; }
+static inline void gml_chunk_unpin(gml_heap *h, size_t slot) { h->slots[slot].pins--; }
+/* The free block that covers large chunk `slot` entirely, or NULL. */
+gml_block *gml_chunk_free_block(gml_heap *h, size_t slot);
+
+/* ---- blocks.c: records, trees, best fit, split / merge / carve ---- */
+gml_block *gml_rec_get(gml_heap *h); /* NULL on host out of memory */
+void gml_rec_put(gml_heap *h, gml_block *b);
+void gml_free_tree_remove(gml_block *b);
+/* Makes b (out of every tree, linked to its neighbours) free in `bin`, merging it with free
+ * neighbours of that bin only; returns the surviving record. */
+gml_block *gml_free_insert(gml_heap *h, gml_block *b, gml_bin *bin);
+/* Best fit: the smallest free block of `space` >= need among the bins that serve `bin`. */
+gml_block *gml_best_fit(gml_heap *h, gml_bin *bin, int space, size_t need);
+/* Takes `need` bytes from the tail of free block f as a LIVE block of request `req` (not put in
+ * any map: that is the caller's).  NULL on host out of memory, f unchanged. */
+gml_block *gml_take(gml_heap *h, gml_block *f, size_t need, size_t req);
+/* Cuts [a, a+len) out of free block f; head and tail stay free in f's bin; returns the cut as a
+ * HELD record (still a home neighbour) remembering f's bin, or NULL on host out of memory. */
+gml_block *gml_carve(gml_heap *h, gml_block *f, uintptr_t a, size_t len);
+/* Unlinks b from its home neighbours (its range leaves the space). */
+void gml_detach(gml_block *b);
+/* Sets slot owners over [addr, addr+size) to b. */
+void gml_claim(gml_heap *h, gml_block *b, uintptr_t addr, size_t size);
+/* The block holding byte `addr` of a mapped slot. */
+gml_block *gml_block_at(gml_heap *h, uintptr_t addr);
+/* The whole chunks inside block b: [*lo, *hi), empty when *hi <= *lo. */
+void gml_whole_chunks(const gml_heap *h, const gml_block *b, uintptr_t *lo, uintptr_t *hi);
+
+/* ---- streams.c: bins, events, promotion; the one rule of cross-stream reuse ---- */
+gml_bin *gml_bin_get(gml_heap *p, gml_stream s); /* NULL on host OOM */
+/* True when the work submitted to bin's stream up to `seq` has completed (records and queries
+ * an event as needed; with wait, waits for it). */
+bool gml_bin_passed(gml_heap *p, gml_bin *bin, uint64_t seq, bool wait);
+/* Moves blocks whose work has completed from every stream bin other than `except` to the ready
+ * bin; with wait, waits for the streams first.  Returns the number of blocks moved. */
+size_t gml_promote(gml_heap *p, gml_bin *except, bool wait);
+void gml_bins_destroy(gml_heap *p);
+/* The reuse rule: the free blocks of bin `from` may serve a request on bin `to`'s stream now
+ * (to == NULL: every stream, as release needs) without waiting for any work. */
+bool gml_bin_serves(const gml_heap *h, const gml_bin *from, const gml_bin *to);
+/* Whether block b is free and may serve `to` now (gml_bin_serves on its bin). */
+bool gml_usable(const gml_heap *h, const gml_block *b, const gml_bin *to);
+/* The bins that serve `to`, in search order (its own first): prev NULL gives the first. */
+gml_bin *gml_serving_bin_next(const gml_heap *h, const gml_bin *to, const gml_bin *prev);
+#define GML_FOR_SERVING_BINS(h, to, it)                                                           \
+    for (gml_bin *it = gml_serving_bin_next((h), (to), NULL); it;                                 \
+         it = gml_serving_bin_next((h), (to), it))
+
+/* ---- heap_check.c ---- */
+/* H1..H5, given the blocks the layers above hold: every LIVE and HELD block (`used`). */
+int gml_heap_check(gml_heap *h, gml_block *const *used, size_t nused, char *why, size_t whylen);
+/* Free-memory figures, walking every bin. */
+void gml_heap_free_stats(gml_heap *h, gml_heap_free *out);
+
+static inline void gml_heap_reserved(gml_heap *h, long delta_slots)
+{
+    h->mapped_slots += (size_t)delta_slots;
+    h->reserved = (uint64_t)h->mapped_slots * h->chunk;
+    if (h->reserved > h->peak_reserved)
+        h->peak_reserved = h->reserved;
+}
+
+#endif /* GML_HEAP_H */

@@ -1,0 +1,405 @@
+/*
+ * pool.c — tier 3, the orchestrator (contract in pool.h): entry points, the map of live
+ * allocations, the order of the fallbacks when no free block fits (the slow path), statistics,
+ * the aggregated checker, destruction.  It sits in stitch/ above VMS (stitch.c, cache.c), which
+ * never calls back into it (pool.h says why it is not in core/).
+ *
+ * Fast path: lock, best fit in the bins that serve the stream, split, hash insert, unlock.
+ * Slow path, in order (each step retries the best fit):
+ *   1. move blocks of other streams whose work has completed to the ready bin (event query);
+ *   2. small: move a free large chunk to the small space, else grow one chunk;
+ *      large: give fully free small chunks back to the large space; then at defrag level 0
+ *      stitch (a cached stitched block first; growth only by the deficit); else grow the large
+ *      space; at level 1 stitch after growth failed;
+ *   3. out of memory: wait for every stream, tear down cached stitches, release free chunks,
+ *      grow again; at level 2 (or as the last resort at any level) stitch;
+ *   4. GMLAKE_ERR_NOMEM, the pool unchanged apart from the released cache.
+ */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../core/heap.h"
+#include "stitch.h"
+#include "pool.h"
+
+struct gml_pool {
+    pthread_mutex_t mu;
+    gml_device *dev;
+    gml_pool_settings set;
+    gml_heap heap;
+    gml_stitch st;
+    gml_bin *last_bin;               /* the bin of the last stream seen */
+    gml_block *live;                 /* hash by addr: LIVE heap blocks and VIEW stitched blocks */
+    uint64_t active, peak_active;
+    uint64_t allocations, frees, nlive, failed, cache_releases;
+};
+
+static int check_locked(gml_pool *p, char *why, size_t whylen);
+
+#ifdef GML_CHECK_EVERY_OP
+/* Debug builds (-Dcheck_every_op=true): a broken invariant stops the program where it broke. */
+static void debug_check(gml_pool *p)
+{
+    char why[256];
+    if (check_locked(p, why, sizeof why) != GMLAKE_OK) {
+        fprintf(stderr, "gmlake: pool consistency check failed: %s\n", why);
+        abort();
+    }
+}
+#else
+#define debug_check(p) ((void)0)
+#endif
+
+int gml_pool_settings_check(const gml_pool_settings *s, size_t granularity, const char **why)
+{
+    const char *w = NULL;
+    if (gml_heap_settings_check(s, granularity, &w) == GMLAKE_OK &&
+        gml_stitch_settings_check(s, &w) == GMLAKE_OK && (s->defrag_level < 0 || s->defrag_level > 2))
+        w = "defrag_level must be 0..2";
+    if (w && why)
+        *why = w;
+    return w ? -1 : 0;
+}
+
+gml_pool *gml_pool_create(gml_device *dev, const gml_pool_settings *settings, const char **err)
+{
+    const char *why = "out of host memory";
+    gml_pool *p = calloc(1, sizeof *p);
+    if (!p)
+        goto fail;
+    p->dev = dev;
+    p->set = *settings;
+    if (gml_pool_settings_check(settings, gml_dev_granularity(dev), &why) != 0)
+        goto fail;
+    if (gml_stitch_init(&p->st, &p->heap, settings, &why) != GMLAKE_OK)
+        goto fail;
+    if (gml_heap_init(&p->heap, dev, settings, &why) != GMLAKE_OK)
+        goto fail;
+    p->set.chunk_size = p->heap.chunk;
+    p->set.round = p->heap.round;
+    p->last_bin = p->heap.ready;
+    pthread_mutex_init(&p->mu, NULL);
+    return p;
+fail:
+    if (err)
+        *err = why;
+    free(p);
+    return NULL;
+}
+
+void gml_pool_destroy(gml_pool *p)
+{
+    if (!p)
+        return;
+    gml_dev_synchronize(p->dev);
+    gml_stitch_destroy(&p->st);
+    HASH_CLEAR(hh, p->live);
+    gml_heap_destroy(&p->heap);
+    pthread_mutex_destroy(&p->mu);
+    free(p);
+}
+
+gml_pool *gml_sim_pool_create(size_t capacity, bool backed, const gml_pool_settings *settings,
+                              const char **err)
+{
+    gml_sim_config sc = {.capacity = capacity, .backed = backed};
+    gml_device *dev = gml_sim_create(&sc);
+    if (!dev) {
+        if (err)
+            *err = "cannot create the simulated device (capacity must be a multiple of 2 MiB)";
+        return NULL;
+    }
+    gml_pool_settings def;
+    if (!settings) {
+        gml_pool_settings_default(&def);
+        settings = &def;
+    }
+    gml_pool *p = gml_pool_create(dev, settings, err);
+    if (!p)
+        gml_device_destroy(dev);
+    return p;
+}
+
+void gml_sim_pool_destroy(gml_pool *p)
+{
+    if (!p)
+        return;
+    gml_device *dev = p->dev;
+    gml_pool_destroy(p);
+    gml_device_destroy(dev);
+}
+
+static inline gml_bin *bin_for(gml_pool *p, gml_stream s)
+{
+    gml_bin *b = p->last_bin;
+    if (__builtin_expect(b->stream == s, 1))
+        return b;
+    b = gml_bin_get(&p->heap, s);
+    if (b)
+        p->last_bin = b;
+    return b;
+}
+
+/* Makes block b (LIVE or VIEW) a live allocation. */
+static inline void hand_out(gml_pool *p, gml_block *b, uintptr_t *out)
+{
+    HASH_ADD(hh, p->live, addr, sizeof b->addr, b);
+    *out = b->addr;
+}
+
+static inline bool try_fit(gml_pool *p, gml_bin *bin, int space, size_t need, size_t req,
+                           uintptr_t *out)
+{
+    gml_block *f = gml_best_fit(&p->heap, bin, space, need);
+    if (!f)
+        return false;
+    gml_block *l = gml_take(&p->heap, f, need, req);
+    if (!l)
+        return false;
+    hand_out(p, l, out);
+    return true;
+}
+
+static int stitch(gml_pool *p, gml_bin *bin, size_t need, size_t req, uintptr_t *out)
+{
+    gml_block *b = NULL;
+    int rc = gml_stitch_alloc(&p->st, bin, need, req, true, &b);
+    if (rc == GMLAKE_OK)
+        hand_out(p, b, out);
+    return rc;
+}
+
+__attribute__((noinline)) static int alloc_slow(gml_pool *p, gml_bin *bin, int space, size_t need,
+                                                size_t req, uintptr_t *out)
+{
+    gml_heap *h = &p->heap;
+    int level = p->set.defrag_level, rc;
+    if (gml_promote(h, bin, false) && try_fit(p, bin, space, need, req, out))
+        return GMLAKE_OK;
+    if (space == GML_SPACE_SMALL) {
+        rc = gml_small_refill(h, bin);
+        if (rc == GMLAKE_OK && try_fit(p, bin, space, need, req, out))
+            return GMLAKE_OK;
+    } else {
+        if (gml_small_reclaim(h) && try_fit(p, bin, space, need, req, out))
+            return GMLAKE_OK;
+        if (level == 0) {
+            rc = stitch(p, bin, need, req, out);
+            if (rc == GMLAKE_OK)
+                return rc;
+        }
+        rc = gml_grow(h, bin, space, GML_GROW_BLOCK, need);
+        if (rc == GMLAKE_OK && try_fit(p, bin, space, need, req, out))
+            return GMLAKE_OK;
+        if (level == 1 && stitch(p, bin, need, req, out) == GMLAKE_OK)
+            return GMLAKE_OK;
+    }
+    /* out of memory: wait for every stream, drop cached stitches and free chunks, try again */
+    gml_promote(h, NULL, true);
+    if (try_fit(p, bin, space, need, req, out))
+        return GMLAKE_OK;
+    gml_stitch_gc(&p->st, true);
+    if (gml_release_free_chunks(h))
+        p->cache_releases++;
+    rc = space == GML_SPACE_SMALL ? gml_small_refill(h, bin)
+                                  : gml_grow(h, bin, space, GML_GROW_BLOCK, need);
+    if (rc == GMLAKE_OK && try_fit(p, bin, space, need, req, out))
+        return GMLAKE_OK;
+    if (space == GML_SPACE_LARGE && stitch(p, bin, need, req, out) == GMLAKE_OK)
+        return GMLAKE_OK;
+    return rc == GMLAKE_ERR_DEVICE ? rc : GMLAKE_ERR_NOMEM;
+}
+
+static inline void add_active(gml_pool *p, long long delta)
+{
+    p->active += (uint64_t)delta;
+    if (p->active > p->peak_active)
+        p->peak_active = p->active;
+}
+
+int gml_pool_alloc(gml_pool *p, size_t size, gml_stream stream, uintptr_t *out)
+{
+    if (size == 0 || size > ((size_t)1 << 62))
+        return GMLAKE_ERR_INVALID;
+    int space = size < p->heap.small_limit ? GML_SPACE_SMALL : GML_SPACE_LARGE;
+    size_t need = GML_ROUND_UP(size, p->heap.round);
+    int rc = GMLAKE_OK;
+    pthread_mutex_lock(&p->mu);
+    gml_bin *bin = bin_for(p, stream);
+    if (__builtin_expect(!bin, 0))
+        rc = GMLAKE_ERR_NOMEM;
+    else if (!try_fit(p, bin, space, need, size, out))
+        rc = alloc_slow(p, bin, space, need, size, out);
+    if (rc == GMLAKE_OK) {
+        p->allocations++;
+        p->nlive++;
+        add_active(p, (long long)size);
+    } else {
+        p->failed++;
+    }
+    debug_check(p);
+    pthread_mutex_unlock(&p->mu);
+    return rc;
+}
+
+int gml_pool_free(gml_pool *p, uintptr_t ptr, gml_stream stream)
+{
+    pthread_mutex_lock(&p->mu);
+    gml_block *b = NULL;
+    HASH_FIND(hh, p->live, &ptr, sizeof ptr, b);
+    gml_bin *bin = b ? bin_for(p, stream) : NULL;
+    if (!bin) {
+        pthread_mutex_unlock(&p->mu);
+        return GMLAKE_ERR_INVALID;
+    }
+    HASH_DEL(p->live, b);
+    p->frees++;
+    p->nlive--;
+    add_active(p, -(long long)b->req);
+    if (b->state == GML_B_VIEW)
+        gml_stitch_free(&p->st, b, bin);
+    else
+        gml_free_insert(&p->heap, b, bin);
+    debug_check(p);
+    pthread_mutex_unlock(&p->mu);
+    return GMLAKE_OK;
+}
+
+size_t gml_pool_alloc_size(gml_pool *p, uintptr_t ptr)
+{
+    pthread_mutex_lock(&p->mu);
+    gml_block *b = NULL;
+    HASH_FIND(hh, p->live, &ptr, sizeof ptr, b);
+    size_t n = b ? b->req : 0;
+    pthread_mutex_unlock(&p->mu);
+    return n;
+}
+
+bool gml_pool_owns(gml_pool *p, uintptr_t ptr)
+{
+    pthread_mutex_lock(&p->mu);
+    bool own = gml_in_arena(&p->heap, ptr) || gml_stitch_owns(&p->st, ptr);
+    pthread_mutex_unlock(&p->mu);
+    return own;
+}
+
+int gml_pool_empty_cache(gml_pool *p)
+{
+    pthread_mutex_lock(&p->mu);
+    int rc = gml_dev_synchronize(p->dev);
+    gml_promote(&p->heap, NULL, true);
+    gml_stitch_gc(&p->st, true);
+    if (gml_release_free_chunks(&p->heap))
+        p->cache_releases++;
+    pthread_mutex_unlock(&p->mu);
+    return rc;
+}
+
+void gml_pool_stats(gml_pool *p, gmlake_stats *o)
+{
+    memset(o, 0, sizeof *o);
+    gml_heap_free hf;
+    pthread_mutex_lock(&p->mu);
+    o->active_bytes = p->active;
+    o->peak_active_bytes = p->peak_active;
+    o->reserved_bytes = p->heap.reserved;
+    o->peak_reserved_bytes = p->heap.peak_reserved;
+    o->allocations = p->allocations;
+    o->frees = p->frees;
+    o->live_allocations = p->nlive;
+    o->failed_allocations = p->failed;
+    o->stitches = p->st.stitches;
+    o->stitch_reuses = p->st.reuses;
+    o->stitch_evictions = p->st.evictions;
+    o->stitched_blocks = p->st.count;
+    o->stitched_bytes = p->st.bytes;
+    o->cache_releases = p->cache_releases;
+    o->chunk_size = p->heap.chunk;
+    gml_heap_free_stats(&p->heap, &hf);
+    size_t cached = gml_stitch_largest_available(&p->st);
+    pthread_mutex_unlock(&p->mu);
+    o->free_bytes = hf.free_bytes;
+    o->largest_free_bytes = hf.largest_free_bytes > cached ? hf.largest_free_bytes : cached;
+    o->stitchable_bytes = hf.whole_chunk_bytes;
+    o->utilization = o->peak_reserved_bytes
+                         ? (double)o->peak_active_bytes / (double)o->peak_reserved_bytes
+                         : 0.0;
+    for (int i = 0; i < GMLAKE_DC_COUNT; i++)
+        o->device_calls[i] = atomic_load_explicit(&p->dev->calls[i], memory_order_relaxed);
+}
+
+void gml_pool_reset_peaks(gml_pool *p)
+{
+    pthread_mutex_lock(&p->mu);
+    p->peak_active = p->active;
+    p->heap.peak_reserved = p->heap.reserved;
+    pthread_mutex_unlock(&p->mu);
+}
+
+/* The pool's own records (the live map and its counters), then the heap's and stitching's
+ * checkers, given what each needs from the others. */
+static int check_locked(gml_pool *p, char *why, size_t whylen)
+{
+    int rc = GMLAKE_OK;
+    gml_block_vec used = {0};
+    uint64_t active = 0, nlive = 0;
+    size_t views = 0;
+    for (gml_block *b = p->live; b; b = b->hh.next) {
+        nlive++;
+        active += b->req;
+        if (b->state == GML_B_VIEW) {
+            views++;
+            if (!gml_stitch_owns(&p->st, b->addr)) {
+                snprintf(why, whylen, "live view %#lx is no stitched block", (unsigned long)b->addr);
+                rc = GMLAKE_ERR_CORRUPT;
+                goto out;
+            }
+            continue;
+        }
+        if (b->state != GML_B_LIVE || b->req == 0 || b->size != GML_ROUND_UP(b->req, p->heap.round)) {
+            snprintf(why, whylen, "block %#lx in the live map: state %d, size %zu for a request of %zu",
+                     (unsigned long)b->addr, b->state, b->size, b->req);
+            rc = GMLAKE_ERR_CORRUPT;
+            goto out;
+        }
+        if (!gml_vec_push(&used, b))
+            goto oom;
+    }
+    if (nlive != p->nlive || active != p->active) {
+        snprintf(why, whylen, "counters say %lu live / %lu active bytes, records say %lu / %lu",
+                 (unsigned long)p->nlive, (unsigned long)p->active, (unsigned long)nlive,
+                 (unsigned long)active);
+        rc = GMLAKE_ERR_CORRUPT;
+        goto out;
+    }
+    if (p->peak_active < p->active) {
+        snprintf(why, whylen, "peak active is below active");
+        rc = GMLAKE_ERR_CORRUPT;
+        goto out;
+    }
+    if (!gml_stitch_parts(&p->st, &used))
+        goto oom;
+    rc = gml_heap_check(&p->heap, used.v, used.n, why, whylen);
+    if (rc == GMLAKE_OK)
+        rc = gml_stitch_check(&p->st, views, why, whylen);
+out:
+    gml_vec_free(&used);
+    return rc;
+oom:
+    snprintf(why, whylen, "out of host memory in the checker");
+    rc = GMLAKE_ERR_CORRUPT;
+    goto out;
+}
+
+int gml_pool_check(gml_pool *p, char *why, size_t whylen)
+{
+    pthread_mutex_lock(&p->mu);
+    int rc = check_locked(p, why, whylen);
+    pthread_mutex_unlock(&p->mu);
+    return rc;
+}
+
+gml_device *gml_pool_device(gml_pool *p) { return p->dev; }
+const gml_pool_settings *gml_pool_settings_of(gml_pool *p) { return &p->set; }

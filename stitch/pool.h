@@ -1,0 +1,75 @@
+/*
+ * pool.h — tier 3, the per-device pool: the layer every allocation goes through.  It orchestrates
+ * the heap (core/heap.h: chunks, blocks, bins, growth, release) and stitching (stitch/stitch.h)
+ * and owns what belongs to neither: the entry points and their lock, the map of live
+ * allocations, the order of the slow path, statistics, the aggregated checker and destruction.
+ *
+ * Where it lives: stitch/ holds two tiers.  Tier 2, VMS (stitch.h, stitch.c, cache.c), works on
+ * the heap's API only; tier 3, the pool, sits above it: pool.c (entry points, slow-path order,
+ * statistics, check aggregation, destroy) and registry.c (device -> pool, the public gmlake_*
+ * API; registry.h).  The pool is in stitch/ rather than core/ so that the directory graph stays
+ * acyclic (interpose, tools -> stitch -> core -> config): in core/ it would call into stitch/,
+ * which calls into core/.  The tier rule holds per file: no file includes a header of a tier
+ * above its own, so stitch.h, stitch.c and cache.c never include pool.h or registry.h
+ * (tests/tiers.sh checks every #include, file by file and directory by directory).
+ *
+ * Contract
+ *  - gml_pool_alloc returns GMLAKE_OK and a pointer aligned to 512 bytes, GMLAKE_ERR_NOMEM when
+ *    the device (or limit_bytes) cannot hold the request even after releasing the cache,
+ *    GMLAKE_ERR_INVALID for size 0, GMLAKE_ERR_DEVICE when the driver failed (the pool stays
+ *    consistent).  gml_pool_free returns GMLAKE_ERR_INVALID for a pointer that is not the start of
+ *    a live allocation of this pool (double free, interior pointer, foreign pointer) and leaves
+ *    the pool untouched.
+ *  - Stream-ordered reuse: a block freed on stream S may serve S at once, another stream only
+ *    after the work submitted to S before the free has completed.  A free with GML_STREAM_NONE
+ *    (cudaFree) promises the device is done with the block: it may serve any stream at once.
+ *  - Thread-safe: one mutex per pool.  No heap allocation per request on the hot path.
+ *  - Statistics are exact: active = sum of live request sizes, reserved = chunks held x chunk size.
+ *  Decisions owned here: the order of the fallbacks when nothing fits (alloc_slow, pool.c).
+ */
+#ifndef GML_POOL_H
+#define GML_POOL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../config/settings.h"
+#include "../core/device.h"
+#include "gmlake.h"
+
+typedef struct gml_pool gml_pool;
+
+/* The rules gml_pool_create applies to settings, in one call: the heap's, stitching's and the
+ * pool's own (`gmlake config --check` and the preload layer use it before any device exists).
+ * granularity is the device's (0: not known yet; chunk_size is then taken as given).  0, or -1
+ * with *why naming the setting. */
+int gml_pool_settings_check(const gml_pool_settings *s, size_t granularity, const char **why);
+/* Creates a pool on `dev` (which stays the caller's); settings from gml_pool_settings_default
+ * (config/settings.h) and changed as needed.  NULL with *err set on failure. */
+gml_pool *gml_pool_create(gml_device *dev, const gml_pool_settings *settings, const char **err);
+/* Releases everything; live allocations are lost. */
+void gml_pool_destroy(gml_pool *p);
+/* A pool on a new sim device of `capacity` bytes (settings NULL: the defaults), for tools and
+ * tests; NULL with *err set on failure.  gml_sim_pool_destroy frees both. */
+gml_pool *gml_sim_pool_create(size_t capacity, bool backed, const gml_pool_settings *settings,
+                              const char **err);
+void gml_sim_pool_destroy(gml_pool *p);
+
+int gml_pool_alloc(gml_pool *p, size_t size, gml_stream stream, uintptr_t *out);
+int gml_pool_free(gml_pool *p, uintptr_t ptr, gml_stream stream);
+/* Size asked for by the live allocation at ptr, 0 if ptr is not one. */
+size_t gml_pool_alloc_size(gml_pool *p, uintptr_t ptr);
+/* Whether ptr lies in memory this pool manages (home arena or a stitched range). */
+bool gml_pool_owns(gml_pool *p, uintptr_t ptr);
+
+/* Waits for the device, then returns every free chunk to it and tears down cached stitches. */
+int gml_pool_empty_cache(gml_pool *p);
+void gml_pool_stats(gml_pool *p, gmlake_stats *out);
+void gml_pool_reset_peaks(gml_pool *p);
+/* Whole-pool consistency check; GMLAKE_OK or GMLAKE_ERR_CORRUPT with a message in *why. */
+int gml_pool_check(gml_pool *p, char *why, size_t whylen);
+gml_device *gml_pool_device(gml_pool *p);
+const gml_pool_settings *gml_pool_settings_of(gml_pool *p);
+
+#endif /* GML_POOL_H */
