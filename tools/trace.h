@@ -39,7 +39,7 @@ typedef struct gml_replay_result {
     double seconds;
 } gml_replay_result;
 
-/* Replays t through p (trace streams passed as they are).  check_every > 0 runs the pool checker
+/* Replays t through p (trace streams passed as they are; the loop is gml_policy_replay).  check_every > 0 runs the pool checker
  * after every that many events.  0 on success; -1 with "PATH:LINE: what" in err. */
 int gml_replay(gml_pool *p, const gml_trace *t, size_t check_every, gml_replay_result *res,
                char *err, size_t errlen);
