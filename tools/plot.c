@@ -6,11 +6,10 @@
 #include <string.h>
 
 #define W 960.0
-#define H 540.0
 #define LEFT 80.0
 #define RIGHT 24.0
 #define TOP 56.0
-#define BOTTOM 60.0
+#define AXIS 60.0 /* below the plot: tick labels and the axis title */
 
 static const char *const colors[] = {"#1f77b4", "#d62728", "#2ca02c", "#9467bd",
                                      "#ff7f0e", "#8c564b", "#e377c2", "#17becf"};
@@ -68,6 +67,8 @@ int gml_plot_svg(const char *path, const char *title, const gml_plot_line *lines
     double unit = gib ? 1024.0 : 1.0; /* axis unit in MiB */
     double step = nice_step(ymax * 1.08 / unit, 6) * unit;
     double ytop = step * (double)(int)(ymax * 1.08 / step + 0.999);
+    double legend = 18.0 * (double)(n > 64 ? 64 : n) + 8; /* the legend, under the axis */
+    double H = 480 + legend, BOTTOM = AXIS + legend;
     double pw = W - LEFT - RIGHT, ph = H - TOP - BOTTOM;
 #define X(frac) (LEFT + (frac) * pw)
 #define Y(v) (TOP + ph - (v) / ytop * ph)
@@ -95,10 +96,28 @@ int gml_plot_svg(const char *path, const char *title, const gml_plot_line *lines
         fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">%zu</text>\n", X(i / 4.0),
                 H - BOTTOM + 18, (size_t)((double)events * i / 4.0));
     fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">trace events</text>\n",
-            X(0.5), H - 16);
+            X(0.5), H - BOTTOM + 40);
     fprintf(f, "</g>\n<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"none\" "
                "stroke=\"#333\"/>\n",
             LEFT, TOP, pw, ph);
+    /* peak labels above their dots, pushed apart so that none overlaps another */
+    double label_y[64];
+    size_t order[64];
+    if (n > 64)
+        n = 64;
+    for (size_t i = 0; i < n; i++) {
+        label_y[i] = Y(lines[i].result->peak_reserved / mib) - 8;
+        order[i] = i;
+    }
+    for (size_t i = 1; i < n; i++) /* lowest on the page first */
+        for (size_t j = i; j > 0 && label_y[order[j]] > label_y[order[j - 1]]; j--) {
+            size_t t = order[j];
+            order[j] = order[j - 1];
+            order[j - 1] = t;
+        }
+    for (size_t i = 1; i < n; i++)
+        if (label_y[order[i]] > label_y[order[i - 1]] - 15)
+            label_y[order[i]] = label_y[order[i - 1]] - 15;
     for (size_t i = 0; i < n; i++) {
         const gml_series *s = lines[i].series;
         const gml_policy_result *r = lines[i].result;
@@ -125,12 +144,12 @@ int gml_plot_svg(const char *path, const char *title, const gml_plot_line *lines
         put_text(f, lines[i].policy);
         fprintf(f, " peak reserved %.0f MiB</title></circle>\n", r->peak_reserved / mib);
         fprintf(f, "<text class=\"peak-label\" x=\"%.1f\" y=\"%.1f\" fill=\"%s\" "
-                   "text-anchor=\"%s\">",
-                px + (px > W / 2 ? -8 : 8), py - 8 - 14.0 * (double)i, c, px > W / 2 ? "end" : "start");
+                   "text-anchor=\"%s\" stroke=\"white\" stroke-width=\"3\" paint-order=\"stroke\">",
+                px + (px > W / 2 ? -9 : 9), label_y[i], c, px > W / 2 ? "end" : "start");
         put_text(f, lines[i].policy);
         fprintf(f, " peak %.0f MiB</text>\n", r->peak_reserved / mib);
         /* legend */
-        double ly = TOP + 14 + 18.0 * (double)i;
+        double ly = H - legend + 10 + 18.0 * (double)i;
         fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"%s\" "
                    "stroke-width=\"3\"/>\n<text x=\"%.1f\" y=\"%.1f\">",
                 LEFT + 10, ly, LEFT + 34, ly, c, LEFT + 40, ly + 4);

@@ -75,6 +75,16 @@ int gml_trace_load(const char *path, gml_trace *out, char *err, size_t errlen)
         snprintf(err, errlen, "%s: cannot open: %s", path, strerror(errno ? errno : ENOENT));
         return -1;
     }
+    int c0 = gzgetc(f);
+    if (c0 == 0x80) { /* the pickle protocol opcode */
+        snprintf(err, errlen, "%s: a Python pickle, not a gmlake trace: if it is a PyTorch memory "
+                 "snapshot, replay it with `gmlake replay` or convert it with `gmlake "
+                 "import-snapshot`", path);
+        gzclose(f);
+        return -1;
+    }
+    if (c0 != -1)
+        gzungetc(c0, f);
     size_t cap = 0;
     char buf[512];
     uint32_t line = 0;
