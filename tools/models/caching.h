@@ -71,6 +71,8 @@ typedef struct pt_alloc {
 
 pt_block *pt_block_new(pt_alloc *a, pt_pool *pool, uint64_t stream, uint64_t ptr, uint64_t size);
 uint64_t pt_va(pt_alloc *a, uint64_t size);
+/* links b between before and after (either may be NULL), as Block::splice */
+void pt_splice(pt_block *b, pt_block *before, pt_block *after);
 /* combine a free neighbour `src` into `dst`; returns the bytes subsumed (0: not merged). */
 uint64_t pt_try_merge(pt_alloc *a, pt_block *dst, pt_block *src);
 

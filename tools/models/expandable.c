@@ -91,26 +91,27 @@ static pt_block *find_expandable_block(pt_alloc *a, pt_pool *pool, uint64_t stre
 
 static bool map_block(pt_alloc *a, pt_block *to_map, uint64_t size)
 {
-    uint64_t mapped = segment_map(a, to_map->es, to_map->ptr, size);
-    if (mapped == 0)
-        return false;
     pt_pool *pool = to_map->pool;
+    pt_block *rest = pt_block_new(a, pool, to_map->stream, 0, 0); /* the unmapped remainder */
+    if (!rest)
+        return false;
+    uint64_t mapped = segment_map(a, to_map->es, to_map->ptr, size);
+    if (mapped == 0) {
+        free(rest);
+        return false;
+    }
     RB_REMOVE(pt_addr_tree, &pool->unmapped, to_map);
     to_map->mapped = true;
     if (mapped < to_map->size) {
-        pt_block *rest = pt_block_new(a, pool, to_map->stream, to_map->ptr + mapped,
-                                      to_map->size - mapped);
-        if (!rest)
-            abort(); /* a model's record: nothing sensible to do without it */
+        rest->ptr = to_map->ptr + mapped;
+        rest->size = to_map->size - mapped;
         rest->mapped = false;
         rest->es = to_map->es;
-        rest->prev = to_map;
-        rest->next = to_map->next;
-        if (rest->next)
-            rest->next->prev = rest;
-        to_map->next = rest;
+        pt_splice(rest, to_map, to_map->next);
         RB_INSERT(pt_addr_tree, &pool->unmapped, rest);
         to_map->size = mapped;
+    } else {
+        free(rest);
     }
     pt_try_merge(a, to_map, to_map->prev);
     pt_try_merge(a, to_map, to_map->next);
@@ -147,6 +148,15 @@ void pt_unmap_block(pt_alloc *a, pt_block *b)
     uint64_t end = (b->ptr + b->size - es->base) / es->page;
     if (begin >= end)
         return; /* no whole page inside the block */
+    pt_pool *pool = b->pool;
+    /* the free mapped pieces before and after the pages unmapped */
+    pt_block *before = pt_block_new(a, pool, b->stream, 0, 0);
+    pt_block *after = pt_block_new(a, pool, b->stream, 0, 0);
+    if (!before || !after) {
+        free(before);
+        free(after);
+        return; /* the pages stay mapped */
+    }
     gml_policy_call(&a->base, GML_CALL_STREAM_SYNC, 0);
     for (uint64_t i = begin; i < end; i++) {
         es->mapped[i] = 0;
@@ -154,32 +164,23 @@ void pt_unmap_block(pt_alloc *a, pt_block *b)
         gml_policy_call(&a->base, GMLAKE_DC_CHUNK_RELEASE, es->page);
     }
     uint64_t uptr = es->base + begin * es->page, usize = (end - begin) * es->page;
-    pt_pool *pool = b->pool;
     RB_REMOVE(pt_size_tree, &pool->blocks, b);
-    uint64_t before = uptr - b->ptr, after = b->size - before - usize;
-    if (before > 0) {
-        pt_block *f = pt_block_new(a, pool, b->stream, b->ptr, before);
-        if (!f)
-            abort();
-        f->es = es;
-        f->prev = b->prev;
-        if (f->prev)
-            f->prev->next = f;
-        f->next = b;
-        b->prev = f;
-        RB_INSERT(pt_size_tree, &pool->blocks, f);
-    }
-    if (after > 0) {
-        pt_block *f = pt_block_new(a, pool, b->stream, uptr + usize, after);
-        if (!f)
-            abort();
-        f->es = es;
-        f->next = b->next;
-        if (f->next)
-            f->next->prev = f;
-        f->prev = b;
-        b->next = f;
-        RB_INSERT(pt_size_tree, &pool->blocks, f);
+    before->ptr = b->ptr;
+    before->size = uptr - b->ptr;
+    after->ptr = uptr + usize;
+    after->size = b->size - before->size - usize;
+    pt_block *pieces[2] = {before, after};
+    for (int k = 0; k < 2; k++) {
+        if (pieces[k]->size == 0) {
+            free(pieces[k]);
+            continue;
+        }
+        pieces[k]->es = es;
+        if (k == 0)
+            pt_splice(before, b->prev, b);
+        else
+            pt_splice(after, b, b->next);
+        RB_INSERT(pt_size_tree, &pool->blocks, pieces[k]);
     }
     b->ptr = uptr;
     b->size = usize;

@@ -49,6 +49,16 @@ uint64_t pt_va(pt_alloc *a, uint64_t size)
     return p;
 }
 
+void pt_splice(pt_block *b, pt_block *before, pt_block *after)
+{
+    if (before)
+        before->next = b;
+    b->prev = before;
+    if (after)
+        after->prev = b;
+    b->next = after;
+}
+
 uint64_t pt_try_merge(pt_alloc *a, pt_block *dst, pt_block *src)
 {
     (void)a;
@@ -260,11 +270,7 @@ static int pt_malloc(gml_policy *pol, uint64_t orig_size, uint64_t stream, uint6
             return GMLAKE_ERR_NOMEM;
         }
         b->es = rest->es;
-        b->prev = rest->prev;
-        if (b->prev)
-            b->prev->next = b;
-        b->next = rest;
-        rest->prev = b;
+        pt_splice(b, rest->prev, rest);
         rest->ptr += size;
         rest->size -= size;
         RB_INSERT(pt_size_tree, &pool->blocks, rest);
