@@ -236,6 +236,13 @@ class Fixtures(unittest.TestCase):
                 importer(os.path.join(fdir, s), "-q", "-o", out)
                 h = "\n".join(header(out))
                 self.assertIn("expandable_segments " + ("True" if "expandable" in s else "False"), h)
+                # what the importer reconstructs of PyTorch's reserved bytes over the window is
+                # what torch.cuda.memory_stats() said (peaks reset when recording started)
+                stats = os.path.join(fdir, s.replace(".pickle.gz", ".stats.json"))
+                with open(stats) as f:
+                    st = json.load(f)["at_dump"]
+                self.assertIn(f"peak {st['reserved_bytes.all.peak']}, at the snapshot "
+                              f"{st['reserved_bytes.all.current']}", h)
                 r = replay_json("--check", "1000", "--policy", "pytorch,expandable,gmlake", out)
                 for (_, pol), d in r.items():
                     self.assertEqual(d["failed_allocations"], 0, pol)

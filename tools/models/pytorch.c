@@ -306,10 +306,12 @@ static int pt_check(gml_policy *pol, char *why, size_t whylen)
     pt_pool *pools[2] = {&a->large, &a->small};
     pt_block *b;
     for (int p = 0; p < 2; p++) {
-        RB_FOREACH(b, pt_size_tree, &pools[p]->blocks)
-        nfree++;
-        RB_FOREACH(b, pt_addr_tree, &pools[p]->unmapped)
-        nunmapped++;
+        RB_FOREACH(b, pt_size_tree, &pools[p]->blocks) {
+            nfree++;
+        }
+        RB_FOREACH(b, pt_addr_tree, &pools[p]->unmapped) {
+            nunmapped++;
+        }
     }
     nlive = HASH_COUNT(a->live);
     uint64_t seen_free = 0, seen_unmapped = 0, seen_live = 0;
