@@ -158,6 +158,14 @@ class Import(unittest.TestCase):
         self.assertEqual(events(out), snapshots.EXPECTED_TRACE)
 
 
+    def test_gmlake_replay_set_takes_a_value_not_a_trace(self):
+        # `--set KEY=VALUE` without a trace replays the bundled trace (the old front end took
+        # KEY=VALUE for a trace and printed the usage)
+        p = run(os.path.join(ROOT, "scripts", "gmlake"), "replay", "--json", "--set", "stitch=off")
+        d = json.loads(p.stdout.splitlines()[0])
+        self.assertEqual((d["trace"], d["stitches"]), ("mixtral_moe.trace.gz", 0))
+
+
 class TableAndPlot(unittest.TestCase):
     def setUp(self):
         self.dir = tempfile.mkdtemp(prefix="gmlake-plot-")
