@@ -190,7 +190,7 @@ def convert_device(snap, device):
         f"at the snapshot {reserved_end}",
         f"# pytorch allocator: expandable_segments {'True' if expandable else 'False'} "
         f"(replay with --policy {'expandable' if expandable else 'pytorch'}), "
-        f"max_split_size {summary['max_split_size']}",
+        f"max_split_size {_split_text(summary['max_split_size'], expandable)}",
     ]
     if not_in_segments:
         head.append(f"# {not_in_segments} allocations live at the end of the buffer are not "
@@ -198,6 +198,14 @@ def convert_device(snap, device):
     lines = [f"A {a:#x} {s} {st:#x} 0" for a, (s, st) in sorted(initial.items())]
     lines += [f"{op} {a:#x} {s} {st:#x} {t}" for op, a, s, st, t in events]
     return head, lines, summary
+
+
+def _split_text(mss, expandable):
+    # PyTorch stores its default (SIZE_MAX) as -1 in the snapshot
+    if not isinstance(mss, int) or isinstance(mss, bool) or mss < 0 or mss >= 1 << 63:
+        return "unlimited"
+    pol = "expandable" if expandable else "pytorch"
+    return f"{mss} (replay with --set {pol}.max_split_size_mb={mss >> 20})"
 
 
 def devices_with_events(snap):
