@@ -156,6 +156,11 @@ class Import(unittest.TestCase):
         out = os.path.join(self.dir, "via-command.trace")
         run(g, "import-snapshot", "-q", snap, "-o", out)
         self.assertEqual(events(out), snapshots.EXPECTED_TRACE)
+        gz = self.write(None, "job2.pickle.gz", gzip.compress(pickle.dumps(snapshots.scenario())))
+        p = run(g, "replay", "--json", "--policy", "pytorch", gz)
+        d = json.loads(p.stdout)
+        self.assertEqual((d["trace"], d["peak_reserved_bytes"]),
+                         ("job2.trace", snapshots.PEAK_RESERVED["pytorch"]), "a gzipped snapshot")
 
 
     def test_gmlake_replay_set_takes_a_value_not_a_trace(self):
