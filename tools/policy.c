@@ -23,9 +23,11 @@ const char *gml_call_name(int kind)
     return "unknown";
 }
 
-void gml_policy_call(gml_policy *p, int kind, uint64_t bytes)
+void gml_policy_call(gml_policy *p, int kind, uint64_t handle_bytes, uint64_t handles)
 {
-    (void)bytes; /* the handle size: what a per-call driver cost estimate needs */
+    /* handle_bytes and handles are what an estimate of the driver time of the call needs */
+    (void)handle_bytes;
+    (void)handles;
     p->calls[kind]++;
 }
 

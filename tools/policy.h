@@ -52,8 +52,9 @@ struct gml_policy {
     gml_pool *pool;                 /* gmlake policies: the pool replayed through */
 };
 
-/* Counts one device call of `kind` on a handle or range of `bytes`. */
-void gml_policy_call(gml_policy *p, int kind, uint64_t bytes);
+/* Counts one device call of `kind` over `handles` physical handles of handle_bytes each (1 and
+ * the range's size for a call on a virtual range, 0 handles for a synchronization). */
+void gml_policy_call(gml_policy *p, int kind, uint64_t handle_bytes, uint64_t handles);
 
 /* Policies by name: gmlake, no-stitch, largest, bestfit (gmlake's pool with `pool` settings,
  * adjusted for the name), pytorch, expandable (models, with `model` options).  NULL with a

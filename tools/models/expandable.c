@@ -24,7 +24,7 @@ static pt_segment *segment_new(pt_alloc *a, uint64_t stream, bool small)
     es->base = pt_va(a, es->page * es->max_pages);
     es->next_seg = a->segments;
     a->segments = es;
-    gml_policy_call(&a->base, GMLAKE_DC_VA_RESERVE, es->page * es->max_pages);
+    gml_policy_call(&a->base, GMLAKE_DC_VA_RESERVE, es->page * es->max_pages, 1);
     return es;
 }
 
@@ -42,10 +42,11 @@ static uint64_t segment_map(pt_alloc *a, pt_segment *es, uint64_t ptr, uint64_t 
         return 0; /* cuMemCreate fails: the device is full */
     for (uint64_t i = begin; i < end; i++) {
         es->mapped[i] = 1;
-        gml_policy_call(&a->base, GMLAKE_DC_CHUNK_CREATE, es->page);
-        gml_policy_call(&a->base, GMLAKE_DC_MAP, es->page);
+        gml_policy_call(&a->base, GMLAKE_DC_CHUNK_CREATE, es->page, 1);
+        gml_policy_call(&a->base, GMLAKE_DC_MAP, es->page, 1);
     }
-    gml_policy_call(&a->base, GMLAKE_DC_SET_ACCESS, bytes);
+    /* one cuMemSetAccess over the range mapped */
+    gml_policy_call(&a->base, GMLAKE_DC_SET_ACCESS, es->page, end - begin);
     return bytes;
 }
 
@@ -157,11 +158,11 @@ void pt_unmap_block(pt_alloc *a, pt_block *b)
         free(after);
         return; /* the pages stay mapped */
     }
-    gml_policy_call(&a->base, GML_CALL_STREAM_SYNC, 0);
+    gml_policy_call(&a->base, GML_CALL_STREAM_SYNC, 0, 0);
     for (uint64_t i = begin; i < end; i++) {
         es->mapped[i] = 0;
-        gml_policy_call(&a->base, GMLAKE_DC_UNMAP, es->page);
-        gml_policy_call(&a->base, GMLAKE_DC_CHUNK_RELEASE, es->page);
+        gml_policy_call(&a->base, GMLAKE_DC_UNMAP, es->page, 1);
+        gml_policy_call(&a->base, GMLAKE_DC_CHUNK_RELEASE, es->page, 1);
     }
     uint64_t uptr = es->base + begin * es->page, usize = (end - begin) * es->page;
     RB_REMOVE(pt_size_tree, &pool->blocks, b);
@@ -201,7 +202,7 @@ void pt_release_expandable_segment(pt_alloc *a, pt_block *b)
             *pp = es->next_seg;
             break;
         }
-    gml_policy_call(&a->base, GMLAKE_DC_VA_FREE, es->page * es->max_pages);
+    gml_policy_call(&a->base, GMLAKE_DC_VA_FREE, es->page * es->max_pages, 1);
     free(es->mapped);
     free(es);
 }

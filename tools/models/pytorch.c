@@ -159,13 +159,13 @@ static pt_block *alloc_block(pt_alloc *a, pt_pool *pool, uint64_t stream, uint64
     if (!b)
         return NULL;
     a->base.reserved += alloc_size;
-    gml_policy_call(&a->base, GML_CALL_CUDA_MALLOC, alloc_size);
+    gml_policy_call(&a->base, GML_CALL_CUDA_MALLOC, alloc_size, 1);
     return b;
 }
 
 static void release_block(pt_alloc *a, pt_block *b)
 {
-    gml_policy_call(&a->base, GML_CALL_CUDA_FREE, b->size);
+    gml_policy_call(&a->base, GML_CALL_CUDA_FREE, b->size, 1);
     a->base.reserved -= b->size;
     RB_REMOVE(pt_size_tree, &b->pool->blocks, b);
     free(b);
