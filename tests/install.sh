@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # install.sh — a `meson install` tree works as installed: configures SOURCE with
 # --prefix=TMP/prefix into a build directory of its own, installs, and checks that the installed
-# gmlake reads PREFIX/etc/gmlake.conf, prints its version, finds its library, tools and bundled
-# trace, and installed its man pages, pkg-config file and Python package.
+# gmlake reads PREFIX/etc/gmlake.conf, prints its version, finds its library, tools (the snapshot
+# importer too) and bundled trace, and installed its man pages, pkg-config file and Python package.
 # Usage: install.sh SOURCE
 set -u
 src=$1
@@ -36,7 +36,15 @@ echo "log_level = debug" >>"$prefix/etc/gmlake.conf"
 check "... which reads PREFIX/etc/gmlake.conf too (log_level = debug there)" \
   '[[ "$(LD_PRELOAD=$lib sh -c true 2>&1)" == *"PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync (PyTorch hands"* ]]'
 out=$("$g" replay 2>&1)
-check "replay of the bundled trace from the installed tree" '[[ "$out" == *"mixtral_moe.trace.gz [gmlake]"* ]]'
+check "replay of the bundled trace from the installed tree, three policies" \
+  '[[ "$out" == "mixtral_moe.trace.gz: "* && "$out" == *$'"'"'\n  pytorch '"'"'*$'"'"'\n  expandable '"'"'*$'"'"'\n  gmlake '"'"'* ]]'
+snap=$src/tests/tools/fixtures/native.pickle.gz
+"$g" import-snapshot -q "$snap" -o "$tmp/native.trace" 2>&1
+check "import-snapshot from the installed tree" '[ $? -eq 0 ] && grep -q "^A " "$tmp/native.trace"'
+mkdir "$tmp/tmpdir"
+out=$(TMPDIR=$tmp/tmpdir "$g" replay --json --policy pytorch "$snap" 2>&1)
+check "replay of a snapshot from the installed tree, its conversion removed after" \
+  '[[ "$out" == *"\"trace\":\"native.trace\",\"policy\":\"pytorch\""* ]] && [ -z "$(ls -A "$tmp/tmpdir")" ]'
 check "man pages gmlake(1), gmlake.conf(5)" '[ -f "$prefix/share/man/man1/gmlake.1" ] && grep -q "^\.B auto_gc" "$prefix/share/man/man5/gmlake.conf.5"'
 pc=$(find "$prefix" -name gmlake.pc | head -n1)
 check "pkg-config file" '[ -n "$pc" ] && [[ "$(PKG_CONFIG_PATH=$(dirname "$pc") pkg-config --cflags --libs gmlake)" == *"-I$prefix/include"*"-lgmlake"* ]]'
@@ -50,7 +58,7 @@ check "... importable, and safe where gmlake is not loaded" \
 if { meson setup "$tmp/nocuda" "$src" -Dcuda=disabled -Dtests=false && ninja -C "$tmp/nocuda"; } >"$log" 2>&1; then
   check "no CUDA headers: no libgmlake, the tools are built" \
     '[ ! -e "$tmp/nocuda/interpose/libgmlake.so" ] && [ -x "$tmp/nocuda/tools/gmlake-replay" ] && grep -q "building only the simulated device" "$log"'
-  check "... and replay works" '"$tmp/nocuda/tools/gmlake-replay" "$src/bench/traces/mixtral_moe.trace.gz" | grep -q utilization'
+  check "... and replay works" '"$tmp/nocuda/tools/gmlake-replay" "$src/bench/traces/mixtral_moe.trace.gz" | grep -q "peak reserved"'
 else
   tail -n 20 "$log"
   check "a build without CUDA headers" false

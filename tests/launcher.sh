@@ -78,7 +78,8 @@ check "unknown command" '[ $? -eq 2 ]'
 check "help" '"$g" --help | grep -q "^  run " && "$g" run --help | grep -q -- "--set key=value"'
 check "--version" '[[ "$("$g" --version)" =~ ^gmlake\ [0-9]+\.[0-9]+ ]]'
 out=$("$g" replay --set stitch_strategy=bestfit 2>&1)
-check "replay --set KEY=VALUE, bundled trace under several policies" '[[ "$out" == *"mixtral_moe.trace.gz [no-stitch]"* && "$out" == *"mixtral_moe.trace.gz [gmlake]"* ]]'
+check "replay --set KEY=VALUE, bundled trace under pytorch, expandable and gmlake side by side" \
+  '[[ "$out" == "mixtral_moe.trace.gz: "*$'"'"'\n  policy '"'"'*$'"'"'\n  pytorch '"'"'*$'"'"'\n  expandable '"'"'*$'"'"'\n  gmlake '"'"'* ]]'
 "$g" replay --set stitch_strategy=worst >/dev/null 2>&1
 check "replay --set with a bad value fails" '[ $? -ne 0 ]'
 echo "$pass passed, $fail failed"

@@ -1,6 +1,8 @@
 /*
- * replay.c — `gmlake replay`: replays allocation traces through the pool on the sim device and
- * reports reserved memory, utilization and device calls per trace and policy.
+ * replay.c — `gmlake replay`: replays allocation traces under replay policies (gmlake's pool on
+ * the sim device, models of PyTorch's allocators) and reports, per trace, the policies side by
+ * side: peak active and reserved memory, utilization, memory saved against `pytorch`, device
+ * calls, stitches; optionally an SVG chart of memory over the trace.
  */
 #include <getopt.h>
 #include <stdio.h>
@@ -10,43 +12,39 @@
 #include "../config/config.h"
 #include "../config/units.h"
 #include "../stitch/stitch.h"
+#include "plot.h"
+#include "policy.h"
 #include "trace.h"
 
 static void usage(FILE *f)
 {
     fprintf(f,
-            "usage: gmlake replay [--json] [--policy LIST] [--capacity SIZE] [--check N] TRACE...\n"
-            "Replays gmlake-trace v1 files (plain or gzip) through gmlake's pool on a simulated\n"
-            "device and prints, per trace and policy: allocations, peak active and reserved bytes,\n"
-            "utilization (peak active / peak reserved), device calls by kind, their estimated driver\n"
-            "time (core/cost.h: total and second half of the trace), replay time.\n"
-            "  --json          one JSON object per line instead of the text report\n"
-            "  --policy LIST   comma-separated: gmlake (stitching, default strategy), no-stitch,\n"
-            "                  largest, bestfit (stitching with that strategy); default gmlake\n"
+            "usage: gmlake replay [--json] [--policy LIST] [--capacity SIZE] [--plot FILE.svg] [--check N]\n"
+            "                     [--set KEY=VALUE] TRACE...\n"
+            "Replays gmlake-trace v1 files (plain or gzip) under each policy on a simulated device\n"
+            "and prints, per trace, the policies side by side: peak active and reserved bytes,\n"
+            "utilization (peak active / peak reserved), memory saved against pytorch, device\n"
+            "calls and their estimated driver time (core/cost.h), stitches; then each policy's\n"
+            "device calls by kind, with the count and driver time of the trace's second half.\n"
+            "  --json          one JSON object per trace and policy instead of the table\n"
+            "  --policy LIST   comma-separated, default gmlake:\n"
+            "                    gmlake      gmlake's pool (stitching, default strategy)\n"
+            "                    no-stitch, largest, bestfit   gmlake without stitching / with that strategy\n"
+            "                    pytorch     model of PyTorch's native caching allocator\n"
+            "                    expandable  model of PyTorch with expandable_segments:True\n"
             "  --capacity SIZE device memory of the simulated GPU (default 140GiB)\n"
-            "  --check N       run the pool consistency checker every N events (slow)\n"
+            "  --plot FILE.svg reserved and active memory over the trace per policy, peaks marked\n"
+            "                  (several traces: the trace's name goes before .svg)\n"
+            "  --check N       run the policy's consistency checker every N events (slow)\n"
             "  --set KEY=VALUE a pool setting, as in gmlake.conf (stitch, frag_limit, reuse_limit,\n"
             "                  defrag_level, auto_gc, stitch_bytes_limit, stitch_strategy,\n"
-            "                  chunk_size, small_limit, memory_limit); repeatable\n");
+            "                  chunk_size, small_limit, memory_limit), or a model setting:\n"
+            "                  pytorch.max_split_size_mb, pytorch.roundup_power2_divisions (the\n"
+            "                  same keys under expandable.); repeatable\n");
 }
 
 static gml_config base; /* defaults plus --set */
-
-static int apply_policy(const char *name, gml_pool_settings *s)
-{
-    *s = base.pool;
-    if (strcmp(name, "gmlake") == 0)
-        return 0;
-    if (strcmp(name, "no-stitch") == 0) {
-        s->vmm_defragment = false;
-        return 0;
-    }
-    int st = gml_stitch_strategy_from_name(name);
-    if (st < 0)
-        return -1;
-    s->strategy = (gml_stitch_strategy)st;
-    return 0;
-}
+static gml_model_options model_opt;
 
 static const char *base_name(const char *p)
 {
@@ -54,65 +52,122 @@ static const char *base_name(const char *p)
     return s ? s + 1 : p;
 }
 
-static void report(const char *trace, const char *policy, const gml_replay_result *r, bool json)
+typedef struct run {
+    const char *policy;
+    gml_policy_result r;
+    gml_series s;
+    gmlake_stats st; /* gmlake policies: the pool's at the end */
+    bool is_pool;
+} run;
+
+static void json_line(const char *trace, const run *x, const run *ref)
 {
-    const gmlake_stats *s = &r->stats;
-    const double mib = 1024.0 * 1024.0;
-    if (json) {
-        printf("{\"trace\":\"%s\",\"policy\":\"%s\",\"allocations\":%lu,\"frees\":%lu,"
-               "\"failed_allocations\":%lu,\"peak_active_bytes\":%lu,\"peak_reserved_bytes\":%lu,"
-               "\"utilization\":%.6f,\"stitches\":%lu,\"stitch_reuses\":%lu,"
-               "\"stitch_evictions\":%lu,\"device_calls_total\":%lu,"
-               "\"device_calls_second_half\":%lu,\"device_calls\":{",
-               trace, policy, (unsigned long)r->allocations, (unsigned long)r->frees,
-               (unsigned long)r->failed, (unsigned long)s->peak_active_bytes,
-               (unsigned long)s->peak_reserved_bytes, s->utilization, (unsigned long)s->stitches,
-               (unsigned long)s->stitch_reuses, (unsigned long)s->stitch_evictions,
-               (unsigned long)r->calls_total, (unsigned long)r->calls_second_half);
-        for (int i = 0; i < GMLAKE_DC_COUNT; i++)
-            printf("%s\"%s\":%lu", i ? "," : "", gmlake_devcall_name(i),
-                   (unsigned long)s->device_calls[i]);
-        printf("},\"device_seconds\":%.6f,\"device_seconds_second_half\":%.6f,"
-               "\"replay_seconds\":%.3f}\n",
-               r->device_seconds, r->device_seconds_second_half, r->seconds);
-        return;
+    const gml_policy_result *r = &x->r;
+    double util = r->peak_reserved ? (double)r->peak_active / (double)r->peak_reserved : 0;
+    printf("{\"trace\":\"%s\",\"policy\":\"%s\",\"allocations\":%lu,\"frees\":%lu,"
+           "\"failed_allocations\":%lu,\"peak_active_bytes\":%lu,\"peak_reserved_bytes\":%lu,"
+           "\"utilization\":%.6f,\"stitches\":%lu,",
+           trace, x->policy, (unsigned long)r->allocations, (unsigned long)r->frees,
+           (unsigned long)r->failed, (unsigned long)r->peak_active,
+           (unsigned long)r->peak_reserved, util, (unsigned long)r->stitches);
+    if (x->is_pool)
+        printf("\"stitch_reuses\":%lu,\"stitch_evictions\":%lu,", (unsigned long)x->st.stitch_reuses,
+               (unsigned long)x->st.stitch_evictions);
+    if (ref)
+        printf("\"saved_vs_pytorch_bytes\":%lld,",
+               (long long)ref->r.peak_reserved - (long long)r->peak_reserved);
+    printf("\"device_calls_total\":%lu,\"device_calls_second_half\":%lu,\"device_calls\":{",
+           (unsigned long)r->calls_total, (unsigned long)r->calls_second_half);
+    bool first = true;
+    for (int i = 0; i < GML_CALL_COUNT; i++) {
+        if (i >= GMLAKE_DC_COUNT && !r->calls[i])
+            continue; /* gmlake's kinds always (as before), PyTorch's when made */
+        printf("%s\"%s\":%lu", first ? "" : ",", gml_call_name(i), (unsigned long)r->calls[i]);
+        first = false;
     }
-    printf("%s [%s]\n", trace, policy);
-    printf("  allocations %lu, frees %lu, failed %lu\n", (unsigned long)r->allocations,
-           (unsigned long)r->frees, (unsigned long)r->failed);
-    printf("  peak active %.1f MiB, peak reserved %.1f MiB, utilization %.2f%%\n",
-           (double)s->peak_active_bytes / mib, (double)s->peak_reserved_bytes / mib,
-           100.0 * s->utilization);
-    printf("  stitches %lu, stitch reuses %lu, stitch evictions %lu\n", (unsigned long)s->stitches,
-           (unsigned long)s->stitch_reuses, (unsigned long)s->stitch_evictions);
-    printf("  device calls %lu (second half of the trace: %lu):", (unsigned long)r->calls_total,
-           (unsigned long)r->calls_second_half);
-    for (int i = 0; i < GMLAKE_DC_COUNT; i++)
-        if (s->device_calls[i])
-            printf(" %s %lu", gmlake_devcall_name(i), (unsigned long)s->device_calls[i]);
-    printf("\n  estimated driver time %.3f ms (second half: %.3f ms)\n", 1e3 * r->device_seconds,
-           1e3 * r->device_seconds_second_half);
-    printf("  replay %.3f s\n", r->seconds);
+    printf("},\"device_seconds\":%.6f,\"device_seconds_second_half\":%.6f,"
+           "\"replay_seconds\":%.3f}\n",
+           r->device_seconds, r->device_seconds_second_half, r->seconds);
 }
 
+static uint64_t sum_calls(const gml_policy_result *r)
+{
+    uint64_t n = 0;
+    for (int k = 0; k < GML_CALL_COUNT; k++)
+        n += r->calls[k];
+    return n;
+}
+
+static void table(const char *trace, const gml_trace *t, const run *runs, size_t n, const run *ref)
+{
+    const double mib = 1024.0 * 1024.0;
+    printf("%s: %zu events\n", trace, t->n);
+    printf("  %-12s %14s %14s %8s %17s %12s %14s %9s %7s\n", "policy", "peak active",
+           "peak reserved", "util.", "saved vs pytorch", "device calls", "est. driver s",
+           "stitches", "failed");
+    for (size_t i = 0; i < n; i++) {
+        const gml_policy_result *r = &runs[i].r;
+        char saved[32] = "-";
+        if (ref)
+            snprintf(saved, sizeof saved, "%.1f MiB",
+                     ((double)ref->r.peak_reserved - (double)r->peak_reserved) / mib);
+        printf("  %-12s %10.1f MiB %10.1f MiB %7.2f%% %17s %12lu %14.4f %9lu %7lu\n",
+               runs[i].policy, r->peak_active / mib, r->peak_reserved / mib,
+               r->peak_reserved ? 100.0 * (double)r->peak_active / (double)r->peak_reserved : 0.0,
+               saved, (unsigned long)sum_calls(r), r->device_seconds, (unsigned long)r->stitches,
+               (unsigned long)r->failed);
+    }
+    for (size_t i = 0; i < n; i++) {
+        const gml_policy_result *r = &runs[i].r;
+        printf("  %s: device calls (second half of the trace: %lu, est. driver %.4f s):",
+               runs[i].policy, (unsigned long)r->calls_second_half,
+               r->device_seconds_second_half);
+        for (int k = 0; k < GML_CALL_COUNT; k++)
+            if (r->calls[k])
+                printf(" %s %lu", gml_call_name(k), (unsigned long)r->calls[k]);
+        printf("; replay %.3f s\n", r->seconds);
+    }
+}
+
+/* FILE.svg for one trace; FILE.<trace name>.svg for several. */
+static void plot_path(char *out, size_t len, const char *plot, const char *trace, bool several)
+{
+    if (!several) {
+        snprintf(out, len, "%s", plot);
+        return;
+    }
+    char name[256];
+    snprintf(name, sizeof name, "%s", base_name(trace));
+    char *dot = strchr(name, '.');
+    if (dot)
+        *dot = 0;
+    const char *ext = strrchr(plot, '.');
+    if (ext && strchr(ext, '/'))
+        ext = NULL;
+    if (ext)
+        snprintf(out, len, "%.*s.%s%s", (int)(ext - plot), plot, name, ext);
+    else
+        snprintf(out, len, "%s.%s", plot, name);
+}
 int main(int argc, char **argv)
 {
     static const struct option opts[] = {
         {"json", no_argument, 0, 'j'},       {"policy", required_argument, 0, 'p'},
         {"capacity", required_argument, 0, 'c'}, {"check", required_argument, 0, 'k'},
-        {"set", required_argument, 0, 's'},  {"help", no_argument, 0, 'h'},
-        {0, 0, 0, 0},
+        {"set", required_argument, 0, 's'},  {"plot", required_argument, 0, 'o'},
+        {"help", no_argument, 0, 'h'},       {0, 0, 0, 0},
     };
     bool json = false;
-    const char *policies = "gmlake";
+    const char *policies = "gmlake", *plot = NULL;
     size_t capacity = (size_t)140 << 30;
     long check = 0;
     int c;
     gml_config_defaults(&base);
-    while ((c = getopt_long(argc, argv, "jp:c:k:s:h", opts, NULL)) != -1) {
+    gml_model_options_default(&model_opt);
+    while ((c = getopt_long(argc, argv, "jp:c:k:s:o:h", opts, NULL)) != -1) {
         switch (c) {
         case 's': {
-            char kv[256];
+            char kv[256], err[256];
             snprintf(kv, sizeof kv, "%s", optarg);
             char *eq = strchr(kv, '=');
             if (!eq) {
@@ -120,12 +175,18 @@ int main(int argc, char **argv)
                 return 2;
             }
             *eq = 0;
-            if (gml_config_set(&base, NULL, kv, eq + 1, "--set", stderr) != 0)
+            int m = gml_model_option_set(&model_opt, kv, eq + 1, err, sizeof err);
+            if (m < 0) {
+                fprintf(stderr, "gmlake replay: --set %s\n", err);
+                return 2;
+            }
+            if (m > 0 && gml_config_set(&base, NULL, kv, eq + 1, "--set", stderr) != 0)
                 return 2;
             break;
         }
         case 'j': json = true; break;
         case 'p': policies = optarg; break;
+        case 'o': plot = optarg; break;
         case 'c':
             if (gml_parse_size(optarg, &capacity) || capacity < ((size_t)2 << 20)) {
                 fprintf(stderr, "gmlake replay: --capacity '%s' is not a size of at least 2MiB\n", optarg);
@@ -150,14 +211,31 @@ int main(int argc, char **argv)
         usage(stderr);
         return 2;
     }
+    enum { MAXPOL = 16 };
+    const char *names[MAXPOL];
+    size_t npol = 0;
     char list[256];
     snprintf(list, sizeof list, "%s", policies);
     for (char *save, *pol = strtok_r(list, ",", &save); pol; pol = strtok_r(NULL, ",", &save)) {
-        gml_pool_settings s;
-        if (apply_policy(pol, &s)) {
-            fprintf(stderr, "gmlake replay: unknown policy '%s' (known: gmlake, no-stitch, largest, bestfit)\n", pol);
+        if (!gml_policy_known(pol)) {
+            fprintf(stderr, "gmlake replay: unknown policy '%s' (known: gmlake, no-stitch, largest, "
+                            "bestfit, pytorch, expandable)\n", pol);
             return 2;
         }
+        if (npol == MAXPOL) {
+            fprintf(stderr, "gmlake replay: at most %d policies\n", MAXPOL);
+            return 2;
+        }
+        names[npol++] = pol;
+    }
+    if (npol == 0) {
+        fprintf(stderr, "gmlake replay: --policy names no policy\n");
+        return 2;
+    }
+    run *runs = calloc(npol, sizeof *runs);
+    if (!runs) {
+        fprintf(stderr, "gmlake replay: out of memory\n");
+        return 1;
     }
     int status = 0;
     for (int i = optind; i < argc; i++) {
@@ -168,26 +246,50 @@ int main(int argc, char **argv)
             status = 1;
             continue;
         }
-        snprintf(list, sizeof list, "%s", policies);
-        for (char *save, *pol = strtok_r(list, ",", &save); pol; pol = strtok_r(NULL, ",", &save)) {
-            gml_pool_settings s;
-            apply_policy(pol, &s);
-            const char *why = NULL;
-            gml_pool *p = gml_sim_pool_create(capacity, false, &s, &why);
+        size_t nrun = 0;
+        const run *ref = NULL;
+        for (size_t k = 0; k < npol; k++) {
+            gml_policy *p = gml_policy_create(names[k], capacity, &base.pool, &model_opt, err, sizeof err);
             if (!p) {
-                fprintf(stderr, "gmlake replay: %s\n", why);
+                fprintf(stderr, "gmlake replay: %s\n", err);
+                free(runs);
                 return 1;
             }
-            gml_replay_result r;
-            if (gml_replay(p, &t, (size_t)check, &r, err, sizeof err)) {
+            run *x = &runs[nrun];
+            memset(x, 0, sizeof *x);
+            x->policy = names[k];
+            if (gml_policy_replay(p, &t, (size_t)check, &x->s, &x->r, err, sizeof err)) {
                 fprintf(stderr, "gmlake replay: %s\n", err);
                 status = 1;
             } else {
-                report(base_name(argv[i]), pol, &r, json);
+                x->is_pool = p->pool != NULL;
+                if (x->is_pool)
+                    gml_pool_stats(p->pool, &x->st);
+                if (strcmp(names[k], "pytorch") == 0 && !ref)
+                    ref = x;
+                nrun++;
             }
-            gml_sim_pool_destroy(p);
+            gml_policy_destroy(p);
+        }
+        const char *tn = base_name(argv[i]);
+        if (json)
+            for (size_t k = 0; k < nrun; k++)
+                json_line(tn, &runs[k], ref);
+        else if (nrun)
+            table(tn, &t, runs, nrun, ref);
+        if (plot && nrun) {
+            gml_plot_line lines[MAXPOL];
+            for (size_t k = 0; k < nrun; k++)
+                lines[k] = (gml_plot_line){runs[k].policy, &runs[k].s, &runs[k].r};
+            char path[1024];
+            plot_path(path, sizeof path, plot, argv[i], argc - optind > 1);
+            if (gml_plot_svg(path, tn, lines, nrun, err, sizeof err)) {
+                fprintf(stderr, "gmlake replay: %s\n", err);
+                status = 1;
+            }
         }
         gml_trace_free(&t);
     }
+    free(runs);
     return status;
 }

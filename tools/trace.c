@@ -1,4 +1,4 @@
-/* trace.c — the trace reader and the replay loop (contract in trace.h). */
+/* trace.c — the trace reader (contract in trace.h; the replay loop is in policy.c). */
 #include "trace.h"
 
 #include <errno.h>
@@ -6,8 +6,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
-#include <uthash.h>
 #include <zlib.h>
 
 static int parse_u64(const char *tok, int base, uint64_t *out)
@@ -77,6 +75,16 @@ int gml_trace_load(const char *path, gml_trace *out, char *err, size_t errlen)
         snprintf(err, errlen, "%s: cannot open: %s", path, strerror(errno ? errno : ENOENT));
         return -1;
     }
+    int c0 = gzgetc(f);
+    if (c0 == 0x80) { /* the pickle protocol opcode */
+        snprintf(err, errlen, "%s: a Python pickle, not a gmlake trace: if it is a PyTorch memory "
+                 "snapshot, replay it with `gmlake replay` or convert it with `gmlake "
+                 "import-snapshot`", path);
+        gzclose(f);
+        return -1;
+    }
+    if (c0 != -1)
+        gzungetc(c0, f);
     size_t cap = 0;
     char buf[512];
     uint32_t line = 0;
@@ -140,108 +148,4 @@ void gml_trace_free(gml_trace *t)
     free(t->ev);
     free(t->path);
     memset(t, 0, sizeof *t);
-}
-
-typedef struct live_ptr {
-    uint64_t trace_ptr;
-    uintptr_t ptr; /* 0: the allocation failed */
-    UT_hash_handle hh;
-} live_ptr;
-
-static uint64_t total_calls(const gmlake_stats *s)
-{
-    uint64_t n = 0;
-    for (int i = 0; i < GMLAKE_DC_COUNT; i++)
-        n += s->device_calls[i];
-    return n;
-}
-
-int gml_replay(gml_pool *p, const gml_trace *t, size_t check_every, gml_replay_result *res,
-               char *err, size_t errlen)
-{
-    memset(res, 0, sizeof *res);
-    live_ptr *live = NULL, *slab = calloc(t->n ? t->n : 1, sizeof *slab);
-    if (!slab) {
-        snprintf(err, errlen, "%s: out of memory", t->path);
-        return -1;
-    }
-    size_t nslab = 0;
-    int rc = 0;
-    struct timespec t0, t1;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
-    gmlake_stats st;
-    gml_pool_stats(p, &st);
-    uint64_t calls0 = total_calls(&st), calls_half = calls0;
-    gml_device *dev = gml_pool_device(p);
-    double secs0 = gml_sim_device_seconds(dev), secs_half = secs0;
-    for (size_t i = 0; i < t->n && rc == 0; i++) {
-        const gml_trace_event *e = &t->ev[i];
-        if (i == t->n / 2) {
-            gml_pool_stats(p, &st);
-            calls_half = total_calls(&st);
-            secs_half = gml_sim_device_seconds(dev);
-            memcpy(res->calls_first_half, st.device_calls, sizeof st.device_calls);
-        }
-        live_ptr *l = NULL;
-        HASH_FIND(hh, live, &e->ptr, sizeof e->ptr, l);
-        if (e->op == 'A') {
-            if (l) {
-                snprintf(err, errlen, "%s:%u: pointer %#" PRIx64 " is allocated while still live",
-                         t->path, e->line, e->ptr);
-                rc = -1;
-                break;
-            }
-            l = &slab[nslab++];
-            l->trace_ptr = e->ptr;
-            int r = gml_pool_alloc(p, e->size, (gml_stream)e->stream, &l->ptr);
-            if (r == GMLAKE_OK)
-                res->allocations++;
-            else if (r == GMLAKE_ERR_NOMEM) {
-                res->failed++;
-                l->ptr = 0;
-            } else {
-                snprintf(err, errlen, "%s:%u: allocation of %" PRIu64 " bytes failed: %s",
-                         t->path, e->line, e->size, gmlake_strerror(r));
-                rc = -1;
-                break;
-            }
-            HASH_ADD(hh, live, trace_ptr, sizeof l->trace_ptr, l);
-        } else {
-            if (!l) {
-                snprintf(err, errlen, "%s:%u: free of pointer %#" PRIx64 " that is not live",
-                         t->path, e->line, e->ptr);
-                rc = -1;
-                break;
-            }
-            HASH_DEL(live, l);
-            if (l->ptr) {
-                int r = gml_pool_free(p, l->ptr, (gml_stream)e->stream);
-                if (r != GMLAKE_OK) {
-                    snprintf(err, errlen, "%s:%u: free failed: %s", t->path, e->line,
-                             gmlake_strerror(r));
-                    rc = -1;
-                    break;
-                }
-                res->frees++;
-            }
-        }
-        if (check_every && (i + 1) % check_every == 0) {
-            char why[256];
-            if (gml_pool_check(p, why, sizeof why) != GMLAKE_OK) {
-                snprintf(err, errlen, "%s:%u: pool check failed after this event: %s", t->path,
-                         e->line, why);
-                rc = -1;
-            }
-        }
-    }
-    clock_gettime(CLOCK_MONOTONIC, &t1);
-    res->seconds = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
-    gml_pool_stats(p, &res->stats);
-    res->calls_total = total_calls(&res->stats) - calls0;
-    res->calls_second_half = total_calls(&res->stats) - calls_half;
-    res->device_seconds = gml_sim_device_seconds(dev) - secs0;
-    res->device_seconds_second_half = gml_sim_device_seconds(dev) - secs_half;
-    HASH_CLEAR(hh, live);
-    free(slab);
-    return rc;
 }

@@ -5,7 +5,8 @@
  *   A <ptr hex> <size bytes> <stream hex> <t_us>   an allocation that returned ptr
  *   F <ptr hex> 0 <stream hex> <t_us>              a free of ptr
  * A malformed line, an allocation of a pointer that is live, or a free of one that is not, is an
- * error that names the file and the line.
+ * error that names the file and the line; a Python pickle (a PyTorch memory snapshot, which
+ * `gmlake import-snapshot` converts) is refused with that hint.
  */
 #ifndef GML_TRACE_H
 #define GML_TRACE_H
@@ -40,8 +41,9 @@ typedef struct gml_replay_result {
     double seconds;
 } gml_replay_result;
 
-/* Replays t through p (trace streams passed as they are).  check_every > 0 runs the pool checker
- * after every that many events.  0 on success; -1 with "PATH:LINE: what" in err. */
+/* Replays t through p (trace streams passed as they are), with gml_policy_replay (policy.c).
+ * check_every > 0 runs the pool checker after every that many events.  0 on success; -1 with
+ * "PATH:LINE: what" in err. */
 int gml_replay(gml_pool *p, const gml_trace *t, size_t check_every, gml_replay_result *res,
                char *err, size_t errlen);
 

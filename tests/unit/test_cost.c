@@ -3,11 +3,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "core/cost.h"
 #include "helpers.h"
-#include "tools/trace.h"
+#include "trace_text.h"
 
 #define NEAR(a, b) (fabs((a) - (b)) <= 1e-12 + 1e-9 * fabs(b))
 
@@ -141,19 +140,17 @@ Test(cost, only_the_sim_charges)
 /* Replay reports the charges: a loop that repeats one step grows in its first step only. */
 Test(cost, replay_reports_device_seconds_by_half)
 {
-    char path[] = "/tmp/gmlake-cost-XXXXXX";
-    int fd = mkstemp(path);
-    cr_assert_geq(fd, 0);
-    FILE *f = fdopen(fd, "w");
-    for (int step = 0; step < 50; step++) {
-        fprintf(f, "A 0x1000 %d 0x0 %d\nA 0x2000 %d 0x0 %d\n", 6 << 20, 4 * step, 300 << 10, 4 * step + 1);
-        fprintf(f, "F 0x1000 0 0x0 %d\nF 0x2000 0 0x0 %d\n", 4 * step + 2, 4 * step + 3);
-    }
-    fclose(f);
+    char text[8192];
+    size_t n = 0;
+    for (int step = 0; step < 50; step++)
+        n += (size_t)snprintf(text + n, sizeof text - n,
+                              "A 0x1000 %d 0x0 %d\nA 0x2000 %d 0x0 %d\nF 0x1000 0 0x0 %d\n"
+                              "F 0x2000 0 0x0 %d\n",
+                              6 << 20, 4 * step, 300 << 10, 4 * step + 1, 4 * step + 2, 4 * step + 3);
+    cr_assert_lt(n, sizeof text);
     gml_trace t;
+    load_trace_text(text, &t);
     char err[256];
-    cr_assert_eq(gml_trace_load(path, &t, err, sizeof err), 0, "%s", err);
-    unlink(path);
     fixture fx = fx_make(256 * MiB, false, NULL);
     double before = gml_sim_device_seconds(fx.dev);
     gml_replay_result r;

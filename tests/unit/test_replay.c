@@ -3,29 +3,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-#include <zlib.h>
 
-#include "helpers.h"
-#include "tools/trace.h"
-
-static char *write_trace(const char *text, bool gz)
-{
-    static char path[64];
-    snprintf(path, sizeof path, "/tmp/gmlake-test-XXXXXX");
-    int fd = mkstemp(path);
-    cr_assert_geq(fd, 0);
-    close(fd);
-    if (gz) {
-        gzFile g = gzopen(path, "wb");
-        gzputs(g, text);
-        gzclose(g);
-    } else {
-        FILE *f = fopen(path, "w");
-        fputs(text, f);
-        fclose(f);
-    }
-    return path;
-}
+#include "trace_text.h"
 
 /* A training-like loop: weights live throughout, activations of varying size per step. */
 static char *generate(int steps)

@@ -1,0 +1,296 @@
+"""The snapshot importer, `gmlake replay` under the PyTorch models (table, JSON, plot), on
+synthetic snapshots (snapshots.py), the real fixtures recorded on a GPU (tests/tools/fixtures),
+and, where ../shared exists, the three shared traces against what PyTorch measured.
+
+Usage: test_snapshot_replay.py SOURCE_ROOT BUILD_TOOLS_DIR
+"""
+import gzip
+import json
+import os
+import pickle
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import unittest
+import xml.etree.ElementTree as ET
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import snapshots  # noqa: E402
+
+ROOT = TOOLS = None
+SVG = "{http://www.w3.org/2000/svg}"
+
+
+def run(*args, check=True):
+    p = subprocess.run([str(a) for a in args], capture_output=True, text=True, timeout=300)
+    if check and p.returncode != 0:
+        raise AssertionError(f"{args} failed ({p.returncode}):\n{p.stdout}\n{p.stderr}")
+    return p
+
+
+def importer(*args, check=True):
+    return run(sys.executable, os.path.join(TOOLS, "gmlake-import-snapshot"), *args, check=check)
+
+
+def replay(*args, check=True):
+    return run(os.path.join(TOOLS, "gmlake-replay"), *args, check=check)
+
+
+def replay_json(*args):
+    out = replay("--json", *args).stdout
+    return {(d["trace"], d["policy"]): d for d in map(json.loads, out.splitlines())}
+
+
+def events(path):
+    op = gzip.open if path.endswith(".gz") else open
+    with op(path, "rt") as f:
+        return [l.strip() for l in f if l.strip() and not l.startswith("#")]
+
+
+def header(path):
+    with open(path) as f:
+        return [l.strip() for l in f if l.startswith("#")]
+
+
+class Import(unittest.TestCase):
+    def setUp(self):
+        self.dir = tempfile.mkdtemp(prefix="gmlake-snap-")
+
+    def tearDown(self):
+        shutil.rmtree(self.dir)
+
+    def write(self, obj, name="snap.pickle", raw=None):
+        path = os.path.join(self.dir, name)
+        with open(path, "wb") as f:
+            f.write(raw if raw is not None else pickle.dumps(obj))
+        return path
+
+    def test_events_and_live_before_the_buffer(self):
+        for expandable in (False, True):
+            snap = self.write(snapshots.scenario(expandable))
+            out = os.path.join(self.dir, "t.trace")
+            p = importer(snap, "-o", out)
+            self.assertEqual(events(out), snapshots.EXPECTED_TRACE)
+            h = "\n".join(header(out))
+            self.assertIn("live before the first entry (reconstructed): 3 allocations, "
+                          f"{14 * snapshots.MiB} bytes", h)
+            self.assertIn(f"at the first entry {snapshots.RESERVED_START}, peak "
+                          f"{snapshots.RESERVED_PEAK}", h)
+            self.assertIn(f"expandable_segments {expandable}", h)
+            self.assertIn("1 OOMs", h)
+            self.assertIn("3 live before the first entry", p.stderr)
+
+    def test_replay_matches_hand_derived_pytorch_behaviour(self):
+        snap = self.write(snapshots.scenario())
+        out = os.path.join(self.dir, "t.trace.gz")
+        importer(snap, "-q", "-o", out)
+        r = replay_json("--policy", "pytorch,expandable,gmlake", out)
+        for pol, want in snapshots.PEAK_RESERVED.items():
+            d = r[("t.trace.gz", pol)]
+            self.assertEqual(d["policy"], pol)
+            self.assertEqual(d["peak_reserved_bytes"], want, pol)
+            self.assertEqual(d["peak_active_bytes"], snapshots.PEAK_ACTIVE, pol)
+            self.assertEqual(d["failed_allocations"], 0)
+        g = r[("t.trace.gz", "gmlake")]
+        self.assertIn("stitch_reuses", g, "gmlake's fields are kept")
+        self.assertEqual(g["saved_vs_pytorch_bytes"], 58 * snapshots.MiB - g["peak_reserved_bytes"])
+        self.assertEqual(r[("t.trace.gz", "expandable")]["saved_vs_pytorch_bytes"], -4 * snapshots.MiB)
+        self.assertEqual(r[("t.trace.gz", "pytorch")]["device_calls"]["cuda_malloc"], 4)
+
+    def test_several_devices_one_trace_each(self):
+        s = snapshots.scenario()
+        s["device_traces"] = [s["device_traces"][0], [], s["device_traces"][0]]
+        snap = self.write(s)
+        importer(snap, "-q", "-o", os.path.join(self.dir, "t.trace"))
+        self.assertEqual(sorted(os.listdir(self.dir)), ["snap.pickle", "t.dev0.trace", "t.dev2.trace"])
+        out = os.path.join(self.dir, "one.trace")
+        importer(snap, "-q", "--device", "2", "-o", out)
+        # W is allocated only in device 0's segments: device 2 starts with P and Q live
+        self.assertEqual(events(out), snapshots.EXPECTED_TRACE[1:])
+        p = importer(snap, "-o", "-", check=False)
+        self.assertEqual(p.returncode, 1)
+        self.assertIn("pick one with --device", p.stderr)
+
+    def test_bad_snapshots_are_named_errors(self):
+        live_twice = snapshots.scenario()
+        live_twice["device_traces"][0].insert(5, dict(live_twice["device_traces"][0][4]))
+        cases = [
+            (None, b"A 0x10 100 0x0 1\n", "not a pickle"),
+            ([1, 2], None, "holds a list, not a snapshot dict"),
+            ({"segments": []}, None, "no 'device_traces'"),
+            ({"device_traces": [[]], "segments": []}, None, "the trace buffer is empty"),
+            ({"device_traces": [[{"addr": 1}]]}, None, "not a trace entry"),
+            ({"device_traces": [[{"action": "alloc", "addr": "x", "size": 1}]]}, None,
+             "'addr' is 'x', not an integer"),
+            (live_twice, None, "which is still allocated"),
+            (None, pickle.dumps(__import__("collections").OrderedDict(a=1)), "refers to collections.OrderedDict"),
+            (None, b"\x80\x04\x95", "cannot unpickle"),
+        ]
+        for i, (obj, raw, want) in enumerate(cases):
+            snap = self.write(obj, f"bad{i}.pickle", raw)
+            p = importer(snap, "-o", os.path.join(self.dir, f"bad{i}.trace"), check=False)
+            self.assertEqual(p.returncode, 1, (i, p.stderr))
+            self.assertIn(snap, p.stderr)
+            self.assertIn(want, p.stderr, i)
+            self.assertNotIn("Traceback", p.stderr)
+        p = importer(os.path.join(self.dir, "missing.pickle"), "-o", "x", check=False)
+        self.assertIn("cannot read", p.stderr)
+
+    def test_replay_refuses_a_pickle_with_a_hint(self):
+        snap = self.write(snapshots.scenario())
+        p = replay(snap, check=False)
+        self.assertEqual(p.returncode, 1)
+        self.assertIn("PyTorch memory snapshot", p.stderr)
+
+    def test_gmlake_replay_takes_a_snapshot_directly(self):
+        snap = self.write(snapshots.scenario(), "job.pickle")
+        g = os.path.join(ROOT, "scripts", "gmlake")
+        p = run(g, "replay", "--json", "--policy", "pytorch,expandable", snap)
+        r = {d["policy"]: d for d in map(json.loads, p.stdout.splitlines())}
+        self.assertEqual(r["pytorch"]["trace"], "job.trace")
+        self.assertEqual(r["pytorch"]["peak_reserved_bytes"], snapshots.PEAK_RESERVED["pytorch"])
+        self.assertEqual(r["expandable"]["peak_reserved_bytes"], snapshots.PEAK_RESERVED["expandable"])
+        out = os.path.join(self.dir, "via-command.trace")
+        run(g, "import-snapshot", "-q", snap, "-o", out)
+        self.assertEqual(events(out), snapshots.EXPECTED_TRACE)
+        gz = self.write(None, "job2.pickle.gz", gzip.compress(pickle.dumps(snapshots.scenario())))
+        p = run(g, "replay", "--json", "--policy", "pytorch", gz)
+        d = json.loads(p.stdout)
+        self.assertEqual((d["trace"], d["peak_reserved_bytes"]),
+                         ("job2.trace", snapshots.PEAK_RESERVED["pytorch"]), "a gzipped snapshot")
+
+
+    def test_gmlake_replay_set_takes_a_value_not_a_trace(self):
+        # `--set KEY=VALUE` without a trace replays the bundled trace (the old front end took
+        # KEY=VALUE for a trace and printed the usage)
+        p = run(os.path.join(ROOT, "scripts", "gmlake"), "replay", "--json", "--set", "stitch=off")
+        d = json.loads(p.stdout.splitlines()[0])
+        self.assertEqual((d["trace"], d["stitches"]), ("mixtral_moe.trace.gz", 0))
+
+
+class TableAndPlot(unittest.TestCase):
+    def setUp(self):
+        self.dir = tempfile.mkdtemp(prefix="gmlake-plot-")
+        snap = os.path.join(self.dir, "s.pickle")
+        with open(snap, "wb") as f:
+            pickle.dump(snapshots.scenario(), f)
+        self.trace = os.path.join(self.dir, "s.trace")
+        importer(snap, "-q", "-o", self.trace)
+
+    def tearDown(self):
+        shutil.rmtree(self.dir)
+
+    def test_table_side_by_side(self):
+        out = replay("--policy", "pytorch,expandable,gmlake", self.trace).stdout
+        rows = {l.split()[0]: l for l in out.splitlines() if re.match(r"  (pytorch|expandable|gmlake) ", l)}
+        self.assertEqual(set(rows), {"pytorch", "expandable", "gmlake"})
+        self.assertIn("58.0 MiB", rows["pytorch"])
+        self.assertIn("62.0 MiB", rows["expandable"])
+        self.assertIn("-4.0 MiB", rows["expandable"], "saved against pytorch")
+        self.assertIn("saved vs pytorch", out)
+
+    def test_plot_structure(self):
+        svg = os.path.join(self.dir, "p.svg")
+        replay("--policy", "pytorch,expandable,gmlake", "--plot", svg, self.trace)
+        root = ET.parse(svg).getroot()  # well-formed XML
+        self.assertEqual(root.tag, SVG + "svg")
+        groups = [g for g in root.iter(SVG + "g") if g.get("class") == "policy"]
+        self.assertEqual([g.get("data-policy") for g in groups], ["pytorch", "expandable", "gmlake"])
+        h = float(root.get("height"))
+        for g in groups:
+            lines = {p.get("class"): p for p in g.iter(SVG + "polyline")}
+            self.assertEqual(set(lines), {"reserved", "active"})
+            for p in lines.values():
+                pts = [tuple(map(float, xy.split(","))) for xy in p.get("points").split()]
+                self.assertEqual(len(pts), len(events(self.trace)))
+                self.assertTrue(all(0 <= y <= h for _, y in pts))
+            peaks = [c for c in g.iter(SVG + "circle") if c.get("class") == "peak-reserved"]
+            self.assertEqual(len(peaks), 1)
+            title = peaks[0].find(SVG + "title").text
+            self.assertIn("peak reserved", title)
+            # the marker sits on the top of its reserved line
+            top = min(y for _, y in (tuple(map(float, xy.split(","))) for xy in
+                                     lines["reserved"].get("points").split()))
+            self.assertAlmostEqual(float(peaks[0].get("cy")), top, delta=0.11)
+        names = {g.get("data-policy"): g for g in groups}
+        t = names["pytorch"].find(SVG + "circle").find(SVG + "title").text
+        self.assertEqual(t, "pytorch peak reserved 58 MiB")
+        # several traces: one file each
+        replay("--policy", "pytorch", "--plot", os.path.join(self.dir, "m.svg"), self.trace, self.trace)
+        self.assertTrue(os.path.exists(os.path.join(self.dir, "m.s.svg")))
+
+    @unittest.skipUnless(shutil.which("chromium") or shutil.which("chromium-browser"), "no chromium")
+    def test_plot_renders_in_a_browser(self):
+        svg = os.path.join(self.dir, "p.svg")
+        png = os.path.join(self.dir, "p.png")
+        replay("--policy", "pytorch,expandable", "--plot", svg, self.trace)
+        run(os.path.join(ROOT, "scripts", "render-plot"), svg, png)
+        with open(png, "rb") as f:
+            data = f.read()
+        self.assertTrue(data.startswith(b"\x89PNG"))
+        self.assertGreater(len(data), 10000, "a chart, not a blank page")
+
+
+class Fixtures(unittest.TestCase):
+    """Snapshots recorded on an H200 by tests/gpu/record_snapshot.py, with and without
+    expandable_segments (tests/tools/fixtures: NAME.pickle.gz and what PyTorch measured,
+    NAME.stats.json)."""
+
+    def test_real_snapshots_import_and_replay(self):
+        fdir = os.path.join(HERE, "fixtures")
+        snaps = sorted(f for f in os.listdir(fdir) if f.endswith(".pickle.gz")) if os.path.isdir(fdir) else []
+        if not snaps:
+            self.skipTest("no recorded snapshots in tests/tools/fixtures")
+        tmp = tempfile.mkdtemp(prefix="gmlake-fix-")
+        try:
+            for s in snaps:
+                out = os.path.join(tmp, s + ".trace")
+                importer(os.path.join(fdir, s), "-q", "-o", out)
+                h = "\n".join(header(out))
+                self.assertIn("expandable_segments " + ("True" if "expandable" in s else "False"), h)
+                # what the importer reconstructs of PyTorch's reserved bytes over the window is
+                # what torch.cuda.memory_stats() said (peaks reset when recording started)
+                stats = os.path.join(fdir, s.replace(".pickle.gz", ".stats.json"))
+                with open(stats) as f:
+                    st = json.load(f)["at_dump"]
+                self.assertIn(f"peak {st['reserved_bytes.all.peak']}, at the snapshot "
+                              f"{st['reserved_bytes.all.current']}", h)
+                r = replay_json("--check", "100", "--policy", "pytorch,expandable,gmlake", out)
+                for (_, pol), d in r.items():
+                    self.assertEqual(d["failed_allocations"], 0, pol)
+                    self.assertGreater(d["allocations"], 1000, pol)
+                # the model of the allocator that recorded the snapshot reserves what it did
+                # (docs/MODELS.md: exact on both recordings)
+                pol = "expandable" if "expandable" in s else "pytorch"
+                self.assertEqual(r[(s + ".trace", pol)]["peak_reserved_bytes"],
+                                 st["reserved_bytes.all.peak"], s)
+        finally:
+            shutil.rmtree(tmp)
+
+
+MEASURED = {  # ../shared/traces/README.md: what PyTorch reserved on the GPU (MiB)
+    "gpt2_ckpt_varlen": {"pytorch": 14454, "expandable": 11732},
+    "llama_lora_ckpt": {"pytorch": 8926, "expandable": 6206},
+    "mixtral_moe": {"pytorch": 26644, "expandable": 23098},
+}
+
+
+class SharedTraces(unittest.TestCase):
+    def test_models_within_3_percent_of_the_gpu(self):
+        d = os.path.join(ROOT, "..", "shared", "traces")
+        if not os.path.isdir(d):
+            self.skipTest("../shared is absent")
+        paths = [os.path.join(d, n + ".trace.gz") for n in MEASURED]
+        r = replay_json("--policy", "pytorch,expandable", *paths)
+        for name, want in MEASURED.items():
+            for pol, mib in want.items():
+                got = r[(name + ".trace.gz", pol)]["peak_reserved_bytes"] / (1 << 20)
+                self.assertLessEqual(abs(got - mib) / mib, 0.03, f"{name} {pol}: {got:.0f} vs {mib} MiB")
+
+
+if __name__ == "__main__":
+    ROOT, TOOLS = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2])
+    unittest.main(argv=[sys.argv[0], "-v"])

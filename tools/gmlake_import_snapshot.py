@@ -1,0 +1,282 @@
+#!/usr/bin/env python3
+"""gmlake import-snapshot: a PyTorch memory snapshot to gmlake-trace v1.
+
+A snapshot is what torch.cuda.memory._dump_snapshot() writes after
+torch.cuda.memory._record_memory_history(): a pickle of plain dicts and lists with
+  segments       the allocator's segments at dump time, each with its blocks (address, size,
+                 requested_size, state: active_allocated / active_pending_free / inactive)
+  device_traces  per device, the ring buffer of trace entries: action (alloc, free_requested,
+                 free_completed, segment_alloc, segment_free, segment_map, segment_unmap,
+                 snapshot, oom, ...), addr, size, stream, time_us
+  allocator_settings  expandable_segments, max_split_size, ...
+The trace written has one `A ptr size stream t_us` line per alloc and one `F ptr 0 stream t_us`
+line per free_completed (the moment the block is back in the allocator's cache).  Allocations
+live before the ring buffer's first entry are reconstructed: a free of an address the buffer
+never allocated is an allocation made before it (its size is in the free entry); a block still
+allocated in `segments` whose address the buffer never mentions was live all along.  They are
+allocated at the start of the trace, and counted in the header.  The header also carries what
+PyTorch reserved over the recorded window (from the segment entries and `segments`), so that a
+replay under the `pytorch` or `expandable` policy can be compared with it.
+
+Only the Python standard library is used; the pickle is read with an unpickler that refuses
+every class, so a file that is not a plain snapshot cannot run code.
+"""
+import argparse
+import gzip
+import io
+import os
+import pickle
+import sys
+
+MASK64 = (1 << 64) - 1
+
+
+class SnapshotError(Exception):
+    pass
+
+
+class _PlainUnpickler(pickle.Unpickler):
+    def find_class(self, module, name):
+        raise SnapshotError(f"the pickle refers to {module}.{name}; a memory snapshot holds only "
+                            "dicts, lists, numbers and strings")
+
+
+def load_snapshot(path):
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as e:
+        raise SnapshotError(f"cannot read: {e.strerror}")
+    if data[:2] == b"\x1f\x8b":
+        try:
+            data = gzip.decompress(data)
+        except (OSError, EOFError) as e:
+            raise SnapshotError(f"bad gzip data: {e}")
+    if not data.startswith(b"\x80"):
+        raise SnapshotError("not a pickle (a PyTorch memory snapshot is written by "
+                            "torch.cuda.memory._dump_snapshot)")
+    try:
+        snap = _PlainUnpickler(io.BytesIO(data)).load()
+    except SnapshotError:
+        raise
+    except Exception as e:  # any malformed pickle: say so, never a traceback
+        raise SnapshotError(f"cannot unpickle: {type(e).__name__}: {e}")
+    if not isinstance(snap, dict):
+        raise SnapshotError(f"the pickle holds a {type(snap).__name__}, not a snapshot dict")
+    if "device_traces" not in snap:
+        raise SnapshotError("no 'device_traces': record the history first "
+                            "(torch.cuda.memory._record_memory_history(max_entries=...))")
+    traces = snap["device_traces"]
+    if not isinstance(traces, list) or not all(isinstance(t, list) for t in traces):
+        raise SnapshotError("'device_traces' is not a list of lists")
+    segments = snap.get("segments", [])
+    if not isinstance(segments, list):
+        raise SnapshotError("'segments' is not a list")
+    return snap
+
+
+def _int(entry, key, where, default=None):
+    v = entry.get(key, default)
+    if isinstance(v, bool) or not isinstance(v, int):
+        if default is not None and v is None:
+            return default
+        raise SnapshotError(f"{where}: '{key}' is {v!r}, not an integer")
+    return v
+
+
+def convert_device(snap, device):
+    """Returns (header lines, event lines, summary dict) for one device."""
+    trace = snap["device_traces"][device]
+    live = {}       # addr -> (size, stream)
+    seen = set()    # addresses the buffer mentions
+    initial = {}    # addr -> (size, stream): live before the first entry
+    events = []     # (op, addr, size, stream, t)
+    seg_delta = []  # (t index, +bytes / -bytes)
+    counts = {}
+    ooms = 0
+    t0 = None
+    for i, e in enumerate(trace):
+        where = f"device {device}, trace entry {i}"
+        if not isinstance(e, dict) or "action" not in e:
+            raise SnapshotError(f"{where}: not a trace entry (a dict with an 'action')")
+        action = e["action"]
+        counts[action] = counts.get(action, 0) + 1
+        t = e.get("time_us", i)
+        if isinstance(t, bool) or not isinstance(t, int):
+            t = i
+        if t0 is None:
+            t0 = t
+        t = max(0, t - t0)
+        if action in ("segment_alloc", "segment_map"):
+            seg_delta.append((len(events), _int(e, "size", where)))
+            continue
+        if action in ("segment_free", "segment_unmap"):
+            seg_delta.append((len(events), -_int(e, "size", where)))
+            continue
+        if action == "oom":
+            ooms += 1
+            continue
+        if action not in ("alloc", "free_requested", "free_completed"):
+            continue  # snapshot, annotations
+        addr = _int(e, "addr", where) & MASK64
+        size = _int(e, "size", where)
+        stream = _int(e, "stream", where, 0) & MASK64
+        if action == "alloc":
+            if addr in live:
+                raise SnapshotError(f"{where}: alloc of {addr:#x}, which is still allocated")
+            if size <= 0:
+                continue
+            seen.add(addr)
+            live[addr] = (size, stream)
+            events.append(("A", addr, size, stream, t))
+            continue
+        if addr not in live and addr not in seen:
+            # allocated before the buffer's first entry
+            initial[addr] = (max(size, 1), stream)
+            live[addr] = initial[addr]
+            seen.add(addr)
+        if action == "free_completed":
+            if addr not in live:
+                raise SnapshotError(f"{where}: free of {addr:#x}, which is not allocated")
+            stream = live.pop(addr)[1]
+            events.append(("F", addr, 0, stream, t))
+
+    # blocks allocated at dump time that the buffer never mentions were live all along
+    reserved_end = 0
+    allocated_end = set()
+    for s in snap.get("segments", []):
+        if not isinstance(s, dict) or s.get("device", device) != device:
+            continue
+        where = f"segment at {s.get('address', '?')}"
+        reserved_end += _int(s, "total_size", where)
+        addr = _int(s, "address", where)
+        sstream = _int(s, "stream", where, 0) & MASK64
+        for b in s.get("blocks", []):
+            bsize = _int(b, "size", where)
+            baddr = b.get("address", addr)
+            if b.get("state") in ("active_allocated", "active_pending_free", "active_awaiting_free"):
+                allocated_end.add(baddr)
+                if baddr not in seen:
+                    req = b.get("requested_size") or bsize
+                    initial[baddr] = (req, sstream)
+            addr = baddr + bsize
+    not_in_segments = len([a for a in live if a not in allocated_end and a not in initial])
+
+    # PyTorch's reserved bytes over the window, from the segment entries
+    reserved_start = reserved_end - sum(d for _, d in seg_delta)
+    peak = cur = reserved_start
+    for _, d in seg_delta:
+        cur += d
+        peak = max(peak, cur)
+
+    settings = snap.get("allocator_settings", {}) if isinstance(snap.get("allocator_settings"), dict) else {}
+    expandable = bool(settings.get("expandable_segments", False)) or any(
+        isinstance(s, dict) and s.get("is_expandable") for s in snap.get("segments", []))
+    summary = {
+        "device": device, "entries": len(trace), "allocs": counts.get("alloc", 0),
+        "frees": counts.get("free_completed", 0), "initial": len(initial),
+        "initial_bytes": sum(v[0] for v in initial.values()), "oom": ooms,
+        "reserved_start": reserved_start, "reserved_peak": peak, "reserved_end": reserved_end,
+        "expandable": expandable, "not_in_segments": not_in_segments,
+        "max_split_size": settings.get("max_split_size"),
+    }
+    head = [
+        "# gmlake-trace v1: op ptr size stream t_us (imported from a PyTorch memory snapshot)",
+        f"# device {device}: {len(trace)} trace entries, {summary['allocs']} allocs, "
+        f"{summary['frees']} frees completed, {ooms} OOMs",
+        f"# live before the first entry (reconstructed): {len(initial)} allocations, "
+        f"{summary['initial_bytes']} bytes",
+        f"# pytorch reserved bytes: at the first entry {reserved_start}, peak {peak}, "
+        f"at the snapshot {reserved_end}",
+        f"# pytorch allocator: expandable_segments {'True' if expandable else 'False'} "
+        f"(replay with --policy {'expandable' if expandable else 'pytorch'}), "
+        f"max_split_size {_split_text(summary['max_split_size'], expandable)}",
+    ]
+    if not_in_segments:
+        head.append(f"# {not_in_segments} allocations live at the end of the buffer are not "
+                    "allocated in the snapshot's segments")
+    lines = [f"A {a:#x} {s} {st:#x} 0" for a, (s, st) in sorted(initial.items())]
+    lines += [f"{op} {a:#x} {s} {st:#x} {t}" for op, a, s, st, t in events]
+    return head, lines, summary
+
+
+def _split_text(mss, expandable):
+    # PyTorch stores its default (SIZE_MAX) as -1 in the snapshot
+    if not isinstance(mss, int) or isinstance(mss, bool) or mss < 0 or mss >= 1 << 63:
+        return "unlimited"
+    pol = "expandable" if expandable else "pytorch"
+    return f"{mss} (replay with --set {pol}.max_split_size_mb={mss >> 20})"
+
+
+def devices_with_events(snap):
+    return [d for d, t in enumerate(snap["device_traces"]) if t]
+
+
+def output_path(out, device, several):
+    if not several or out == "-":
+        return out
+    base = os.path.basename(out)
+    stem, dot, ext = base.partition(".")
+    return os.path.join(os.path.dirname(out), f"{stem}.dev{device}{dot}{ext}")
+
+
+def write(path, head, lines):
+    text = "\n".join(head + lines) + "\n"
+    if path == "-":
+        sys.stdout.write(text)
+    elif path.endswith(".gz"):
+        with gzip.open(path, "wt") as f:
+            f.write(text)
+    else:
+        with open(path, "w") as f:
+            f.write(text)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(
+        prog="gmlake import-snapshot",
+        description="Convert a PyTorch memory snapshot (torch.cuda.memory._dump_snapshot) into "
+                    "gmlake-trace v1, one trace per device, for `gmlake replay`.")
+    ap.add_argument("snapshot", help="the snapshot pickle (optionally gzip-compressed)")
+    ap.add_argument("-o", "--output", required=True,
+                    help="the trace to write ('-': standard output; ending in .gz: compressed); "
+                         "with several devices, NAME.devN.EXT per device")
+    ap.add_argument("--device", type=int, help="only this device's trace")
+    ap.add_argument("-q", "--quiet", action="store_true", help="no summary on standard error")
+    a = ap.parse_args(argv)
+    try:
+        snap = load_snapshot(a.snapshot)
+        if a.device is not None:
+            if not 0 <= a.device < len(snap["device_traces"]):
+                raise SnapshotError(f"no device {a.device} (the snapshot has "
+                                    f"{len(snap['device_traces'])})")
+            devs = [a.device]
+        else:
+            devs = devices_with_events(snap)
+        if not devs or not any(snap["device_traces"][d] for d in devs):
+            raise SnapshotError("the trace buffer is empty: was _record_memory_history() "
+                                "enabled while the program allocated?")
+        if a.output == "-" and len(devs) > 1:
+            raise SnapshotError(f"devices {devs} have traces: pick one with --device to write "
+                                "to standard output")
+        for d in devs:
+            head, lines, s = convert_device(snap, d)
+            path = output_path(a.output, d, len(devs) > 1)
+            write(path, head, lines)
+            if not a.quiet:
+                print(f"{path}: device {d}, {s['allocs']} allocations, {s['frees']} frees, "
+                      f"{s['initial']} live before the first entry ({s['initial_bytes']} bytes); "
+                      f"PyTorch reserved peak {s['reserved_peak']} bytes in the window "
+                      f"({'expandable segments' if s['expandable'] else 'native allocator'})",
+                      file=sys.stderr)
+    except SnapshotError as e:
+        print(f"gmlake import-snapshot: {a.snapshot}: {e}", file=sys.stderr)
+        return 1
+    except OSError as e:
+        print(f"gmlake import-snapshot: {e.filename or a.output}: {e.strerror}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
