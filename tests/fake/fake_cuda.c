@@ -1,6 +1,7 @@
 /* fake_cuda.c — a fake libcuda.so.1 for the interposer tests (see fake_cuda.h).  Virtual memory
  * management goes to a backed sim device of 256 MiB; cuMemAlloc and friends (what gmlake passes
- * through) are plain host allocations remembered in a small table. */
+ * through) are plain host allocations remembered in a small table.  Contexts, streams, events and
+ * synchronisation are in fake_streams.c. */
 #include <cuda.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -10,6 +11,11 @@
 #include "fake_cuda.h"
 
 #define EXPORT __attribute__((visibility("default")))
+#define GUARD()                                                                                   \
+    do {                                                                                          \
+        if (fake_forked())                                                                        \
+            return CUDA_ERROR_NOT_INITIALIZED;                                                    \
+    } while (0)
 
 static fake_counts counts;
 static gml_device *sim;
@@ -77,36 +83,31 @@ static CUresult host_free(CUdeviceptr d)
     return CUDA_SUCCESS;
 }
 
-EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *d, size_t n) { counts.mem_alloc++; return host_alloc(d, n); }
-EXPORT CUresult cuMemFree_v2(CUdeviceptr d) { counts.mem_free++; return host_free(d); }
-EXPORT CUresult cuMemAllocAsync(CUdeviceptr *d, size_t n, CUstream s) { counts.mem_alloc_async++; return host_alloc(d, n); }
-EXPORT CUresult cuMemFreeAsync(CUdeviceptr d, CUstream s) { counts.mem_free_async++; return host_free(d); }
-EXPORT CUresult cuMemAllocAsync_ptsz(CUdeviceptr *d, size_t n, CUstream s) { counts.mem_alloc_async++; return host_alloc(d, n); }
-EXPORT CUresult cuMemFreeAsync_ptsz(CUdeviceptr d, CUstream s) { counts.mem_free_async++; return host_free(d); }
+EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *d, size_t n) { GUARD(); counts.mem_alloc++; return host_alloc(d, n); }
+EXPORT CUresult cuMemFree_v2(CUdeviceptr d) { GUARD(); counts.mem_free++; return host_free(d); }
+EXPORT CUresult cuMemAllocAsync(CUdeviceptr *d, size_t n, CUstream s) { GUARD(); counts.mem_alloc_async++; return host_alloc(d, n); }
+EXPORT CUresult cuMemFreeAsync(CUdeviceptr d, CUstream s) { GUARD(); counts.mem_free_async++; return host_free(d); }
+EXPORT CUresult cuMemAllocAsync_ptsz(CUdeviceptr *d, size_t n, CUstream s) { GUARD(); counts.mem_alloc_async++; return host_alloc(d, n); }
+EXPORT CUresult cuMemFreeAsync_ptsz(CUdeviceptr d, CUstream s) { GUARD(); counts.mem_free_async++; return host_free(d); }
 /* internal calls go to the fake's own code, as inside the real driver */
-EXPORT CUresult cuMemAllocFromPoolAsync(CUdeviceptr *d, size_t n, CUmemoryPool p, CUstream s) { counts.mem_alloc_async++; return host_alloc(d, n); }
-EXPORT CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *d, size_t n, CUmemoryPool p, CUstream s) { counts.mem_alloc_async++; return host_alloc(d, n); }
-EXPORT CUresult cuMemGetInfo_v2(size_t *f, size_t *t) { return res(gml_dev_mem_info(dev(), f, t)); }
-EXPORT CUresult cuCtxGetDevice(CUdevice *d) { *d = 0; return CUDA_SUCCESS; }
-EXPORT CUresult cuCtxSynchronize(void) { counts.ctx_sync++; return res(gml_dev_synchronize(dev())); }
+EXPORT CUresult cuMemAllocFromPoolAsync(CUdeviceptr *d, size_t n, CUmemoryPool p, CUstream s) { GUARD(); counts.mem_alloc_async++; return host_alloc(d, n); }
+EXPORT CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *d, size_t n, CUmemoryPool p, CUstream s) { GUARD(); counts.mem_alloc_async++; return host_alloc(d, n); }
+EXPORT CUresult cuMemGetInfo_v2(size_t *f, size_t *t) { GUARD(); return res(gml_dev_mem_info(dev(), f, t)); }
 EXPORT CUresult cuStreamIsCapturing(CUstream s, CUstreamCaptureStatus *st)
 {
     *st = (void *)s == FAKE_CAPTURING_STREAM ? CU_STREAM_CAPTURE_STATUS_ACTIVE : CU_STREAM_CAPTURE_STATUS_NONE;
     return CUDA_SUCCESS;
 }
-EXPORT CUresult cuDeviceGetDefaultMemPool(CUmemoryPool *p, CUdevice d) { *p = (CUmemoryPool)0x9001; return CUDA_SUCCESS; }
-static CUcontext the_ctx = (CUcontext)0x1;
-static __thread CUcontext current;
-EXPORT CUresult cuCtxGetCurrent(CUcontext *c) { *c = current; return CUDA_SUCCESS; }
-EXPORT CUresult cuCtxSetCurrent(CUcontext c) { current = c; return CUDA_SUCCESS; }
-EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *c, CUdevice d) { *c = the_ctx; return CUDA_SUCCESS; }
+EXPORT CUresult cuDeviceGetDefaultMemPool(CUmemoryPool *p, CUdevice d) { GUARD(); *p = (CUmemoryPool)0x9001; return CUDA_SUCCESS; }
 EXPORT CUresult cuMemGetAllocationGranularity(size_t *g, const CUmemAllocationProp *p, CUmemAllocationGranularity_flags f)
 {
+    GUARD();
     *g = gml_dev_granularity(dev());
     return CUDA_SUCCESS;
 }
 EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *h, size_t n, const CUmemAllocationProp *p, unsigned long long f)
 {
+    GUARD();
     counts.vmm_create++;
     gml_handle x;
     CUresult r = res(gml_dev_chunk_create(dev(), n, &x));
@@ -114,27 +115,24 @@ EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *h, size_t n, const CUm
         *h = (CUmemGenericAllocationHandle)x;
     return r;
 }
-EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle h) { return res(gml_dev_chunk_release(dev(), h)); }
+EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle h) { GUARD(); return res(gml_dev_chunk_release(dev(), h)); }
 EXPORT CUresult cuMemAddressReserve(CUdeviceptr *p, size_t n, size_t a, CUdeviceptr addr, unsigned long long f)
 {
+    GUARD();
     uintptr_t v;
     CUresult r = res(gml_dev_va_reserve(dev(), n, a, &v));
     if (r == CUDA_SUCCESS)
         *p = (CUdeviceptr)v;
     return r;
 }
-EXPORT CUresult cuMemAddressFree(CUdeviceptr p, size_t n) { return res(gml_dev_va_free(dev(), p, n)); }
+EXPORT CUresult cuMemAddressFree(CUdeviceptr p, size_t n) { GUARD(); return res(gml_dev_va_free(dev(), p, n)); }
 EXPORT CUresult cuMemMap(CUdeviceptr p, size_t n, size_t off, CUmemGenericAllocationHandle h, unsigned long long f)
 {
+    GUARD();
     return off ? CUDA_ERROR_INVALID_VALUE : res(gml_dev_map(dev(), p, n, h));
 }
-EXPORT CUresult cuMemUnmap(CUdeviceptr p, size_t n) { return res(gml_dev_unmap(dev(), p, n)); }
-EXPORT CUresult cuMemSetAccess(CUdeviceptr p, size_t n, const CUmemAccessDesc *d, size_t c) { return res(gml_dev_set_access(dev(), p, n)); }
-EXPORT CUresult cuEventCreate(CUevent *e, unsigned int f) { return res(gml_dev_event_create(dev(), (gml_event *)e)); }
-EXPORT CUresult cuEventDestroy_v2(CUevent e) { return res(gml_dev_event_destroy(dev(), e)); }
-EXPORT CUresult cuEventRecord(CUevent e, CUstream s) { return res(gml_dev_event_record(dev(), e, (gml_stream)s)); }
-EXPORT CUresult cuEventQuery(CUevent e) { return res(gml_dev_event_query(dev(), e)); }
-EXPORT CUresult cuEventSynchronize(CUevent e) { return res(gml_dev_event_sync(dev(), e)); }
+EXPORT CUresult cuMemUnmap(CUdeviceptr p, size_t n) { GUARD(); return res(gml_dev_unmap(dev(), p, n)); }
+EXPORT CUresult cuMemSetAccess(CUdeviceptr p, size_t n, const CUmemAccessDesc *d, size_t c) { GUARD(); return res(gml_dev_set_access(dev(), p, n)); }
 
 /* cuGetProcAddress: the fake's own functions by base name, versioned as the real driver does. */
 typedef struct { const char *name; void *fn; } proc;
@@ -145,9 +143,11 @@ static const proc procs[] = {
     {"cuMemFree", (void *)cuMemFree_v2},
     {"cuMemFreeAsync", (void *)cuMemFreeAsync},
     {"cuMemGetInfo", (void *)cuMemGetInfo_v2},
+    {"cuStreamDestroy", (void *)cuStreamDestroy_v2},
 };
 EXPORT CUresult cuGetProcAddress_v2(const char *sym, void **pfn, int ver, cuuint64_t flags, CUdriverProcAddressQueryResult *st)
 {
+    GUARD();
     counts.get_proc++;
     if (strcmp(sym, "cuGetProcAddress") == 0) {
         *pfn = (void *)cuGetProcAddress_v2;
