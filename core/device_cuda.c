@@ -2,7 +2,10 @@
  * device_cuda.c — the device ops over the CUDA driver API.  No link-time libcuda: every function
  * is looked up through the resolver the caller gives (the interposer's reaches the real libcuda,
  * past its own hooks).  The pool's calls run in the caller's current context; the device records
- * the ordinal it was created for.
+ * the ordinal it was created for; a synchronisation waits for the context of that ordinal (the
+ * current one if it is on the ordinal, else the primary one, pushed for the call).
+ * Stream keys (device.h) become CU_STREAM_PER_THREAD / CU_STREAM_LEGACY: a per-thread default
+ * stream is named only on its own thread and device, a legacy stream only in its context.
  *
  * Chunks: cuMemCreate of pinned device memory on this ordinal; access is read/write for this
  * device only.  Events are created with CU_EVENT_DISABLE_TIMING (cheaper to record and query).
@@ -34,6 +37,9 @@ typedef struct cuda_api {
     CUresult (*cuCtxGetCurrent)(CUcontext *);
     CUresult (*cuCtxSetCurrent)(CUcontext);
     CUresult (*cuDevicePrimaryCtxRetain)(CUcontext *, CUdevice);
+    CUresult (*cuCtxGetDevice)(CUdevice *);
+    CUresult (*cuCtxPushCurrent_v2)(CUcontext);
+    CUresult (*cuCtxPopCurrent_v2)(CUcontext *);
 } cuda_api;
 
 typedef struct cuda_dev {
@@ -56,10 +62,15 @@ static void ensure_ctx(cuda_dev *d)
     d->api.cuCtxSetCurrent(d->primary);
 }
 
+static __thread CUresult last_error;
+
+int gml_cuda_last_error(void) { return (int)last_error; }
+
 static int st(CUresult r)
 {
     if (r == CUDA_SUCCESS)
         return GMLAKE_OK;
+    last_error = r;
     if (r == CUDA_ERROR_OUT_OF_MEMORY)
         return GMLAKE_ERR_NOMEM;
     if (r == CUDA_ERROR_NOT_READY)
@@ -133,9 +144,30 @@ static int cu_event_destroy(void *ctx, gml_event ev)
     return st(((cuda_dev *)ctx)->api.cuEventDestroy_v2((CUevent)ev));
 }
 
+static CUstream stream_of(gml_stream s)
+{
+    if (gml_stream_is_ptds(s))
+        return CU_STREAM_PER_THREAD;
+    if (gml_stream_is_legacy(s))
+        return CU_STREAM_LEGACY;
+    return (CUstream)s;
+}
+
+static bool cu_stream_here(void *ctx, gml_stream s)
+{
+    cuda_dev *d = ctx;
+    CUcontext c = NULL;
+    CUdevice dev = -1;
+    if (gml_stream_is_ptds(s))
+        return d->api.cuCtxGetDevice(&dev) == CUDA_SUCCESS && dev == (CUdevice)(s & 63);
+    if (gml_stream_is_legacy(s))
+        return d->api.cuCtxGetCurrent(&c) == CUDA_SUCCESS && (uintptr_t)c == (s & ~GML_STREAM_TAGS);
+    return true;
+}
+
 static int cu_event_record(void *ctx, gml_event ev, gml_stream s)
 {
-    return st(((cuda_dev *)ctx)->api.cuEventRecord((CUevent)ev, (CUstream)s));
+    return st(((cuda_dev *)ctx)->api.cuEventRecord((CUevent)ev, stream_of(s)));
 }
 
 static int cu_event_query(void *ctx, gml_event ev)
@@ -150,8 +182,23 @@ static int cu_event_sync(void *ctx, gml_event ev)
 
 static int cu_synchronize(void *ctx)
 {
-    ensure_ctx(ctx);
-    return st(((cuda_dev *)ctx)->api.cuCtxSynchronize());
+    cuda_dev *d = ctx;
+    CUdevice cur = -1;
+    ensure_ctx(d);
+    if (d->api.cuCtxGetDevice(&cur) == CUDA_SUCCESS && cur == d->ordinal)
+        return st(d->api.cuCtxSynchronize());
+    if (!d->primary) {
+        int rc = st(d->api.cuDevicePrimaryCtxRetain(&d->primary, d->ordinal));
+        if (rc != GMLAKE_OK)
+            return rc;
+    }
+    int rc = st(d->api.cuCtxPushCurrent_v2(d->primary));
+    if (rc != GMLAKE_OK)
+        return rc;
+    rc = st(d->api.cuCtxSynchronize());
+    CUcontext popped;
+    d->api.cuCtxPopCurrent_v2(&popped);
+    return rc;
 }
 
 static size_t cu_granularity(void *ctx) { return ((cuda_dev *)ctx)->granularity; }
@@ -179,6 +226,7 @@ static const gml_device_ops cuda_ops = {
     .event_query = cu_event_query,
     .event_sync = cu_event_sync,
     .synchronize = cu_synchronize,
+    .stream_here = cu_stream_here,
     .granularity = cu_granularity,
     .mem_info = cu_mem_info,
     .destroy = cu_destroy,
@@ -221,6 +269,9 @@ gml_device *gml_cuda_device_create(int ordinal, gml_sym_resolver resolve, const 
     RESOLVE(cuCtxGetCurrent);
     RESOLVE(cuCtxSetCurrent);
     RESOLVE(cuDevicePrimaryCtxRetain);
+    RESOLVE(cuCtxGetDevice);
+    RESOLVE(cuCtxPushCurrent_v2);
+    RESOLVE(cuCtxPopCurrent_v2);
     d->ordinal = ordinal;
     d->prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
     d->prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;

@@ -426,9 +426,13 @@ static int sim_synchronize(void *ctx)
 {
     sim *s = ctx;
     pthread_mutex_lock(&s->mu);
-    complete_all_locked(s);
+    int rc = GMLAKE_ERR_DEVICE;
+    if (!injected(s, GMLAKE_DC_SYNCHRONIZE)) {
+        complete_all_locked(s);
+        rc = GMLAKE_OK;
+    }
     pthread_mutex_unlock(&s->mu);
-    return GMLAKE_OK;
+    return rc;
 }
 
 static size_t sim_granularity(void *ctx) { return ((sim *)ctx)->cfg.granularity; }

@@ -59,14 +59,20 @@ RB_HEAD(gml_size_tree, gml_block);
 RB_PROTOTYPE(gml_size_tree, gml_block, snode, gml_size_cmp)
 
 struct gml_bin {
-    gml_stream stream;               /* key; GML_STREAM_NONE for the ready bin */
+    gml_stream stream;               /* key; GML_STREAM_NONE for the ready bin; a retired bin's is
+                                        GML_BIN_RETIRED | n, which no stream names */
     struct gml_size_tree free[GML_NSPACES];
     size_t nfree;
     gml_event ev;                    /* created on first need */
     uint64_t ev_seq;                 /* pool->seq when ev was recorded (0: never) */
     uint64_t done_seq;               /* work up to this seq is known complete */
+    bool retired;                    /* its stream was destroyed: no event is recorded any more */
+    uint64_t retire_seq;             /* retired: pool->seq at the retirement */
+    bool want_record;                /* another thread needs an event only this stream's own thread
+                                        (or context) can record: the next call on it records */
     UT_hash_handle hh;
 };
+#define GML_BIN_RETIRED ((gml_stream)1 << 60)
 
 typedef struct gml_slot {
     gml_block *owner;                /* block holding the slot's last byte */
@@ -112,6 +118,8 @@ struct gml_pool {
     void **slabs;
     size_t nslabs, cap_slabs;
     uint64_t seq;
+    uint64_t synced_seq;             /* the device was synchronised after every free up to this seq */
+    uint64_t retired_bins;           /* bins retired so far (their keys) */
     gml_sblock *lru_head, *lru_tail; /* every stitched block mapped now */
     size_t stitched_count, stitched_bytes;
     uint64_t lru_clock;
@@ -164,8 +172,18 @@ gml_bin *gml_bin_get(gml_pool *p, gml_stream s); /* NULL on host OOM */
  * an event as needed; with wait, waits for it). */
 bool gml_bin_passed(gml_pool *p, gml_bin *bin, uint64_t seq, bool wait);
 /* Moves blocks whose work has completed from every stream bin other than `except` to the ready
- * bin; with wait, waits for the streams first.  Returns the number of blocks moved. */
+ * bin, and frees retired bins left empty.  Returns the number of blocks moved.  (`wait` and
+ * gml_bin_passed's `wait` ask for no more than a query: nothing waits for the device while the
+ * pool is locked; the pool synchronises without its lock first, see gml_pool_sync.) */
 size_t gml_promote(gml_pool *p, gml_bin *except, bool wait);
+/* Records bin's event now if its stream can be named here (the want_record request). */
+void gml_bin_record(gml_pool *p, gml_bin *bin);
+/* Whether some stream bin other than `except` holds free blocks (a device wait could free them). */
+bool gml_bins_hold_blocks(gml_pool *p, gml_bin *except);
+/* The stream of bin was destroyed: records an event covering its frees (the stream still exists),
+ * and takes the bin out of the stream's name so that a new stream with the same handle starts
+ * afresh; its blocks reach the ready bin once that event (or a device synchronisation) passed. */
+void gml_bin_retire(gml_pool *p, gml_bin *bin);
 void gml_bins_destroy(gml_pool *p);
 
 /* ---- check.c ---- */

@@ -2,8 +2,13 @@
  * hooks.c — the allocation hooks of the CUDA runtime and driver (rules in interpose.h).
  *
  * Streams: cudaMalloc / cuMemAlloc take memory usable by every stream at once (the ready bin);
- * the *Async calls pass their stream.  cudaFree / cuMemFree of a gmlake pointer wait for the
- * device first, as the real ones do, so the block may serve any stream afterwards.
+ * the *Async calls pass their stream's key (device.h): a created stream's handle; the calling
+ * thread's per-thread default stream on the current device (CU_STREAM_PER_THREAD, or stream 0 in
+ * the _ptsz entry points); the current context's legacy stream (stream 0, CU_STREAM_LEGACY).
+ * cudaFree / cuMemFree of a gmlake pointer wait for the pointer's device first, as the real ones
+ * do, so the block may serve any stream afterwards; if that wait fails, its error is returned
+ * and the block stays allocated.  cudaStreamDestroy / cuStreamDestroy retire the stream's bin
+ * in every pool before the real destroy.
  */
 #include <stdatomic.h>
 
@@ -28,6 +33,34 @@ static int current_device_drv(void)
     if (!GML_REAL(cuCtxGetDevice) || gml_real.cuCtxGetDevice(&d) != CUDA_SUCCESS)
         return -1;
     return (int)d;
+}
+
+/* The context the legacy stream of `device` lives in for this thread: the current one, else the
+ * device's primary context (the one the runtime makes current on first use). */
+static uintptr_t legacy_context(int device)
+{
+    static _Atomic(CUcontext) primary[GML_MAX_DEVICES];
+    CUcontext c = NULL;
+    if (GML_REAL(cuCtxGetCurrent) && gml_real.cuCtxGetCurrent(&c) == CUDA_SUCCESS && c)
+        return (uintptr_t)c;
+    if (device < 0 || device >= GML_MAX_DEVICES)
+        return 0;
+    c = atomic_load(&primary[device]);
+    if (!c && GML_REAL(cuDevicePrimaryCtxRetain) &&
+        gml_real.cuDevicePrimaryCtxRetain(&c, device) == CUDA_SUCCESS)
+        atomic_store(&primary[device], c); /* retained once for the process */
+    return (uintptr_t)c;
+}
+
+/* The key of stream s as the calling thread names it on `device` (ptsz: a _ptsz entry point,
+ * where stream 0 is the per-thread default stream). */
+static gml_stream stream_key(CUstream s, bool ptsz, int device)
+{
+    if (s == CU_STREAM_PER_THREAD || (!s && ptsz))
+        return gml_stream_ptds(device);
+    if (!s || s == CU_STREAM_LEGACY)
+        return gml_stream_legacy(legacy_context(device));
+    return (gml_stream)s;
 }
 
 static bool capturing_rt(cudaStream_t s)
@@ -76,20 +109,26 @@ static int serve_alloc(int device, size_t size, gml_stream stream, uintptr_t *ou
 
 /* The pool holding a live allocation that starts at ptr (one hash lookup per pool, no range
  * scan): the common case of every free. */
-static gml_pool *live_owner(uintptr_t ptr)
+static gml_pool *live_owner(uintptr_t ptr, int *device)
 {
     for (int d = 0; d < GML_MAX_DEVICES; d++) {
         gml_pool *p = gml_registry_get(d);
-        if (p && gml_pool_alloc_size(p, ptr))
+        if (p && gml_pool_alloc_size(p, ptr)) {
+            *device = d;
             return p;
+        }
     }
     return NULL;
 }
 
-/* 0 freed, 1 gmlake memory but not a live allocation (error), 2 not gmlake's (pass through). */
-static int serve_free(uintptr_t ptr, gml_stream stream, const char *api, bool sync, bool drv)
+/* 0 freed, 1 gmlake memory but not a live allocation (error), 2 not gmlake's (pass through),
+ * 3 the synchronisation failed (*cu_err: the driver's error; the block stays allocated).
+ * A free with a stream (s, ptsz as in stream_key) is keyed on the pointer's device; sync: cudaFree. */
+static int serve_free(uintptr_t ptr, CUstream s, bool ptsz, const char *api, bool sync, bool drv,
+                      int *cu_err)
 {
-    gml_pool *p = live_owner(ptr);
+    int device = -1;
+    gml_pool *p = live_owner(ptr, &device);
     if (!p) {
         if (!gml_owner(ptr, NULL))
             return 2;
@@ -97,16 +136,26 @@ static int serve_free(uintptr_t ptr, gml_stream stream, const char *api, bool sy
                 "interior pointer); the pool is unchanged", api, (unsigned long)ptr);
         return 1;
     }
-    if (stream != GML_STREAM_NONE &&
-        (drv ? capturing_drv((CUstream)stream) : capturing_rt((cudaStream_t)stream))) {
+    if (!sync && (drv ? capturing_drv(s) : capturing_rt((cudaStream_t)s))) {
         if (!atomic_exchange(&capture_warned, 1))
             gml_log(GML_LOG_WARN, "%s during graph capture: gmlake keeps such blocks allocated", api);
         return 0;
     }
     gml_depth++;
-    if (sync && GML_REAL(cuCtxSynchronize))
-        gml_real.cuCtxSynchronize();
-    int rc = gml_pool_free(p, ptr, stream);
+    gml_stream stream = GML_STREAM_NONE;
+    int rc = GMLAKE_OK;
+    if (sync)
+        rc = gml_pool_sync(p);
+    else
+        stream = stream_key(s, ptsz, device);
+    if (rc != GMLAKE_OK) {
+        *cu_err = gml_cuda_last_error() ? gml_cuda_last_error() : CUDA_ERROR_UNKNOWN;
+        gml_depth--;
+        gml_log(GML_LOG_ERROR, "%s(%#lx): waiting for device %d failed (CUDA error %d); the block "
+                "stays allocated", api, (unsigned long)ptr, device, *cu_err);
+        return 3;
+    }
+    rc = gml_pool_free(p, ptr, stream);
     gml_depth--;
     if (rc != GMLAKE_OK)
         return 1;
@@ -135,22 +184,26 @@ GML_HOOK cudaError_t cudaMalloc(void **devPtr, size_t size)
 GML_HOOK cudaError_t cudaFree(void *devPtr)
 {
     if (gml_serving() && devPtr) {
-        int r = serve_free((uintptr_t)devPtr, GML_STREAM_NONE, "cudaFree", true, false);
+        int err = 0;
+        int r = serve_free((uintptr_t)devPtr, NULL, false, "cudaFree", true, false, &err);
         if (r == 0)
             return cudaSuccess;
         if (r == 1)
             return cudaErrorInvalidValue;
+        if (r == 3)
+            return (cudaError_t)err; /* the runtime's code for a driver error has its number */
     }
     return GML_REAL(cudaFree) ? gml_real.cudaFree(devPtr) : cudaErrorInitializationError;
 }
 
-static cudaError_t malloc_async(void **devPtr, size_t size, cudaStream_t s, gml_stream key)
+static cudaError_t malloc_async(void **devPtr, size_t size, cudaStream_t s, bool ptsz)
 {
     if (!gml_serving() || !devPtr || size == 0 || capturing_rt(s))
         return GML_REAL(cudaMallocAsync) ? gml_real.cudaMallocAsync(devPtr, size, s)
                                          : cudaErrorInitializationError;
     uintptr_t p;
-    switch (serve_alloc(current_device_rt(), size, key, &p)) {
+    int device = current_device_rt();
+    switch (serve_alloc(device, size, stream_key((CUstream)s, ptsz, device), &p)) {
     case 0: *devPtr = (void *)p; return cudaSuccess;
     case 1: return cudaErrorMemoryAllocation;
     default:
@@ -161,10 +214,11 @@ static cudaError_t malloc_async(void **devPtr, size_t size, cudaStream_t s, gml_
     }
 }
 
-static cudaError_t free_async(void *devPtr, cudaStream_t s, gml_stream key)
+static cudaError_t free_async(void *devPtr, cudaStream_t s, bool ptsz)
 {
     if (gml_serving() && devPtr) {
-        int r = serve_free((uintptr_t)devPtr, key, "cudaFreeAsync", false, false);
+        int err = 0;
+        int r = serve_free((uintptr_t)devPtr, (CUstream)s, ptsz, "cudaFreeAsync", false, false, &err);
         if (r == 0)
             return cudaSuccess;
         if (r == 1)
@@ -175,24 +229,23 @@ static cudaError_t free_async(void *devPtr, cudaStream_t s, gml_stream key)
 
 GML_HOOK cudaError_t cudaMallocAsync(void **devPtr, size_t size, cudaStream_t s)
 {
-    return malloc_async(devPtr, size, s, (gml_stream)s);
+    return malloc_async(devPtr, size, s, false);
 }
 
 GML_HOOK cudaError_t cudaFreeAsync(void *devPtr, cudaStream_t s)
 {
-    return free_async(devPtr, s, (gml_stream)s);
+    return free_async(devPtr, s, false);
 }
 
 /* The per-thread-default-stream variants: stream 0 means this thread's default stream. */
-#define PTDS(s) ((s) ? (gml_stream)(s) : (gml_stream)CU_STREAM_PER_THREAD)
 GML_HOOK cudaError_t cudaMallocAsync_ptsz(void **devPtr, size_t size, cudaStream_t s)
 {
-    return malloc_async(devPtr, size, s ? s : cudaStreamPerThread, PTDS(s));
+    return malloc_async(devPtr, size, s ? s : cudaStreamPerThread, true);
 }
 
 GML_HOOK cudaError_t cudaFreeAsync_ptsz(void *devPtr, cudaStream_t s)
 {
-    return free_async(devPtr, s ? s : cudaStreamPerThread, PTDS(s));
+    return free_async(devPtr, s ? s : cudaStreamPerThread, true);
 }
 
 /* Free memory as the program can use it: the device's, plus what gmlake holds but is not live. */
@@ -306,11 +359,14 @@ GML_HOOK CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
 GML_HOOK CUresult cuMemFree_v2(CUdeviceptr dptr)
 {
     if (gml_serving() && dptr) {
-        int r = serve_free((uintptr_t)dptr, GML_STREAM_NONE, "cuMemFree", true, true);
+        int err = 0;
+        int r = serve_free((uintptr_t)dptr, NULL, false, "cuMemFree", true, true, &err);
         if (r == 0)
             return CUDA_SUCCESS;
         if (r == 1)
             return CUDA_ERROR_INVALID_VALUE;
+        if (r == 3)
+            return (CUresult)err;
     }
     return GML_REAL(cuMemFree_v2) ? gml_real.cuMemFree_v2(dptr) : CUDA_ERROR_NOT_INITIALIZED;
 }
@@ -319,12 +375,13 @@ typedef CUresult (*alloc_async_fn)(CUdeviceptr *, size_t, CUstream);
 typedef CUresult (*free_async_fn)(CUdeviceptr, CUstream);
 
 static CUresult drv_alloc_async(alloc_async_fn real, CUdeviceptr *dptr, size_t size, CUstream s,
-                                gml_stream key)
+                                bool ptsz)
 {
     if (!gml_serving() || !dptr || size == 0 || capturing_drv(s))
         return real ? real(dptr, size, s) : CUDA_ERROR_NOT_INITIALIZED;
     uintptr_t p;
-    switch (serve_alloc(current_device_drv(), size, key, &p)) {
+    int device = current_device_drv();
+    switch (serve_alloc(device, size, stream_key(s, ptsz, device), &p)) {
     case 0: *dptr = (CUdeviceptr)p; return CUDA_SUCCESS;
     case 1: return CUDA_ERROR_OUT_OF_MEMORY;
     default:
@@ -335,10 +392,11 @@ static CUresult drv_alloc_async(alloc_async_fn real, CUdeviceptr *dptr, size_t s
     }
 }
 
-static CUresult drv_free_async(free_async_fn real, CUdeviceptr dptr, CUstream s, gml_stream key)
+static CUresult drv_free_async(free_async_fn real, CUdeviceptr dptr, CUstream s, bool ptsz)
 {
     if (gml_serving() && dptr) {
-        int r = serve_free((uintptr_t)dptr, key, "cuMemFreeAsync", false, true);
+        int err = 0;
+        int r = serve_free((uintptr_t)dptr, s, ptsz, "cuMemFreeAsync", false, true, &err);
         if (r == 0)
             return CUDA_SUCCESS;
         if (r == 1)
@@ -349,22 +407,63 @@ static CUresult drv_free_async(free_async_fn real, CUdeviceptr dptr, CUstream s,
 
 GML_HOOK CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUstream s)
 {
-    return drv_alloc_async(GML_REAL(cuMemAllocAsync), dptr, bytesize, s, (gml_stream)s);
+    return drv_alloc_async(GML_REAL(cuMemAllocAsync), dptr, bytesize, s, false);
 }
 
 GML_HOOK CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream s)
 {
-    return drv_free_async(GML_REAL(cuMemFreeAsync), dptr, s, (gml_stream)s);
+    return drv_free_async(GML_REAL(cuMemFreeAsync), dptr, s, false);
 }
 
 GML_HOOK CUresult cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUstream s)
 {
-    return drv_alloc_async(GML_REAL(cuMemAllocAsync_ptsz), dptr, bytesize, s, PTDS(s));
+    return drv_alloc_async(GML_REAL(cuMemAllocAsync_ptsz), dptr, bytesize, s, true);
 }
 
 GML_HOOK CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream s)
 {
-    return drv_free_async(GML_REAL(cuMemFreeAsync_ptsz), dptr, s, PTDS(s));
+    return drv_free_async(GML_REAL(cuMemFreeAsync_ptsz), dptr, s, true);
+}
+
+/* ---- streams ---- */
+
+/* Ends the bins of a created stream the program destroys, in every pool (the stream belongs to
+ * one device; the others find nothing).  Implicit streams cannot be destroyed. */
+static void retire_stream(CUstream s)
+{
+    if (!gml_serving() || !s || s == CU_STREAM_LEGACY || s == CU_STREAM_PER_THREAD)
+        return;
+    gml_depth++;
+    for (int d = 0; d < GML_MAX_DEVICES; d++) {
+        gml_pool *p = gml_registry_get(d);
+        if (p)
+            gml_pool_stream_retire(p, (gml_stream)s);
+    }
+    gml_depth--;
+}
+
+GML_HOOK cudaError_t cudaStreamDestroy(cudaStream_t s)
+{
+    retire_stream((CUstream)s);
+    if (!GML_REAL(cudaStreamDestroy))
+        return cudaErrorInitializationError;
+    gml_depth++; /* the runtime's own cuStreamDestroy passes through */
+    cudaError_t r = gml_real.cudaStreamDestroy(s);
+    gml_depth--;
+    return r;
+}
+
+GML_HOOK CUresult cuStreamDestroy_v2(CUstream s)
+{
+    retire_stream(s);
+    return GML_REAL(cuStreamDestroy_v2) ? gml_real.cuStreamDestroy_v2(s) : CUDA_ERROR_NOT_INITIALIZED;
+}
+
+#undef cuStreamDestroy
+GML_HOOK CUresult cuStreamDestroy(CUstream s)
+{
+    retire_stream(s);
+    return GML_REAL(cuStreamDestroy) ? gml_real.cuStreamDestroy(s) : CUDA_ERROR_NOT_INITIALIZED;
 }
 
 /* Only the device's default pool is served: other pools carry properties gmlake does not give
@@ -421,3 +520,5 @@ GML_CHECK_TYPE(cuMemFreeAsync_ptsz, PFN_cuMemFreeAsync_v11020_ptsz);
 GML_CHECK_TYPE(cuMemAllocFromPoolAsync, PFN_cuMemAllocFromPoolAsync_v11020);
 GML_CHECK_TYPE(cuMemAllocFromPoolAsync_ptsz, PFN_cuMemAllocFromPoolAsync_v11020_ptsz);
 GML_CHECK_TYPE(cuMemGetInfo_v2, PFN_cuMemGetInfo_v3020);
+GML_CHECK_TYPE(cuStreamDestroy_v2, PFN_cuStreamDestroy_v4000);
+GML_CHECK_TYPE(cuStreamDestroy, PFN_cuStreamDestroy_v4000);

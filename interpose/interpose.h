@@ -32,9 +32,12 @@
 #include "config/config.h"
 #include "core/pool.h"
 
-/* cuda.h maps cuGetProcAddress to its _v2; libcuda exports both, and so does gmlake. */
+/* cuda.h maps cuGetProcAddress to its _v2; libcuda exports both, and so does gmlake.  The same
+ * for cuStreamDestroy. */
 #undef cuGetProcAddress
 CUresult cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags);
+#undef cuStreamDestroy
+CUresult cuStreamDestroy(CUstream hStream);
 
 #include <cudaTypedefs.h>
 
@@ -63,6 +66,7 @@ struct gml_real {
     cudaError_t (*cudaGetDevice)(int *);
     cudaError_t (*cudaStreamIsCapturing)(cudaStream_t, enum cudaStreamCaptureStatus *);
     cudaError_t (*cudaDeviceGetDefaultMemPool)(cudaMemPool_t *, int);
+    cudaError_t (*cudaStreamDestroy)(cudaStream_t);
     CUresult (*cuMemAlloc_v2)(CUdeviceptr *, size_t);
     CUresult (*cuMemFree_v2)(CUdeviceptr);
     CUresult (*cuMemAllocAsync)(CUdeviceptr *, size_t, CUstream);
@@ -79,6 +83,10 @@ struct gml_real {
     CUresult (*cuCtxSynchronize)(void);
     CUresult (*cuStreamIsCapturing)(CUstream, CUstreamCaptureStatus *);
     CUresult (*cuDeviceGetDefaultMemPool)(CUmemoryPool *, CUdevice);
+    CUresult (*cuCtxGetCurrent)(CUcontext *);
+    CUresult (*cuDevicePrimaryCtxRetain)(CUcontext *, CUdevice);
+    CUresult (*cuStreamDestroy_v2)(CUstream);
+    CUresult (*cuStreamDestroy)(CUstream);
 };
 extern struct gml_real gml_real;
 

@@ -44,6 +44,8 @@ static const hook_entry table[] = {
     E(cuMemFreeAsync_ptsz, cuMemFreeAsync_ptsz),
     E(cuMemFree_v2, cuMemFree_v2),
     E(cuMemGetInfo_v2, cuMemGetInfo_v2),
+    E(cuStreamDestroy, cuStreamDestroy),
+    E(cuStreamDestroy_v2, cuStreamDestroy_v2),
     E(cudaFree, cudaFree),
     E(cudaFreeAsync, cudaFreeAsync),
     {"cudaFreeAsync_ptsz", (void *)&cudaFreeAsync_ptsz, NULL},
@@ -57,6 +59,7 @@ static const hook_entry table[] = {
     E(cudaMemPoolGetAttribute, cudaMemPoolGetAttribute),
     E(cudaMemPoolSetAttribute, cudaMemPoolSetAttribute),
     E(cudaMemPoolTrimTo, cudaMemPoolTrimTo),
+    E(cudaStreamDestroy, cudaStreamDestroy),
 };
 #undef E
 static const size_t table_len = sizeof table / sizeof table[0];
