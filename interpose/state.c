@@ -1,6 +1,13 @@
 /*
  * state.c — what the hooks share: the settings, the per-device pools (created on first use, never
- * in the constructor), ownership of pointers, logging, the trace recorder and the exit summary.
+ * in the constructor), ownership of pointers, logging, the trace recorder, the exit summary, and
+ * fork.
+ *
+ * Fork: CUDA cannot be used in a forked child (its calls fail there).  Handlers registered with
+ * the settings take every gmlake lock around fork (pool creation, each pool, trace, log), so that
+ * no lock is left held by a thread that does not exist in the child; the child then serves
+ * nothing (gml_serving is false): its calls reach CUDA, which fails them as it does for any child,
+ * and no pointer of the parent's pools is handed out or freed there.
  */
 #include <pthread.h>
 #include <stdarg.h>
@@ -23,8 +30,35 @@ static FILE *trace_out;
 static pthread_mutex_t trace_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_mutex_t create_mu = PTHREAD_MUTEX_INITIALIZER;
 static _Atomic int failed_dev[GML_MAX_DEVICES]; /* 1: gmlake cannot run there (logged) */
+static _Atomic int forked; /* this process is a child forked after gmlake started */
 
 static void at_exit(void);
+
+static void fork_prepare(void)
+{
+    pthread_mutex_lock(&create_mu);
+    for (int d = 0; d < GML_MAX_DEVICES; d++)
+        if (gml_registry_get(d))
+            gml_pool_hold(gml_registry_get(d), true);
+    pthread_mutex_lock(&trace_mu);
+    pthread_mutex_lock(&log_mu);
+}
+
+static void fork_release(void)
+{
+    pthread_mutex_unlock(&log_mu);
+    pthread_mutex_unlock(&trace_mu);
+    for (int d = GML_MAX_DEVICES - 1; d >= 0; d--)
+        if (gml_registry_get(d))
+            gml_pool_hold(gml_registry_get(d), false);
+    pthread_mutex_unlock(&create_mu);
+}
+
+static void fork_child(void)
+{
+    atomic_store(&forked, 1);
+    fork_release();
+}
 
 static void load_cfg(void)
 {
@@ -41,8 +75,10 @@ static void load_cfg(void)
             fprintf(trace_out, "# gmlake-trace v1: op ptr size stream t_us (recorded by libgmlake)\n");
         }
     }
-    if (cfg.enable)
+    if (cfg.enable) {
         atexit(at_exit);
+        pthread_atfork(fork_prepare, fork_release, fork_child);
+    }
     gml_depth--;
 }
 
@@ -52,7 +88,10 @@ const gml_config *gml_cfg(void)
     return &cfg;
 }
 
-bool gml_serving(void) { return gml_depth == 0 && gml_cfg()->enable; }
+bool gml_serving(void)
+{
+    return gml_depth == 0 && gml_cfg()->enable && !atomic_load_explicit(&forked, memory_order_relaxed);
+}
 
 enum { LOG_BUDGET = 100 }; /* errors and warnings after this many are counted, not printed */
 static unsigned long suppressed;
@@ -154,6 +193,8 @@ static void write_stats(FILE *f, int d, const gmlake_stats *s)
 
 static void at_exit(void)
 {
+    if (atomic_load(&forked))
+        return; /* the summary and stats file are the parent's */
     gml_depth++;
     FILE *stats = cfg.stats_file[0] ? fopen(cfg.stats_file, "w") : NULL;
     if (cfg.stats_file[0] && !stats)
