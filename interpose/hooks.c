@@ -8,8 +8,10 @@
  * cudaFree / cuMemFree of a gmlake pointer wait for the pointer's device first, as the real ones
  * do, so the block may serve any stream afterwards; if that wait fails, its error is returned
  * and the block stays allocated.  cudaStreamDestroy / cuStreamDestroy retire the stream's bin
- * in every pool before the real destroy.
+ * in every pool before the real destroy; a thread's per-thread default stream bins are retired
+ * when the thread exits.
  */
+#include <pthread.h>
 #include <stdatomic.h>
 
 #include "core/registry.h"
@@ -52,12 +54,41 @@ static uintptr_t legacy_context(int device)
     return (uintptr_t)c;
 }
 
+/* A thread's per-thread default streams end with it: its bins are retired at thread exit. */
+static pthread_key_t ptds_key;
+static pthread_once_t ptds_once = PTHREAD_ONCE_INIT;
+static __thread bool ptds_noted;
+
+static void ptds_thread_exit(void *unused)
+{
+    (void)unused;
+    gml_depth++;
+    for (int d = 0; d < GML_MAX_DEVICES; d++) {
+        gml_pool *p = gml_registry_get(d);
+        if (p)
+            gml_pool_stream_retire(p, gml_stream_ptds(d));
+    }
+    gml_depth--;
+}
+
+static void ptds_key_make(void) { pthread_key_create(&ptds_key, ptds_thread_exit); }
+
+static gml_stream ptds_of(int device)
+{
+    if (__builtin_expect(!ptds_noted, 0)) {
+        ptds_noted = true;
+        pthread_once(&ptds_once, ptds_key_make);
+        pthread_setspecific(ptds_key, &ptds_noted);
+    }
+    return gml_stream_ptds(device);
+}
+
 /* The key of stream s as the calling thread names it on `device` (ptsz: a _ptsz entry point,
  * where stream 0 is the per-thread default stream). */
 static gml_stream stream_key(CUstream s, bool ptsz, int device)
 {
     if (s == CU_STREAM_PER_THREAD || (!s && ptsz))
-        return gml_stream_ptds(device);
+        return ptds_of(device);
     if (!s || s == CU_STREAM_LEGACY)
         return gml_stream_legacy(legacy_context(device));
     return (gml_stream)s;

@@ -67,6 +67,30 @@ Test(streams, per_thread_default_streams_are_distinct)
     cr_assert_eq(gmlake_check(0), GMLAKE_OK);
 }
 
+static void *ptds_exiting(void *arg)
+{
+    void *p = NULL;
+    cr_assert_eq(cudaMallocAsync(&p, 4 * MiB, cudaStreamPerThread), cudaSuccess);
+    cr_assert_eq(fake_cuda_launch(CU_STREAM_PER_THREAD), 0);
+    cr_assert_eq(cudaFreeAsync(p, cudaStreamPerThread), cudaSuccess);
+    return p;
+}
+
+Test(streams, an_exited_threads_default_stream_blocks_serve_others_after_its_work)
+{
+    pthread_t a;
+    void *p, *q, *r;
+    pthread_create(&a, NULL, ptds_exiting, NULL);
+    pthread_join(a, &p);
+    cr_assert_eq(cudaMallocAsync(&q, 4 * MiB, 0), cudaSuccess);
+    cr_assert_neq(q, p, "the exited thread's work still runs");
+    fake_cuda_finish_all();
+    cr_assert_eq(cudaMallocAsync(&r, 4 * MiB, 0), cudaSuccess);
+    cr_assert_eq(r, p, "its block serves others once its work completed (no device wait needed)");
+    cr_assert_eq(stats().device_calls[GMLAKE_DC_SYNCHRONIZE], 0);
+    cr_assert_eq(gmlake_check(0), GMLAKE_OK);
+}
+
 /* ---- destroyed streams ---- */
 
 Test(streams, a_reused_handle_does_not_inherit_the_destroyed_streams_blocks)
