@@ -1,4 +1,4 @@
-/* test_streams.c — stream semantics of the interposer against the fake CUDA (tests/fake), run
+/* test_stream_hooks.c — stream semantics of the interposer against the fake CUDA (tests/fake), run
  * under LD_PRELOAD=libgmlake.so.  Work launched with fake_cuda_launch completes only when the test
  * finishes it or something waits for it, so a block handed to another stream too early is seen:
  * per-thread default streams, destroyed streams whose handle is reused, the legacy stream of two
