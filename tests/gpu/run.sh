@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# tests/gpu/run.sh — the GPU tests: builds the C test with nvcc (if build/gpu lacks it), runs it
-# under libgmlake (shared and static cudart), then the pytest suite.  Skips where no GPU is present.
+# tests/gpu/run.sh — the GPU tests: builds the C/CUDA tests with nvcc (if build/gpu lacks them),
+# runs gpu_hooks under libgmlake (shared and static cudart), multi_gpu, streams_gpu (streams,
+# cudaFree, empty_cache, fork), then the pytest suite.  Skips where no GPU is present.
 # Usage: tests/gpu/run.sh [OUTDIR]   (logs go to OUTDIR, default build/gpu)
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -22,6 +23,11 @@ if [ ! -x "$root/build/gpu/multi_gpu" ]; then
 fi
 echo "== multi_gpu"
 LD_PRELOAD=$lib "$root/build/gpu/multi_gpu" 2>&1 | tee "$out/multi_gpu.log" || status=1
+if [ ! -x "$root/build/gpu/streams_gpu" ]; then
+  nvcc -O2 -arch=sm_90 -I "$root/include" -cudart shared -o "$root/build/gpu/streams_gpu" "$root/tests/gpu/streams_gpu.cu" -ldl || exit 1
+fi
+echo "== streams_gpu"
+LD_PRELOAD=$lib "$root/build/gpu/streams_gpu" 2>&1 | tee "$out/streams_gpu.log" || status=1
 echo "== pytest"
 LIBGMLAKE=$lib python3 -m pytest -q "$root/tests/gpu/test_gpu.py" 2>&1 | tee "$out/pytest.log"
 [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
