@@ -18,6 +18,7 @@
 #ifndef GML_POOL_IMPL_H
 #define GML_POOL_IMPL_H
 
+#include <bsd/sys/queue.h>
 #include <bsd/sys/tree.h>
 #include <pthread.h>
 #include <uthash.h>
@@ -70,8 +71,11 @@ struct gml_bin {
     uint64_t retire_seq;             /* retired: pool->seq at the retirement */
     bool want_record;                /* another thread needs an event only this stream's own thread
                                         (or context) can record: the next call on it records */
+    gml_pool *pool;
+    LIST_ENTRY(gml_bin) holding;     /* stream bins with nfree > 0: pool->holding */
     UT_hash_handle hh;
 };
+LIST_HEAD(gml_bin_list, gml_bin);
 #define GML_BIN_RETIRED ((gml_stream)1 << 60)
 
 typedef struct gml_slot {
@@ -111,6 +115,7 @@ struct gml_pool {
     size_t arena_size, nslots, slot_hint, mapped_slots;
     gml_slot *slots;
     gml_bin *bins;                   /* hash by stream */
+    struct gml_bin_list holding;     /* stream bins holding free blocks (what a miss looks at) */
     gml_bin *ready;
     gml_bin *last_bin;
     gml_block *live;                 /* hash by addr */
@@ -176,6 +181,14 @@ bool gml_bin_passed(gml_pool *p, gml_bin *bin, uint64_t seq, bool wait);
  * gml_bin_passed's `wait` ask for no more than a query: nothing waits for the device while the
  * pool is locked; the pool synchronises without its lock first, see gml_pool_sync.) */
 size_t gml_promote(gml_pool *p, gml_bin *except, bool wait);
+/* Counts a free block into / out of bin (keeps pool->holding). */
+static inline void gml_bin_count(gml_bin *bin, int delta)
+{
+    if (delta > 0 && bin->nfree++ == 0 && bin != bin->pool->ready)
+        LIST_INSERT_HEAD(&bin->pool->holding, bin, holding);
+    else if (delta < 0 && --bin->nfree == 0 && bin != bin->pool->ready)
+        LIST_REMOVE(bin, holding);
+}
 /* Records bin's event now if its stream can be named here (the want_record request). */
 void gml_bin_record(gml_pool *p, gml_bin *bin);
 /* Whether some stream bin other than `except` holds free blocks (a device wait could free them). */

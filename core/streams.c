@@ -34,6 +34,7 @@ gml_bin *gml_bin_get(gml_pool *p, gml_stream s)
     if (!b)
         return NULL;
     b->stream = s;
+    b->pool = p;
     for (int i = 0; i < GML_NSPACES; i++)
         RB_INIT(&b->free[i]);
     HASH_ADD(hh, p->bins, stream, sizeof b->stream, b);
@@ -137,9 +138,9 @@ void gml_bin_retire(gml_pool *p, gml_bin *bin)
 
 bool gml_bins_hold_blocks(gml_pool *p, gml_bin *except)
 {
-    gml_bin *bin, *tmp;
-    HASH_ITER(hh, p->bins, bin, tmp)
-        if (bin != p->ready && bin != except && bin->nfree)
+    gml_bin *bin;
+    LIST_FOREACH(bin, &p->holding, holding)
+        if (bin != except)
             return true;
     return false;
 }
@@ -150,13 +151,9 @@ size_t gml_promote(gml_pool *p, gml_bin *except, bool wait)
     size_t moved = 0, cap = 0;
     gml_block **v = NULL;
     gml_bin *bin, *tmp;
-    HASH_ITER(hh, p->bins, bin, tmp) {
-        if (bin == p->ready || bin == except)
+    LIST_FOREACH_SAFE(bin, &p->holding, holding, tmp) {
+        if (bin == except)
             continue;
-        if (bin->nfree == 0) {
-            retired_reap(p, bin);
-            continue;
-        }
         /* a retired bin's blocks all go once the work up to its retirement passed (moves inside
          * the bin renumber blocks, but no stream can free into it any more) */
         uint64_t upto;
