@@ -106,16 +106,21 @@ static void bin_free(gml_pool *p, gml_bin *bin)
     free(bin);
 }
 
+static bool has_cached_stitch(gml_pool *p, gml_bin *bin)
+{
+    for (gml_sblock *sb = p->lru_head; sb; sb = sb->lru_next)
+        if (!sb->live && sb->bin == bin)
+            return true;
+    return false;
+}
+
 /* A retired bin goes once it holds no block, and, if a cached stitched block was last freed on
  * it, once its work has passed (the stitched block may then serve anyone). */
 static void retired_reap(gml_pool *p, gml_bin *bin)
 {
     if (!bin->retired || bin->nfree)
         return;
-    bool cached = false;
-    for (gml_sblock *sb = p->lru_head; sb && !cached; sb = sb->lru_next)
-        cached = !sb->live && sb->bin == bin;
-    if (!cached || gml_bin_passed(p, bin, bin->retire_seq, false))
+    if (!has_cached_stitch(p, bin) || gml_bin_passed(p, bin, bin->retire_seq, false))
         bin_free(p, bin);
 }
 
@@ -123,7 +128,7 @@ void gml_bin_retire(gml_pool *p, gml_bin *bin)
 {
     if (bin == p->ready || bin->retired)
         return;
-    if (bin->nfree)
+    if (bin->nfree || has_cached_stitch(p, bin))
         record(p, bin); /* the stream exists until the real destroy: cover its frees */
     HASH_DEL(p->bins, bin);
     if (p->last_bin == bin)

@@ -154,7 +154,7 @@ static gml_pool *live_owner(uintptr_t ptr, int *device)
 
 /* 0 freed, 1 gmlake memory but not a live allocation (error), 2 not gmlake's (pass through),
  * 3 the synchronisation failed (*cu_err: the driver's error; the block stays allocated).
- * A free with a stream (s, ptsz as in stream_key) is keyed on the pointer's device; sync: cudaFree. */
+ * s, ptsz: the free's stream as in stream_key; sync: cudaFree (no stream, waits for the device). */
 static int serve_free(uintptr_t ptr, CUstream s, bool ptsz, const char *api, bool sync, bool drv,
                       int *cu_err)
 {
@@ -175,10 +175,14 @@ static int serve_free(uintptr_t ptr, CUstream s, bool ptsz, const char *api, boo
     gml_depth++;
     gml_stream stream = GML_STREAM_NONE;
     int rc = GMLAKE_OK;
-    if (sync)
+    if (sync) {
         rc = gml_pool_sync(p);
-    else
-        stream = stream_key(s, ptsz, device);
+    } else {
+        /* an implicit stream is the one of the thread's current device, which may not be p's */
+        bool implicit = !s || s == CU_STREAM_LEGACY || s == CU_STREAM_PER_THREAD;
+        int cur = implicit ? (drv ? current_device_drv() : current_device_rt()) : device;
+        stream = stream_key(s, ptsz, cur >= 0 ? cur : device);
+    }
     if (rc != GMLAKE_OK) {
         *cu_err = gml_cuda_last_error() ? gml_cuda_last_error() : CUDA_ERROR_UNKNOWN;
         gml_depth--;
