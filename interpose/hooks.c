@@ -178,9 +178,10 @@ static int serve_free(uintptr_t ptr, CUstream s, bool ptsz, const char *api, boo
     if (sync) {
         rc = gml_pool_sync(p);
     } else {
-        /* an implicit stream is the one of the thread's current device, which may not be p's */
-        bool implicit = !s || s == CU_STREAM_LEGACY || s == CU_STREAM_PER_THREAD;
-        int cur = implicit ? (drv ? current_device_drv() : current_device_rt()) : device;
+        /* a per-thread stream is the one of the thread's current device, which may not be p's
+         * (a legacy stream's key is the current context, whatever its device) */
+        bool ptds = s == CU_STREAM_PER_THREAD || (!s && ptsz);
+        int cur = ptds ? (drv ? current_device_drv() : current_device_rt()) : device;
         stream = stream_key(s, ptsz, cur >= 0 ? cur : device);
     }
     if (rc != GMLAKE_OK) {
