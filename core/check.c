@@ -59,11 +59,11 @@ int gml_pool_check_locked(gml_pool *p, char *why, size_t whylen)
     gml_bin *bin, *tmp;
     size_t holding = 0;
     LIST_FOREACH(bin, &p->holding, holding)
-        if (bin->nfree == 0 || bin == p->ready || ++holding > HASH_COUNT(p->bins))
+        if (bin->nfree == 0 || ++holding > HASH_COUNT(p->bins))
             FAIL("bin of stream %#lx is on the holding list with %zu free blocks",
                  (unsigned long)bin->stream, bin->nfree);
     HASH_ITER(hh, p->bins, bin, tmp) {
-        if (bin != p->ready && bin->nfree && holding-- == 0)
+        if (bin->nfree && holding-- == 0)
             FAIL("more bins hold free blocks than the holding list has");
         size_t inbin = 0;
         for (int s = 0; s < GML_NSPACES; s++) {

@@ -72,7 +72,7 @@ struct gml_bin {
     bool want_record;                /* another thread needs an event only this stream's own thread
                                         (or context) can record: the next call on it records */
     gml_pool *pool;
-    LIST_ENTRY(gml_bin) holding;     /* stream bins with nfree > 0: pool->holding */
+    LIST_ENTRY(gml_bin) holding;     /* bins with nfree > 0 (the ready bin too): pool->holding */
     UT_hash_handle hh;
 };
 LIST_HEAD(gml_bin_list, gml_bin);
@@ -115,7 +115,7 @@ struct gml_pool {
     size_t arena_size, nslots, slot_hint, mapped_slots;
     gml_slot *slots;
     gml_bin *bins;                   /* hash by stream */
-    struct gml_bin_list holding;     /* stream bins holding free blocks (what a miss looks at) */
+    struct gml_bin_list holding;     /* bins holding free blocks (what a miss looks at) */
     gml_bin *ready;
     gml_bin *last_bin;
     gml_block *live;                 /* hash by addr */
@@ -184,9 +184,9 @@ size_t gml_promote(gml_pool *p, gml_bin *except, bool wait);
 /* Counts a free block into / out of bin (keeps pool->holding). */
 static inline void gml_bin_count(gml_bin *bin, int delta)
 {
-    if (delta > 0 && bin->nfree++ == 0 && bin != bin->pool->ready)
+    if (delta > 0 && bin->nfree++ == 0)
         LIST_INSERT_HEAD(&bin->pool->holding, bin, holding);
-    else if (delta < 0 && --bin->nfree == 0 && bin != bin->pool->ready)
+    else if (delta < 0 && --bin->nfree == 0)
         LIST_REMOVE(bin, holding);
 }
 /* Records bin's event now if its stream can be named here (the want_record request). */

@@ -145,7 +145,7 @@ bool gml_bins_hold_blocks(gml_pool *p, gml_bin *except)
 {
     gml_bin *bin;
     LIST_FOREACH(bin, &p->holding, holding)
-        if (bin != except)
+        if (bin != except && bin != p->ready)
             return true;
     return false;
 }
@@ -157,7 +157,7 @@ size_t gml_promote(gml_pool *p, gml_bin *except, bool wait)
     gml_block **v = NULL;
     gml_bin *bin, *tmp;
     LIST_FOREACH_SAFE(bin, &p->holding, holding, tmp) {
-        if (bin == except)
+        if (bin == except || bin == p->ready)
             continue;
         /* a retired bin's blocks all go once the work up to its retirement passed (moves inside
          * the bin renumber blocks, but no stream can free into it any more) */
