@@ -145,8 +145,14 @@ typedef struct gml_sim_config {
 
 /* NULL on bad config (capacity not a positive multiple of granularity) or host failure. */
 gml_device *gml_sim_create(const gml_sim_config *cfg);
-/* Manual events: a recorded event completes only at gml_sim_complete_events / event_sync /
- * synchronize.  Off by default (events complete at once). */
+/* Work: gml_sim_launch submits one unit of work to a stream (by key); it completes at
+ * gml_sim_finish of that stream, gml_sim_complete_events, a wait for an event recorded after it,
+ * or synchronize.  An event captures its stream's work submitted so far.
+ * Manual events: besides, a recorded event completes only at gml_sim_complete_events /
+ * event_sync / synchronize.  Off by default (an event on a stream with no pending work has
+ * completed at once). */
+int gml_sim_launch(gml_device *dev, gml_stream stream);
+void gml_sim_finish(gml_device *dev, gml_stream stream);
 void gml_sim_set_manual_events(gml_device *dev, bool manual);
 void gml_sim_complete_events(gml_device *dev);
 /* Physical bytes held by chunks not yet freed, and live chunk / mapping / reservation counts. */

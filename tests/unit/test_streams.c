@@ -47,6 +47,23 @@ Test(streams, many_retired_streams_leave_nothing_behind)
     fx_free(&f);
 }
 
+Test(streams, only_streams_whose_work_completed_pass_their_blocks)
+{
+    fixture f = fx_make(64 * MiB, false, no_stitch);
+    gml_pool *p = f.pool;
+    uintptr_t a = must_alloc(p, 4 * MiB, 0x10), b = must_alloc(p, 4 * MiB, 0x20);
+    cr_assert_eq(gml_sim_launch(f.dev, 0x10), GMLAKE_OK);
+    cr_assert_eq(gml_sim_launch(f.dev, 0x20), GMLAKE_OK);
+    must_free(p, a, 0x10);
+    must_free(p, b, 0x20);
+    gml_sim_finish(f.dev, 0x20);
+    cr_assert_eq(must_alloc(p, 4 * MiB, 0x30), b, "0x20's work completed: its block passes");
+    uintptr_t c = must_alloc(p, 4 * MiB, 0x30);
+    cr_assert_neq(c, a, "0x10's work still runs");
+    cr_assert_eq(must_alloc(p, 4 * MiB, 0x10), a, "0x10 itself reuses its block at once");
+    fx_free(&f);
+}
+
 static gml_pool *shared;
 static uintptr_t a_block;
 static pthread_barrier_t bar;
