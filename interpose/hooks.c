@@ -62,6 +62,8 @@ static __thread bool ptds_noted;
 static void ptds_thread_exit(void *unused)
 {
     (void)unused;
+    if (!gml_serving())
+        return;
     gml_depth++;
     for (int d = 0; d < GML_MAX_DEVICES; d++) {
         gml_pool *p = gml_registry_get(d);
