@@ -114,9 +114,11 @@ gml_pool *gml_pool_of(int device);
 /* The pool whose memory holds ptr, or NULL (foreign pointer). */
 gml_pool *gml_owner(uintptr_t ptr, int *device);
 void gml_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-/* Appends an event to the trace file, if one is configured.  Calls with no stream (cudaMalloc,
- * cudaFree, cuMemAlloc, cuMemFree) are recorded with stream 0xffffffffffffffff (GML_STREAM_NONE),
- * which replay treats as they were served. */
+/* Appends an event to the trace file, if one is configured.  The stream column is gmlake's key of
+ * the stream (core/device.h: a created stream's handle, or the key of a thread's per-thread
+ * default stream or of a context's legacy stream), so that replay tells the streams apart as the
+ * pool did.  Calls with no stream (cudaMalloc, cudaFree, cuMemAlloc, cuMemFree) are recorded with
+ * stream 0xffffffffffffffff (GML_STREAM_NONE), which replay treats as they were served. */
 void gml_trace_event(char op, uintptr_t ptr, size_t size, uintptr_t stream);
 
 #endif /* GML_INTERPOSE_H */
