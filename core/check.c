@@ -57,7 +57,14 @@ int gml_pool_check_locked(gml_pool *p, char *why, size_t whylen)
         FAIL("out of host memory in the checker");
     /* gather */
     gml_bin *bin, *tmp;
+    size_t holding = 0;
+    LIST_FOREACH(bin, &p->holding, holding)
+        if (bin->nfree == 0 || ++holding > HASH_COUNT(p->bins))
+            FAIL("bin of stream %#lx is on the holding list with %zu free blocks",
+                 (unsigned long)bin->stream, bin->nfree);
     HASH_ITER(hh, p->bins, bin, tmp) {
+        if (bin->nfree && holding-- == 0)
+            FAIL("more bins hold free blocks than the holding list has");
         size_t inbin = 0;
         for (int s = 0; s < GML_NSPACES; s++) {
             gml_block *f;
@@ -74,6 +81,8 @@ int gml_pool_check_locked(gml_pool *p, char *why, size_t whylen)
             FAIL("bin of stream %#lx counts %zu free blocks, its trees hold %zu",
                  (unsigned long)bin->stream, bin->nfree, inbin);
     }
+    if (holding)
+        FAIL("the holding list has %zu bins that are not in the pool", holding);
     uint64_t active = 0, nlive = 0;
     for (gml_block *b = p->live; b; b = b->hh.next) {
         nlive++;

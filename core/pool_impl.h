@@ -18,6 +18,7 @@
 #ifndef GML_POOL_IMPL_H
 #define GML_POOL_IMPL_H
 
+#include <bsd/sys/queue.h>
 #include <bsd/sys/tree.h>
 #include <pthread.h>
 #include <uthash.h>
@@ -59,14 +60,23 @@ RB_HEAD(gml_size_tree, gml_block);
 RB_PROTOTYPE(gml_size_tree, gml_block, snode, gml_size_cmp)
 
 struct gml_bin {
-    gml_stream stream;               /* key; GML_STREAM_NONE for the ready bin */
+    gml_stream stream;               /* key; GML_STREAM_NONE for the ready bin; a retired bin's is
+                                        GML_BIN_RETIRED | n, which no stream names */
     struct gml_size_tree free[GML_NSPACES];
     size_t nfree;
     gml_event ev;                    /* created on first need */
     uint64_t ev_seq;                 /* pool->seq when ev was recorded (0: never) */
     uint64_t done_seq;               /* work up to this seq is known complete */
+    bool retired;                    /* its stream was destroyed: no event is recorded any more */
+    uint64_t retire_seq;             /* retired: pool->seq at the retirement */
+    bool want_record;                /* another thread needs an event only this stream's own thread
+                                        (or context) can record: the next call on it records */
+    gml_pool *pool;
+    LIST_ENTRY(gml_bin) holding;     /* bins with nfree > 0 (the ready bin too): pool->holding */
     UT_hash_handle hh;
 };
+LIST_HEAD(gml_bin_list, gml_bin);
+#define GML_BIN_RETIRED ((gml_stream)1 << 60)
 
 typedef struct gml_slot {
     gml_block *owner;                /* block holding the slot's last byte */
@@ -105,6 +115,7 @@ struct gml_pool {
     size_t arena_size, nslots, slot_hint, mapped_slots;
     gml_slot *slots;
     gml_bin *bins;                   /* hash by stream */
+    struct gml_bin_list holding;     /* bins holding free blocks (what a miss looks at) */
     gml_bin *ready;
     gml_bin *last_bin;
     gml_block *live;                 /* hash by addr */
@@ -112,6 +123,8 @@ struct gml_pool {
     void **slabs;
     size_t nslabs, cap_slabs;
     uint64_t seq;
+    uint64_t synced_seq;             /* the device was synchronised after every free up to this seq */
+    uint64_t retired_bins;           /* bins retired so far (their keys) */
     gml_sblock *lru_head, *lru_tail; /* every stitched block mapped now */
     size_t stitched_count, stitched_bytes;
     uint64_t lru_clock;
@@ -164,8 +177,26 @@ gml_bin *gml_bin_get(gml_pool *p, gml_stream s); /* NULL on host OOM */
  * an event as needed; with wait, waits for it). */
 bool gml_bin_passed(gml_pool *p, gml_bin *bin, uint64_t seq, bool wait);
 /* Moves blocks whose work has completed from every stream bin other than `except` to the ready
- * bin; with wait, waits for the streams first.  Returns the number of blocks moved. */
+ * bin, and frees retired bins left empty.  Returns the number of blocks moved.  (`wait` and
+ * gml_bin_passed's `wait` ask for no more than a query: nothing waits for the device while the
+ * pool is locked; the pool synchronises without its lock first, see gml_pool_sync.) */
 size_t gml_promote(gml_pool *p, gml_bin *except, bool wait);
+/* Counts a free block into / out of bin (keeps pool->holding). */
+static inline void gml_bin_count(gml_bin *bin, int delta)
+{
+    if (delta > 0 && bin->nfree++ == 0)
+        LIST_INSERT_HEAD(&bin->pool->holding, bin, holding);
+    else if (delta < 0 && --bin->nfree == 0)
+        LIST_REMOVE(bin, holding);
+}
+/* Records bin's event now if its stream can be named here (the want_record request). */
+void gml_bin_record(gml_pool *p, gml_bin *bin);
+/* Whether some stream bin other than `except` holds free blocks (a device wait could free them). */
+bool gml_bins_hold_blocks(gml_pool *p, gml_bin *except);
+/* The stream of bin was destroyed: records an event covering its frees (the stream still exists),
+ * and takes the bin out of the stream's name so that a new stream with the same handle starts
+ * afresh; its blocks reach the ready bin once that event (or a device synchronisation) passed. */
+void gml_bin_retire(gml_pool *p, gml_bin *bin);
 void gml_bins_destroy(gml_pool *p);
 
 /* ---- check.c ---- */
