@@ -58,7 +58,7 @@ void fake_cuda_fail_sync(CUresult code, int times);
 /* A sticky fault (e.g. CUDA_ERROR_ILLEGAL_ADDRESS): every later cuCtxSynchronize returns it. */
 void fake_cuda_fault(int code);
 int fake_cuda_faulted(void);
-/* True in a child forked from a process that used the fake (every call then fails). */
+/* True in a child forked from a process that has the fake loaded (every call then fails). */
 bool fake_forked(void);
 
 /* ---- for the fake runtime (fake_cudart.c) ---- */

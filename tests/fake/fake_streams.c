@@ -25,8 +25,8 @@
  *    (CUDA_ERROR_STREAM_CAPTURE_IMPLICIT; a record also invalidates the captures).
  *    FAKE_CAPTURING_STREAM always reports an active capture; a handle the fake never made (a
  *    plain number in a test) reports none.
- *  - fork: in a child of a process that used the fake, every call returns
- *    CUDA_ERROR_NOT_INITIALIZED, as CUDA does after fork. */
+ *  - fork: in a forked child every call returns CUDA_ERROR_NOT_INITIALIZED, as CUDA does after
+ *    fork. */
 #include <cuda.h>
 #include <pthread.h>
 #include <stdbool.h>
@@ -81,18 +81,17 @@ static int waiting;
 static int fail_sync_left;
 static CUresult fail_sync_code;
 static _Atomic CUresult fault;
-static pid_t first_pid;
 static uint64_t peer_enabled[FAKE_DEVICES]; /* bit p: this device may access p's memory */
 static capture caps[NCAPTURES];
+static int ncaptures; /* active ones, read without mu by fake_capture_status */
 static __thread CUstreamCaptureMode thread_mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
 
-EXPORT bool fake_forked(void)
-{
-    pid_t me = getpid(), expect = 0;
-    if (__atomic_compare_exchange_n(&first_pid, &expect, me, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
-        return false;
-    return expect != me;
-}
+/* Set in the child of every fork of a process that has the fake loaded (a flag, not a getpid
+ * per call: the fake must stay cheap next to the hooks it serves, bench/bench_hooks.c). */
+static _Atomic bool forked_child;
+static void on_fork_child(void) { forked_child = true; }
+__attribute__((constructor)) static void fake_streams_init(void) { pthread_atfork(NULL, NULL, on_fork_child); }
+EXPORT bool fake_forked(void) { return __atomic_load_n(&forked_child, __ATOMIC_RELAXED); }
 
 static int ctx_index(CUcontext c) { return (int)((fctx *)c - ctxs); }
 static bool ctx_valid(CUcontext c)
@@ -285,6 +284,7 @@ EXPORT CUresult cuStreamBeginCapture_v2(CUstream h, CUstreamCaptureMode mode)
         for (int i = 0; i < NCAPTURES && r != CUDA_SUCCESS; i++)
             if (!caps[i].active) {
                 caps[i] = (capture){.s = s, .thread = pthread_self(), .mode = mode, .active = true};
+                __atomic_add_fetch(&ncaptures, 1, __ATOMIC_RELEASE);
                 r = CUDA_SUCCESS;
             }
     pthread_mutex_unlock(&mu);
@@ -298,8 +298,10 @@ EXPORT CUresult cuStreamEndCapture(CUstream h, CUgraph *g)
     fstream *s = resolve(h);
     capture *c = s ? find_capture(s) : NULL;
     CUresult r = !c ? CUDA_ERROR_ILLEGAL_STATE : c->invalid ? CUDA_ERROR_STREAM_CAPTURE_INVALIDATED : CUDA_SUCCESS;
-    if (c)
+    if (c) {
         c->active = false;
+        __atomic_sub_fetch(&ncaptures, 1, __ATOMIC_RELEASE);
+    }
     pthread_mutex_unlock(&mu);
     *g = r == CUDA_SUCCESS ? (CUgraph)0x6 : NULL;
     return r;
@@ -321,6 +323,8 @@ EXPORT int fake_capture_status(void *h, int *st)
         *st = CU_STREAM_CAPTURE_STATUS_ACTIVE;
         return CUDA_SUCCESS;
     }
+    if (!__atomic_load_n(&ncaptures, __ATOMIC_ACQUIRE))
+        return CUDA_SUCCESS; /* no capture anywhere (the common case, without the lock) */
     pthread_mutex_lock(&mu);
     fstream *s = resolve((CUstream)h);
     CUresult r = CUDA_SUCCESS;
