@@ -20,10 +20,10 @@
  *  - dlsym(RTLD_NEXT, ...) from any other object resolves as if gmlake were not there (resolve.c).
  *  - Streams capturing a graph: allocations pass through to CUDA.  A gmlake pointer freed with a
  *    stream-ordered free during capture stays allocated (logged once): reusing it could corrupt
- *    the graph's replays.  A synchronous free (cudaFree, cuMemFree) synchronises as CUDA's does;
- *    if that fails (during capture: CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, and the capture is
- *    invalidated, as by CUDA's cudaFree; or a sticky fault) it returns that error and the block
- *    stays allocated.  The pool's own driver calls run in relaxed capture mode and never record
+ *    the graph's replays.  A synchronous free (cudaFree, cuMemFree) waits for the pointer's
+ *    device as CUDA's does; if that fails (during capture: CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED,
+ *    and the capture is invalidated, as by CUDA's cudaFree; or a sticky fault) it returns that
+ *    error and the block stays allocated.  The pool's own driver calls run in relaxed capture mode and never record
  *    an event into a capture (core/device_cuda.c).
  *  - A free of a pointer gmlake does not own goes to the real function; of a pointer that is
  *    inside gmlake's memory but not a live allocation (double free, interior pointer): the real
