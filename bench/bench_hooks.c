@@ -47,7 +47,9 @@ typedef struct worker {
 static void *work(void *arg)
 {
     worker *w = arg;
-    cudaStream_t s = (cudaStream_t)(uintptr_t)(0x1000 + 0x10 * w->id);
+    cudaStream_t s = 0; /* a created stream: the fake records events only on streams it made */
+    if (cudaStreamCreate(&s) != cudaSuccess)
+        __atomic_store_n(&failed, 1, __ATOMIC_RELAXED);
     void *keep[KEEP];
     for (int i = 0; i < KEEP; i++)
         if (cudaMallocAsync(&keep[i], sizes[(i * 7 + w->id * 131) & (NSIZES - 1)], s) != cudaSuccess)
@@ -60,6 +62,8 @@ static void *work(void *arg)
     }
     for (int i = 0; i < KEEP; i++)
         cudaFreeAsync(keep[i], s);
+    if (s)
+        cudaStreamDestroy(s);
     return NULL;
 }
 

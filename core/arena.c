@@ -72,6 +72,7 @@ int gml_heap_init(gml_heap *h, gml_device *dev, const gml_pool_settings *s, cons
         gml_heap_destroy(h);
         return GMLAKE_ERR_DEVICE;
     }
+    LIST_INIT(&h->holding);
     h->ready = gml_bin_get(h, GML_STREAM_NONE);
     if (!h->ready) {
         *why = "out of host memory";

@@ -84,14 +84,14 @@ void gml_free_tree_remove(gml_block *b)
 {
     gml_bin *bin = b->bin;
     RB_REMOVE(gml_size_tree, &bin->free[b->space], b);
-    bin->nfree--;
+    gml_bin_count(bin, -1);
 }
 
 static inline void tree_insert(gml_block *b)
 {
     gml_bin *bin = b->bin;
     RB_INSERT(gml_size_tree, &bin->free[b->space], b);
-    bin->nfree++;
+    gml_bin_count(bin, +1);
 }
 
 /* l immediately precedes r in one space; returns the survivor holding both ranges. */

@@ -15,6 +15,15 @@ const char *gmlake_devcall_name(int kind)
     return devcall_names[kind];
 }
 
+uint64_t gml_thread_id(void)
+{
+    static _Atomic uint64_t next;
+    static __thread uint64_t me;
+    if (__builtin_expect(me == 0, 0))
+        me = atomic_fetch_add_explicit(&next, 1, memory_order_relaxed) + 1;
+    return me;
+}
+
 gml_device *gml_device_new(const gml_device_ops *ops, void *ctx, int ordinal)
 {
     gml_device *dev = calloc(1, sizeof *dev);

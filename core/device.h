@@ -11,7 +11,11 @@
  *    or more whole mappings.  A released chunk's memory returns to the device once it is unmapped
  *    everywhere.  va_free() needs the range to hold no mapping.
  *  - Events: event_record() captures the work submitted to a stream so far; event_query() says
- *    whether it has completed; event_sync() waits for it; synchronize() waits for the whole device.
+ *    whether it has completed; event_sync() waits for it; synchronize() waits for the whole device
+ *    (every stream of the device's context, whichever context is current on the calling thread).
+ *  - Streams are named by keys (below).  A key of an implicit stream names one thread's or one
+ *    context's stream: stream_here() says whether the calling thread can name it now, and only
+ *    then may an event be created for it and recorded on it.
  *
  * Implementations: sim (device_sim.c, host memory, for tests and replay) and cuda (device_cuda.c,
  * the driver API resolved at run time).  Callers go through the gml_dev_* wrappers below, which
@@ -28,11 +32,34 @@
 #include "gmlake.h"
 
 typedef uint64_t gml_handle;  /* physical chunk (CUmemGenericAllocationHandle, or sim's) */
-typedef uintptr_t gml_stream; /* a CUstream value as the program passed it */
+typedef uintptr_t gml_stream; /* a stream key: a created stream's CUstream handle, or a tag below */
 typedef void *gml_event;
 
 /* "No stream": a free that promises the device is idle for this block (cudaFree semantics). */
 #define GML_STREAM_NONE ((gml_stream)UINTPTR_MAX)
+/* Implicit streams (CUstream 0, CU_STREAM_LEGACY, CU_STREAM_PER_THREAD) name a different stream
+ * on each thread or context, so their keys say whose:
+ *  GML_STREAM_PTDS | thread << 6 | device   a thread's per-thread default stream on a device;
+ *  GML_STREAM_LEGACY | context              a context's legacy stream (CUcontext value).
+ * Any other value is a created stream's handle (or, in replay and tests, a plain number). */
+#define GML_STREAM_PTDS ((gml_stream)1 << 62)
+#define GML_STREAM_LEGACY ((gml_stream)1 << 61)
+#define GML_STREAM_TAGS (GML_STREAM_PTDS | GML_STREAM_LEGACY)
+/* A number for the calling thread, never reused in the process (device.c). */
+uint64_t gml_thread_id(void);
+static inline gml_stream gml_stream_ptds(int device)
+{
+    return GML_STREAM_PTDS | (gml_thread_id() << 6) | (gml_stream)(device & 63);
+}
+static inline gml_stream gml_stream_legacy(uintptr_t context) { return GML_STREAM_LEGACY | context; }
+static inline bool gml_stream_is_ptds(gml_stream s)
+{
+    return s != GML_STREAM_NONE && (s & GML_STREAM_TAGS) == GML_STREAM_PTDS;
+}
+static inline bool gml_stream_is_legacy(gml_stream s)
+{
+    return s != GML_STREAM_NONE && (s & GML_STREAM_TAGS) == GML_STREAM_LEGACY;
+}
 
 typedef struct gml_device_ops {
     const char *name;
@@ -49,6 +76,8 @@ typedef struct gml_device_ops {
     int (*event_query)(void *ctx, gml_event ev);
     int (*event_sync)(void *ctx, gml_event ev);
     int (*synchronize)(void *ctx);
+    /* Whether the calling thread can name stream s now (NULL: always); see gml_dev_stream_here. */
+    bool (*stream_here)(void *ctx, gml_stream s);
     size_t (*granularity)(void *ctx);
     int (*mem_info)(void *ctx, size_t *free_bytes, size_t *total_bytes);
     void (*destroy)(void *ctx);
@@ -93,6 +122,15 @@ static inline int gml_dev_event_sync(gml_device *d, gml_event ev)
 { GML_DEV_COUNT(d, GMLAKE_DC_EVENT_SYNC); return d->ops->event_sync(d->ctx, ev); }
 static inline int gml_dev_synchronize(gml_device *d)
 { GML_DEV_COUNT(d, GMLAKE_DC_SYNCHRONIZE); return d->ops->synchronize(d->ctx); }
+/* Whether this thread may create and record an event for s now: a per-thread default stream only
+ * on its own thread (elsewhere CU_STREAM_PER_THREAD names another stream), and what the
+ * implementation adds (cuda: a legacy stream only while its context is current).  Not counted. */
+static inline bool gml_dev_stream_here(gml_device *d, gml_stream s)
+{
+    if (gml_stream_is_ptds(s) && ((s & ~GML_STREAM_TAGS) >> 6) != gml_thread_id())
+        return false;
+    return !d->ops->stream_here || d->ops->stream_here(d->ctx, s);
+}
 /* granularity and mem_info are queries of fixed facts and are not counted. */
 static inline size_t gml_dev_granularity(gml_device *d) { return d->ops->granularity(d->ctx); }
 static inline int gml_dev_mem_info(gml_device *d, size_t *free_bytes, size_t *total_bytes)
@@ -107,8 +145,14 @@ typedef struct gml_sim_config {
 
 /* NULL on bad config (capacity not a positive multiple of granularity) or host failure. */
 gml_device *gml_sim_create(const gml_sim_config *cfg);
-/* Manual events: a recorded event completes only at gml_sim_complete_events / event_sync /
- * synchronize.  Off by default (events complete at once). */
+/* Work: gml_sim_launch submits one unit of work to a stream (by key); it completes at
+ * gml_sim_finish of that stream, gml_sim_complete_events, a wait for an event recorded after it,
+ * or synchronize.  An event captures its stream's work submitted so far.
+ * Manual events: besides, a recorded event completes only at gml_sim_complete_events /
+ * event_sync / synchronize.  Off by default (an event on a stream with no pending work has
+ * completed at once). */
+int gml_sim_launch(gml_device *dev, gml_stream stream);
+void gml_sim_finish(gml_device *dev, gml_stream stream);
 void gml_sim_set_manual_events(gml_device *dev, bool manual);
 void gml_sim_complete_events(gml_device *dev);
 /* Physical bytes held by chunks not yet freed, and live chunk / mapping / reservation counts. */
@@ -130,5 +174,7 @@ gml_device *gml_cuda_device_create(int ordinal, gml_sym_resolver resolve, const 
  * future mapping of dev grants it.  GMLAKE_ERR_INVALID for a device that is not a cuda device or
  * a bad ordinal; GMLAKE_ERR_DEVICE if the driver refused (the grant stays recorded). */
 int gml_cuda_device_grant(gml_device *dev, int accessor);
+/* The CUresult of the calling thread's last failed driver call made by a cuda device (0: none). */
+int gml_cuda_last_error(void);
 
 #endif /* GML_DEVICE_H */

@@ -2,7 +2,10 @@
  * device_cuda.c — the device ops over the CUDA driver API.  No link-time libcuda: every function
  * is looked up through the resolver the caller gives (the interposer's reaches the real libcuda,
  * past its own hooks).  The pool's calls run in the caller's current context; the device records
- * the ordinal it was created for.
+ * the ordinal it was created for; a synchronisation waits for the context of that ordinal (the
+ * current one if it is on the ordinal, else the primary one, pushed for the call).
+ * Stream keys (device.h) become CU_STREAM_PER_THREAD / CU_STREAM_LEGACY: a per-thread default
+ * stream is named only on its own thread and device, a legacy stream only in its context.
  *
  * Chunks: cuMemCreate of pinned device memory on this ordinal; access is read/write for this
  * device and for the peers granted with gml_cuda_device_grant (peer access): the device keeps the
@@ -44,6 +47,9 @@ typedef struct cuda_api {
     CUresult (*cuCtxGetCurrent)(CUcontext *);
     CUresult (*cuCtxSetCurrent)(CUcontext);
     CUresult (*cuDevicePrimaryCtxRetain)(CUcontext *, CUdevice);
+    CUresult (*cuCtxGetDevice)(CUdevice *);
+    CUresult (*cuCtxPushCurrent_v2)(CUcontext);
+    CUresult (*cuCtxPopCurrent_v2)(CUcontext *);
     /* optional (NULL if the driver lacks them) */
     CUresult (*cuThreadExchangeStreamCaptureMode)(CUstreamCaptureMode *);
     CUresult (*cuStreamIsCapturing)(CUstream, CUstreamCaptureStatus *);
@@ -78,10 +84,15 @@ static void ensure_ctx(cuda_dev *d)
     d->api.cuCtxSetCurrent(d->primary);
 }
 
+static __thread CUresult last_error;
+
+int gml_cuda_last_error(void) { return (int)last_error; }
+
 static int st(CUresult r)
 {
     if (r == CUDA_SUCCESS)
         return GMLAKE_OK;
+    last_error = r;
     if (r == CUDA_ERROR_OUT_OF_MEMORY)
         return GMLAKE_ERR_NOMEM;
     if (r == CUDA_ERROR_NOT_READY)
@@ -243,15 +254,37 @@ static int cu_event_destroy(void *ctx, gml_event ev)
     return st(((cuda_dev *)ctx)->api.cuEventDestroy_v2((CUevent)ev));
 }
 
+static CUstream stream_of(gml_stream s)
+{
+    if (gml_stream_is_ptds(s))
+        return CU_STREAM_PER_THREAD;
+    if (gml_stream_is_legacy(s))
+        return CU_STREAM_LEGACY;
+    return (CUstream)s;
+}
+
+static bool cu_stream_here(void *ctx, gml_stream s)
+{
+    cuda_dev *d = ctx;
+    CUcontext c = NULL;
+    CUdevice dev = -1;
+    if (gml_stream_is_ptds(s))
+        return d->api.cuCtxGetDevice(&dev) == CUDA_SUCCESS && dev == (CUdevice)(s & 63);
+    if (gml_stream_is_legacy(s))
+        return d->api.cuCtxGetCurrent(&c) == CUDA_SUCCESS && (uintptr_t)c == (s & ~GML_STREAM_TAGS);
+    return true;
+}
+
 static int cu_event_record(void *ctx, gml_event ev, gml_stream s)
 {
     cuda_dev *d = ctx;
+    CUstream cu_s = stream_of(s);
     CUstreamCaptureMode m = relax(d);
     CUstreamCaptureStatus cs = CU_STREAM_CAPTURE_STATUS_NONE;
     int rc = GMLAKE_ERR_DEVICE;
     if (!d->api.cuStreamIsCapturing ||
-        (d->api.cuStreamIsCapturing((CUstream)s, &cs) == CUDA_SUCCESS && cs == CU_STREAM_CAPTURE_STATUS_NONE))
-        rc = st(d->api.cuEventRecord((CUevent)ev, (CUstream)s));
+        (d->api.cuStreamIsCapturing(cu_s, &cs) == CUDA_SUCCESS && cs == CU_STREAM_CAPTURE_STATUS_NONE))
+        rc = st(d->api.cuEventRecord((CUevent)ev, cu_s));
     restore(d, m);
     return rc;
 }
@@ -270,8 +303,23 @@ static int cu_event_sync(void *ctx, gml_event ev)
 
 static int cu_synchronize(void *ctx)
 {
-    ensure_ctx(ctx);
-    return st(((cuda_dev *)ctx)->api.cuCtxSynchronize());
+    cuda_dev *d = ctx;
+    CUdevice cur = -1;
+    ensure_ctx(d);
+    if (d->api.cuCtxGetDevice(&cur) == CUDA_SUCCESS && cur == d->ordinal)
+        return st(d->api.cuCtxSynchronize());
+    if (!d->primary) {
+        int rc = st(d->api.cuDevicePrimaryCtxRetain(&d->primary, d->ordinal));
+        if (rc != GMLAKE_OK)
+            return rc;
+    }
+    int rc = st(d->api.cuCtxPushCurrent_v2(d->primary));
+    if (rc != GMLAKE_OK)
+        return rc;
+    rc = st(d->api.cuCtxSynchronize());
+    CUcontext popped;
+    d->api.cuCtxPopCurrent_v2(&popped);
+    return rc;
 }
 
 static size_t cu_granularity(void *ctx) { return ((cuda_dev *)ctx)->granularity; }
@@ -309,6 +357,7 @@ static const gml_device_ops cuda_ops = {
     .event_query = cu_event_query,
     .event_sync = cu_event_sync,
     .synchronize = cu_synchronize,
+    .stream_here = cu_stream_here,
     .granularity = cu_granularity,
     .mem_info = cu_mem_info,
     .destroy = cu_destroy,
@@ -351,6 +400,9 @@ gml_device *gml_cuda_device_create(int ordinal, gml_sym_resolver resolve, const 
     RESOLVE(cuCtxGetCurrent);
     RESOLVE(cuCtxSetCurrent);
     RESOLVE(cuDevicePrimaryCtxRetain);
+    RESOLVE(cuCtxGetDevice);
+    RESOLVE(cuCtxPushCurrent_v2);
+    RESOLVE(cuCtxPopCurrent_v2);
     *(void **)&d->api.cuThreadExchangeStreamCaptureMode = resolve("cuThreadExchangeStreamCaptureMode");
     *(void **)&d->api.cuStreamIsCapturing = resolve("cuStreamIsCapturing");
     pthread_mutex_init(&d->mu, NULL);

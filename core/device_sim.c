@@ -9,6 +9,10 @@
  * Unbacked mode (replay of multi-GB traces): the same bookkeeping and checks, no host memory, and
  * reservations are fake addresses that must never be dereferenced.
  *
+ * Streams: each stream key has simulated work (gml_sim_launch / gml_sim_finish); an event
+ * completes once the work its stream had at the record has completed (and, in manual mode, once
+ * the test completed it), so a block handed to a stream too early shows up in the tests.
+ *
  * The sim checks what the CUDA driver checks (mapping into a reservation, no overlap, unmapping
  * whole mappings, freeing only unmapped reservations) and fails such calls with
  * GMLAKE_ERR_DEVICE, so pool bugs show up as errors in the tests.
@@ -57,8 +61,17 @@ typedef struct sim_unit_map {
     UT_hash_handle hh;
 } sim_unit_map;
 
+/* A stream's simulated work: units submitted (gml_sim_launch) and completed. */
+typedef struct sim_stream {
+    gml_stream key;
+    uint64_t submitted, completed;
+    UT_hash_handle hh;
+} sim_stream;
+
 typedef struct sim_event {
-    bool done;
+    bool done;         /* manual mode: completed by gml_sim_complete_events or a wait */
+    sim_stream *s;     /* the stream recorded on, NULL before the first record */
+    uint64_t target;   /* its units submitted at the record */
     struct sim_event *next, *prev;
 } sim_event;
 
@@ -75,6 +88,7 @@ typedef struct sim {
     sim_resv *resv;
     size_t nresv;
     sim_event *events;
+    sim_stream *streams;
     bool manual;
     uintptr_t fake_next;
     int fail_kind, fail_nth;
@@ -409,25 +423,42 @@ static int sim_event_destroy(void *ctx, gml_event ev)
     return GMLAKE_OK;
 }
 
-static int sim_event_record(void *ctx, gml_event ev, gml_stream st)
+/* With the lock held: the stream of key k (created on first use), NULL on host OOM. */
+static sim_stream *stream_of(sim *s, gml_stream k)
 {
-    (void)st;
+    sim_stream *st = NULL;
+    HASH_FIND(hh, s->streams, &k, sizeof k, st);
+    if (!st && (st = calloc(1, sizeof *st))) {
+        st->key = k;
+        HASH_ADD(hh, s->streams, key, sizeof st->key, st);
+    }
+    return st;
+}
+
+static int sim_event_record(void *ctx, gml_event ev, gml_stream key)
+{
     sim *s = ctx;
+    sim_event *e = ev;
     pthread_mutex_lock(&s->mu);
-    int rc = injected(s, GMLAKE_DC_EVENT_RECORD) ? GMLAKE_ERR_DEVICE : GMLAKE_OK;
+    sim_stream *st = stream_of(s, key);
+    int rc = !st || injected(s, GMLAKE_DC_EVENT_RECORD) ? GMLAKE_ERR_DEVICE : GMLAKE_OK;
     if (rc == GMLAKE_OK) {
-        ((sim_event *)ev)->done = !s->manual;
+        e->done = !s->manual;
+        e->s = st;
+        e->target = st->submitted;
         charge(s, GMLAKE_DC_EVENT_RECORD, 0);
     }
     pthread_mutex_unlock(&s->mu);
     return rc;
 }
 
+static bool event_done(const sim_event *e) { return e->done && (!e->s || e->s->completed >= e->target); }
+
 static int sim_event_query(void *ctx, gml_event ev)
 {
     sim *s = ctx;
     pthread_mutex_lock(&s->mu);
-    int rc = ((sim_event *)ev)->done ? GMLAKE_OK : GMLAKE_ERR_BUSY;
+    int rc = event_done(ev) ? GMLAKE_OK : GMLAKE_ERR_BUSY;
     charge(s, GMLAKE_DC_EVENT_QUERY, 0); /* "not yet" is an answer too */
     pthread_mutex_unlock(&s->mu);
     return rc;
@@ -436,8 +467,11 @@ static int sim_event_query(void *ctx, gml_event ev)
 static int sim_event_sync(void *ctx, gml_event ev)
 {
     sim *s = ctx;
+    sim_event *e = ev;
     pthread_mutex_lock(&s->mu);
-    ((sim_event *)ev)->done = true; /* waiting lets the simulated work finish */
+    e->done = true; /* waiting lets the simulated work finish */
+    if (e->s && e->s->completed < e->target)
+        e->s->completed = e->target;
     charge(s, GMLAKE_DC_EVENT_SYNC, 0);
     pthread_mutex_unlock(&s->mu);
     return GMLAKE_OK;
@@ -447,16 +481,22 @@ static void complete_all_locked(sim *s)
 {
     for (sim_event *e = s->events; e; e = e->next)
         e->done = true;
+    for (sim_stream *st = s->streams; st; st = st->hh.next)
+        st->completed = st->submitted;
 }
 
 static int sim_synchronize(void *ctx)
 {
     sim *s = ctx;
     pthread_mutex_lock(&s->mu);
-    complete_all_locked(s);
-    charge(s, GMLAKE_DC_SYNCHRONIZE, 0);
+    int rc = GMLAKE_ERR_DEVICE;
+    if (!injected(s, GMLAKE_DC_SYNCHRONIZE)) {
+        complete_all_locked(s);
+        charge(s, GMLAKE_DC_SYNCHRONIZE, 0);
+        rc = GMLAKE_OK;
+    }
     pthread_mutex_unlock(&s->mu);
-    return GMLAKE_OK;
+    return rc;
 }
 
 static size_t sim_granularity(void *ctx) { return ((sim *)ctx)->cfg.granularity; }
@@ -495,6 +535,11 @@ static void sim_destroy(void *ctx)
         sim_event *e = s->events;
         s->events = e->next;
         free(e);
+    }
+    sim_stream *st, *stt;
+    HASH_ITER(hh, s->streams, st, stt) {
+        HASH_DEL(s->streams, st);
+        free(st);
     }
     if (s->memfd >= 0)
         close(s->memfd);
@@ -559,6 +604,27 @@ void gml_sim_set_manual_events(gml_device *dev, bool manual)
     sim *s = sim_of(dev);
     pthread_mutex_lock(&s->mu);
     s->manual = manual;
+    pthread_mutex_unlock(&s->mu);
+}
+
+int gml_sim_launch(gml_device *dev, gml_stream stream)
+{
+    sim *s = sim_of(dev);
+    pthread_mutex_lock(&s->mu);
+    sim_stream *st = stream_of(s, stream);
+    if (st)
+        st->submitted++;
+    pthread_mutex_unlock(&s->mu);
+    return st ? GMLAKE_OK : GMLAKE_ERR_DEVICE;
+}
+
+void gml_sim_finish(gml_device *dev, gml_stream stream)
+{
+    sim *s = sim_of(dev);
+    pthread_mutex_lock(&s->mu);
+    sim_stream *st = stream_of(s, stream);
+    if (st)
+        st->completed = st->submitted;
     pthread_mutex_unlock(&s->mu);
 }
 

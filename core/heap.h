@@ -89,14 +89,25 @@ RB_HEAD(gml_size_tree, gml_block);
 RB_PROTOTYPE(gml_size_tree, gml_block, snode, gml_size_cmp)
 
 struct gml_bin {
-    gml_stream stream;               /* key; GML_STREAM_NONE for the ready bin */
+    gml_stream stream;               /* key; GML_STREAM_NONE for the ready bin; a retired bin's is
+                                        GML_BIN_RETIRED | n, which no stream names */
     struct gml_size_tree free[GML_NSPACES];
     size_t nfree;
     gml_event ev;                    /* created on first need */
     uint64_t ev_seq;                 /* heap->seq when ev was recorded (0: never) */
     uint64_t done_seq;               /* work up to this seq is known complete */
+    bool retired;                    /* its stream was destroyed: no event is recorded any more */
+    uint64_t retire_seq;             /* retired: heap->seq at the retirement */
+    bool want_record;                /* another thread needs an event only this stream's own thread
+                                        (or context) can record: the next call on it records */
+    uint32_t held;                   /* upper layers' records naming this bin (a cached stitched
+                                        block last freed on it): gml_bin_hold / gml_bin_unhold */
+    struct gml_heap *heap;
+    LIST_ENTRY(gml_bin) holding;     /* bins with nfree > 0 (the ready bin too): heap->holding */
     UT_hash_handle hh;
 };
+LIST_HEAD(gml_bin_list, gml_bin);
+#define GML_BIN_RETIRED ((gml_stream)1 << 60)
 
 typedef struct gml_slot {
     gml_block *owner;                /* block holding the slot's last byte */
@@ -113,11 +124,15 @@ typedef struct gml_heap {
     size_t arena_size, nslots, slot_hint, mapped_slots;
     gml_slot *slots;
     gml_bin *bins;                   /* hash by stream */
+    struct gml_bin_list holding;     /* bins holding free blocks (what a miss looks at) */
     gml_bin *ready;
     gml_block *rec_free;             /* recycled records (linked by next) */
     GML_VEC(gml_block *) slabs;
     bool no_new_slabs;               /* tests: the record allocator fails once rec_free is empty */
     uint64_t seq;
+    uint64_t synced_seq;             /* the device was synchronised after every free up to this seq
+                                        (set by the layer that synchronised, without its lock) */
+    uint64_t retired_bins;           /* bins retired so far (their keys) */
     uint64_t reserved, peak_reserved;
 } gml_heap;
 
@@ -187,12 +202,35 @@ void gml_whole_chunks(const gml_heap *h, const gml_block *b, uintptr_t *lo, uint
 
 /* ---- streams.c: bins, events, promotion; the one rule of cross-stream reuse ---- */
 gml_bin *gml_bin_get(gml_heap *p, gml_stream s); /* NULL on host OOM */
-/* True when the work submitted to bin's stream up to `seq` has completed (records and queries
- * an event as needed; with wait, waits for it). */
-bool gml_bin_passed(gml_heap *p, gml_bin *bin, uint64_t seq, bool wait);
+/* True when the work submitted to bin's stream up to `seq` has completed (a device
+ * synchronisation up to heap->synced_seq, or an event recorded and queried as needed).  Nothing
+ * here waits for the device: the layer above synchronises without its lock first. */
+bool gml_bin_passed(gml_heap *p, gml_bin *bin, uint64_t seq);
 /* Moves blocks whose work has completed from every stream bin other than `except` to the ready
- * bin; with wait, waits for the streams first.  Returns the number of blocks moved. */
-size_t gml_promote(gml_heap *p, gml_bin *except, bool wait);
+ * bin, and frees retired bins left empty.  Returns the number of blocks moved. */
+size_t gml_promote(gml_heap *p, gml_bin *except);
+/* Counts a free block into / out of bin (keeps heap->holding). */
+static inline void gml_bin_count(gml_bin *bin, int delta)
+{
+    if (delta > 0 && bin->nfree++ == 0)
+        LIST_INSERT_HEAD(&bin->heap->holding, bin, holding);
+    else if (delta < 0 && --bin->nfree == 0)
+        LIST_REMOVE(bin, holding);
+}
+/* Records bin's event now if its stream can be named here (the want_record request). */
+void gml_bin_record(gml_heap *p, gml_bin *bin);
+/* Whether some stream bin (not the ready bin) holds free blocks: a device wait would let them serve
+ * every stream and be released (the asking stream's own too: release takes ready memory only). */
+bool gml_bins_hold_blocks(gml_heap *p);
+/* The stream of bin was destroyed: records an event covering its frees (the stream still exists),
+ * and takes the bin out of the stream's name so that a new stream with the same handle starts
+ * afresh; its blocks reach the ready bin once that event (or a device synchronisation) passed,
+ * and the bin goes once it holds no block and no upper record names it. */
+void gml_bin_retire(gml_heap *p, gml_bin *bin);
+/* An upper layer's record names bin (its memory was last freed there; gml_bin_passed tells when
+ * it may serve others): a retired bin stays until every such record let it go. */
+static inline void gml_bin_hold(gml_bin *bin) { bin->held++; }
+void gml_bin_unhold(gml_heap *p, gml_bin *bin);
 void gml_bins_destroy(gml_heap *p);
 /* The reuse rule: the free blocks of bin `from` may serve a request on bin `to`'s stream now
  * (to == NULL: every stream, as release needs) without waiting for any work. */

@@ -38,7 +38,14 @@ int gml_heap_check(gml_heap *h, gml_block *const *used, size_t nused, char *why,
         FAIL("out of host memory in the checker");
     /* gather */
     gml_bin *bin, *tmp;
+    size_t holding = 0;
+    LIST_FOREACH(bin, &h->holding, holding)
+        if (bin->nfree == 0 || ++holding > HASH_COUNT(h->bins))
+            FAIL("bin of stream %#lx is on the holding list with %zu free blocks",
+                 (unsigned long)bin->stream, bin->nfree);
     HASH_ITER(hh, h->bins, bin, tmp) {
+        if (bin->nfree && holding-- == 0)
+            FAIL("more bins hold free blocks than the holding list has");
         size_t inbin = 0;
         for (int s = 0; s < GML_NSPACES; s++) {
             gml_block *f;
@@ -55,6 +62,8 @@ int gml_heap_check(gml_heap *h, gml_block *const *used, size_t nused, char *why,
             FAIL("bin of stream %#lx counts %zu free blocks, its trees hold %zu",
                  (unsigned long)bin->stream, bin->nfree, inbin);
     }
+    if (holding)
+        FAIL("the holding list has %zu bins that are not in the heap", holding);
     for (size_t i = 0; i < nused; i++) {
         if (used[i]->state != GML_B_LIVE && used[i]->state != GML_B_HELD)
             FAIL("block %#lx held above the heap has state %d", (unsigned long)used[i]->addr,

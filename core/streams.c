@@ -8,9 +8,21 @@
  * event on S (covering every free on S so far, seq <= ev_seq) and queries it.  Once it has
  * completed, those blocks move to the ready bin, which every stream searches.
  * A free with GML_STREAM_NONE (cudaFree, which synchronizes) goes straight to the ready bin.
- * Under memory pressure the pool waits for the events instead of querying them.
+ * Under memory pressure the pool synchronises the device without its lock (gml_pool_sync):
+ * every free up to heap->synced_seq has then passed, on every stream.  Nothing here waits.
  * The rule itself is gml_bin_serves, which every search of the heap (best fit, growth next to a
  * free block, small refill), of stitching and of release calls (tier 1, contract in heap.h).
+ * A miss walks only the bins holding free blocks (heap->holding, kept by gml_bin_count).
+ *
+ * Identity: a bin is keyed by its stream's key (device.h).  Implicit streams name one thread's
+ * (per-thread default stream) or one context's (legacy stream) stream, so their keys carry the
+ * thread or context, and their events can be recorded only where the stream can be named
+ * (gml_dev_stream_here): a thread that cannot sets want_record, and the stream's next call on
+ * its bin records (gml_bin_record).  A created stream is keyed by its handle until the program
+ * destroys it; then its bin is retired (gml_bin_retire): an event covering its frees is recorded
+ * before the real destroy, the bin leaves the handle's name (a new stream reusing the handle gets
+ * a fresh bin), and once its blocks have moved to the ready bin and no upper record names it
+ * (gml_bin_hold) it is freed with its event.
  */
 #include <stdlib.h>
 
@@ -43,16 +55,46 @@ gml_bin *gml_bin_get(gml_heap *p, gml_stream s)
     if (!b)
         return NULL;
     b->stream = s;
+    b->heap = p;
     for (int i = 0; i < GML_NSPACES; i++)
         RB_INIT(&b->free[i]);
     HASH_ADD(hh, p->bins, stream, sizeof b->stream, b);
     return b;
 }
 
-bool gml_bin_passed(gml_heap *p, gml_bin *bin, uint64_t seq, bool wait)
+/* Creates bin's event (in this thread's context) if needed and records it on bin's stream. */
+static bool record(gml_heap *p, gml_bin *bin)
+{
+    if (!gml_dev_stream_here(p->dev, bin->stream)) {
+        bin->want_record = true;
+        return false;
+    }
+    bin->want_record = false;
+    if (!bin->ev && gml_dev_event_create(p->dev, &bin->ev) != GMLAKE_OK) {
+        bin->ev = NULL;
+        return false;
+    }
+    if (gml_dev_event_record(p->dev, bin->ev, bin->stream) != GMLAKE_OK)
+        return false;
+    bin->ev_seq = p->seq;
+    return true;
+}
+
+void gml_bin_record(gml_heap *p, gml_bin *bin)
+{
+    if (!bin->retired && bin != p->ready)
+        record(p, bin);
+}
+
+bool gml_bin_passed(gml_heap *p, gml_bin *bin, uint64_t seq)
 {
     if (bin == p->ready || bin->done_seq >= seq)
         return true;
+    if (p->synced_seq > bin->done_seq) {
+        bin->done_seq = p->synced_seq;
+        if (bin->done_seq >= seq)
+            return true;
+    }
     /* an event recorded earlier may have completed: learn that before recording a newer one */
     if (bin->ev && bin->ev_seq > bin->done_seq &&
         gml_dev_event_query(p->dev, bin->ev) == GMLAKE_OK) {
@@ -60,38 +102,86 @@ bool gml_bin_passed(gml_heap *p, gml_bin *bin, uint64_t seq, bool wait)
         if (bin->done_seq >= seq)
             return true;
     }
-    if (!bin->ev && gml_dev_event_create(p->dev, &bin->ev) != GMLAKE_OK) {
-        bin->ev = NULL;
+    if (bin->retired)
+        return false; /* the stream is gone: only its last event or a device sync can tell */
+    if (bin->ev_seq < seq && !record(p, bin))
         return false;
-    }
-    if (bin->ev_seq < seq) {
-        if (gml_dev_event_record(p->dev, bin->ev, bin->stream) != GMLAKE_OK)
-            return false;
-        bin->ev_seq = p->seq;
-    }
-    int rc = wait ? gml_dev_event_sync(p->dev, bin->ev) : gml_dev_event_query(p->dev, bin->ev);
-    if (rc != GMLAKE_OK)
+    if (!bin->ev || gml_dev_event_query(p->dev, bin->ev) != GMLAKE_OK)
         return false;
     bin->done_seq = bin->ev_seq;
-    return true;
+    return bin->done_seq >= seq;
 }
 
-size_t gml_promote(gml_heap *p, gml_bin *except, bool wait)
+static void bin_free(gml_heap *p, gml_bin *bin)
+{
+    if (bin->ev)
+        gml_dev_event_destroy(p->dev, bin->ev);
+    HASH_DEL(p->bins, bin);
+    free(bin);
+}
+
+/* A retired bin goes once it holds no block and no upper record names it. */
+static void retired_reap(gml_heap *p, gml_bin *bin)
+{
+    if (bin->retired && !bin->nfree && !bin->held)
+        bin_free(p, bin);
+}
+
+void gml_bin_unhold(gml_heap *p, gml_bin *bin)
+{
+    bin->held--;
+    retired_reap(p, bin);
+}
+
+void gml_bin_retire(gml_heap *p, gml_bin *bin)
+{
+    if (bin == p->ready || bin->retired)
+        return;
+    if (bin->nfree || bin->held)
+        record(p, bin); /* the stream exists until the real destroy: cover its frees */
+    HASH_DEL(p->bins, bin);
+    bin->retired = true;
+    bin->retire_seq = p->seq;
+    bin->want_record = false;
+    bin->stream = GML_BIN_RETIRED | ++p->retired_bins;
+    HASH_ADD(hh, p->bins, stream, sizeof bin->stream, bin);
+    retired_reap(p, bin);
+}
+
+bool gml_bins_hold_blocks(gml_heap *p)
+{
+    gml_bin *bin;
+    LIST_FOREACH(bin, &p->holding, holding)
+        if (bin != p->ready)
+            return true;
+    return false;
+}
+
+size_t gml_promote(gml_heap *p, gml_bin *except)
 {
     size_t moved = 0;
     GML_VEC(gml_block *) v = {0};
     gml_bin *bin, *tmp;
-    HASH_ITER(hh, p->bins, bin, tmp) {
-        if (bin == p->ready || bin == except || bin->nfree == 0)
+    LIST_FOREACH_SAFE(bin, &p->holding, holding, tmp) {
+        if (bin == except || bin == p->ready)
             continue;
-        if (!gml_bin_passed(p, bin, p->seq, wait) && bin->done_seq == 0)
+        /* a retired bin's blocks all go once the work up to its retirement passed (moves inside
+         * the bin renumber blocks, but no stream can free into it any more) */
+        uint64_t upto;
+        if (bin->retired) {
+            upto = gml_bin_passed(p, bin, bin->retire_seq) ? UINT64_MAX : 0;
+        } else {
+            gml_bin_passed(p, bin, p->seq);
+            upto = bin->done_seq;
+        }
+        if (upto == 0)
             continue;
         /* collect first: moving blocks merges and frees records */
         v.n = 0;
         gml_block *f;
         for (int s = 0; s < GML_NSPACES; s++)
             RB_FOREACH(f, gml_size_tree, &bin->free[s]) {
-                if (f->seq <= bin->done_seq && !gml_vec_push(&v, f))
+                if (f->seq <= upto && !gml_vec_push(&v, f))
                     goto out;
             }
         for (size_t i = 0; i < v.n; i++) {
@@ -99,6 +189,7 @@ size_t gml_promote(gml_heap *p, gml_bin *except, bool wait)
             gml_free_insert(p, v.v[i], p->ready);
         }
         moved += v.n;
+        retired_reap(p, bin);
     }
 out:
     gml_vec_free(&v);

@@ -2,13 +2,20 @@
  * hooks.c — the allocation hooks of the CUDA runtime and driver (rules in interpose.h).
  *
  * Streams: cudaMalloc / cuMemAlloc take memory usable by every stream at once (the ready bin);
- * the *Async calls pass their stream.  cudaFree / cuMemFree of a gmlake pointer wait for the
- * device first, as the real ones do, so the block may serve any stream afterwards.
+ * the *Async calls pass their stream's key (device.h): a created stream's handle; the calling
+ * thread's per-thread default stream on the current device (CU_STREAM_PER_THREAD, or stream 0 in
+ * the _ptsz entry points); the current context's legacy stream (stream 0, CU_STREAM_LEGACY).
+ * cudaFree / cuMemFree of a gmlake pointer wait for the pointer's device first (gml_pool_sync), as
+ * the real ones do, so the block may serve any stream afterwards; if that wait fails, its error
+ * is returned and the block stays allocated.  cudaStreamDestroy / cuStreamDestroy retire the
+ * stream's bin in every pool before the real destroy; a thread's per-thread default stream bins
+ * are retired when the thread exits.
  *
  * Every real function is called through PASS (routing off for what it calls, a clean error where
  * no real function exists).  Runtime hooks note their caller first (GML_RT_ENTRY), so that a
  * runtime loaded RTLD_LOCAL is found in the caller's scope (resolve.c).
  */
+#include <pthread.h>
 #include <stdatomic.h>
 
 #include "stitch/registry.h"
@@ -45,6 +52,67 @@ static int current_device_drv(void)
 {
     CUdevice d = -1;
     return PASS(cuCtxGetDevice, NO_DRV, &d) == CUDA_SUCCESS ? (int)d : -1;
+}
+
+/* The context the legacy stream of `device` lives in for this thread: the current one, else the
+ * device's primary context (the one the runtime makes current on first use). */
+static uintptr_t legacy_context(int device)
+{
+    static _Atomic(CUcontext) primary[GML_MAX_DEVICES];
+    CUcontext c = NULL;
+    if (PASS(cuCtxGetCurrent, NO_DRV, &c) == CUDA_SUCCESS && c)
+        return (uintptr_t)c;
+    if (device < 0 || device >= GML_MAX_DEVICES)
+        return 0;
+    c = atomic_load(&primary[device]);
+    if (!c && PASS(cuDevicePrimaryCtxRetain, NO_DRV, &c, device) == CUDA_SUCCESS)
+        atomic_store(&primary[device], c); /* retained once for the process */
+    return (uintptr_t)c;
+}
+
+/* A thread's per-thread default streams end with it: its bins are retired at thread exit. */
+static pthread_key_t ptds_key;
+static pthread_once_t ptds_once = PTHREAD_ONCE_INIT;
+static __thread bool ptds_noted;
+
+static void ptds_thread_exit(void *unused)
+{
+    (void)unused;
+    if (!gml_serving())
+        return;
+    gml_depth++;
+    for (int d = 0; d < GML_MAX_DEVICES; d++) {
+        gml_pool *p = gml_registry_get(d);
+        if (p)
+            gml_pool_stream_retire(p, gml_stream_ptds(d));
+    }
+    gml_depth--;
+}
+
+static void ptds_key_make(void) { pthread_key_create(&ptds_key, ptds_thread_exit); }
+
+static gml_stream ptds_of(int device)
+{
+    if (__builtin_expect(!ptds_noted, 0)) {
+        ptds_noted = true;
+        pthread_once(&ptds_once, ptds_key_make);
+        pthread_setspecific(ptds_key, &ptds_noted);
+    }
+    return gml_stream_ptds(device);
+}
+
+/* Stream 0 of a _ptsz entry point is the per-thread default stream. */
+static CUstream named(CUstream s, bool ptsz) { return !s && ptsz ? CU_STREAM_PER_THREAD : s; }
+
+/* The key of stream s as the calling thread names it on `device` (ptsz: a _ptsz entry point). */
+static gml_stream stream_key(CUstream s, bool ptsz, int device)
+{
+    s = named(s, ptsz);
+    if (s == CU_STREAM_PER_THREAD)
+        return ptds_of(device);
+    if (!s || s == CU_STREAM_LEGACY)
+        return gml_stream_legacy(legacy_context(device));
+    return (gml_stream)s;
 }
 
 static bool capturing_rt(cudaStream_t s)
@@ -208,12 +276,14 @@ static int serve_alloc(int device, size_t size, gml_stream stream, uintptr_t *ou
 
 /* The pool holding a live allocation that starts at ptr (one hash lookup per pool, no range
  * scan): the common case of every free. */
-static gml_pool *live_owner(uintptr_t ptr)
+static gml_pool *live_owner(uintptr_t ptr, int *device)
 {
     for (int d = 0; d < GML_MAX_DEVICES; d++) {
         gml_pool *p = gml_registry_get(d);
-        if (p && gml_pool_alloc_size(p, ptr))
+        if (p && gml_pool_alloc_size(p, ptr)) {
+            *device = d;
             return p;
+        }
     }
     return NULL;
 }
@@ -222,10 +292,13 @@ enum { FREE_PASS = -1 };
 /* CUDA_SUCCESS freed; FREE_PASS not gmlake's (pass through); otherwise the CUDA error to return,
  * the pool unchanged: CUDA_ERROR_INVALID_VALUE for gmlake memory that is not a live allocation
  * (double free, interior pointer), or the error of the synchronisation a synchronous free makes
- * (during graph capture CUDA refuses it, as it refuses cudaFree, and the capture is invalidated). */
-static int serve_free(uintptr_t ptr, gml_stream stream, const char *api, bool sync, bool drv)
+ * (during graph capture CUDA refuses it, as it refuses cudaFree, and the capture is invalidated).
+ * s, ptsz: the free's stream as in stream_key; sync: cudaFree / cuMemFree (no stream: waits for
+ * the pointer's device). */
+static int serve_free(uintptr_t ptr, CUstream s, bool ptsz, const char *api, bool sync, bool drv)
 {
-    gml_pool *p = live_owner(ptr);
+    int device = -1;
+    gml_pool *p = live_owner(ptr, &device);
     if (!p) {
         if (!gml_owner(ptr, NULL))
             return FREE_PASS;
@@ -233,19 +306,28 @@ static int serve_free(uintptr_t ptr, gml_stream stream, const char *api, bool sy
                 "interior pointer); the pool is unchanged", api, (unsigned long)ptr);
         return CUDA_ERROR_INVALID_VALUE;
     }
-    if (stream != GML_STREAM_NONE &&
-        (drv ? capturing_drv((CUstream)stream) : capturing_rt((cudaStream_t)stream))) {
+    if (!sync && (drv ? capturing_drv(named(s, ptsz)) : capturing_rt((cudaStream_t)named(s, ptsz)))) {
         if (!atomic_exchange(&capture_warned, 1))
             gml_log(GML_LOG_WARN, "%s during graph capture: gmlake keeps such blocks allocated", api);
         return CUDA_SUCCESS;
     }
+    gml_stream stream = GML_STREAM_NONE;
     if (sync) {
-        CUresult r = PASS(cuCtxSynchronize, NO_DRV);
-        if (r != CUDA_SUCCESS) {
-            gml_log(GML_LOG_WARN, "%s(%#lx): synchronizing failed (CUDA error %d); the block stays "
-                    "allocated", api, (unsigned long)ptr, (int)r);
+        gml_depth++; /* the pool's driver calls are real calls: routing off */
+        int rc = gml_pool_sync(p);
+        gml_depth--;
+        if (rc != GMLAKE_OK) {
+            int r = gml_cuda_last_error() ? gml_cuda_last_error() : CUDA_ERROR_UNKNOWN;
+            gml_log(GML_LOG_WARN, "%s(%#lx): waiting for device %d failed (CUDA error %d); the block "
+                    "stays allocated", api, (unsigned long)ptr, device, r);
             return r;
         }
+    } else {
+        /* a per-thread stream is the one of the thread's current device, which may not be p's
+         * (a legacy stream's key is the current context, whatever its device) */
+        int cur = named(s, ptsz) == CU_STREAM_PER_THREAD ? (drv ? current_device_drv() : current_device_rt())
+                                                          : device;
+        stream = stream_key(s, ptsz, cur >= 0 ? cur : device);
     }
     /* The free is logged before the block can serve another thread (gml_trace_free_begin holds
      * the trace lock across it), so a recorded `A X` never precedes the `F X` that freed X. */
@@ -290,7 +372,7 @@ static cudaError_t rt_free(void *devPtr)
 {
     if (gml_serving() && devPtr) {
         RT_SERVE_CHECK();
-        int r = serve_free((uintptr_t)devPtr, GML_STREAM_NONE, "cudaFree", true, false);
+        int r = serve_free((uintptr_t)devPtr, NULL, false, "cudaFree", true, false);
         if (r == CUDA_SUCCESS)
             return cudaSuccess;
         if (r != FREE_PASS)
@@ -305,7 +387,7 @@ GML_HOOK cudaError_t cudaFree(void *devPtr)
     return rt_free(devPtr);
 }
 
-static cudaError_t malloc_async(void **devPtr, size_t size, cudaStream_t s, gml_stream key)
+static cudaError_t malloc_async(void **devPtr, size_t size, cudaStream_t s, bool ptsz)
 {
     int device = -1;
     if (!gml_serving() || !devPtr || size == 0 || capturing_rt(s) ||
@@ -313,18 +395,18 @@ static cudaError_t malloc_async(void **devPtr, size_t size, cudaStream_t s, gml_
         return PASS(cudaMallocAsync, NO_RT, devPtr, size, s);
     RT_SERVE_CHECK();
     uintptr_t p;
-    switch (serve_alloc(device, size, key, &p)) {
+    switch (serve_alloc(device, size, stream_key((CUstream)s, ptsz, device), &p)) {
     case 0: *devPtr = (void *)p; return cudaSuccess;
     case 1: return rt_error(cudaErrorMemoryAllocation);
     default: return PASS(cudaMallocAsync, NO_RT, devPtr, size, s);
     }
 }
 
-static cudaError_t free_async(void *devPtr, cudaStream_t s, gml_stream key)
+static cudaError_t free_async(void *devPtr, cudaStream_t s, bool ptsz)
 {
     if (gml_serving() && devPtr) {
         RT_SERVE_CHECK();
-        int r = serve_free((uintptr_t)devPtr, key, "cudaFreeAsync", false, false);
+        int r = serve_free((uintptr_t)devPtr, (CUstream)s, ptsz, "cudaFreeAsync", false, false);
         if (r == CUDA_SUCCESS)
             return cudaSuccess;
         if (r != FREE_PASS)
@@ -336,27 +418,26 @@ static cudaError_t free_async(void *devPtr, cudaStream_t s, gml_stream key)
 GML_HOOK cudaError_t cudaMallocAsync(void **devPtr, size_t size, cudaStream_t s)
 {
     GML_RT_ENTRY();
-    return malloc_async(devPtr, size, s, (gml_stream)s);
+    return malloc_async(devPtr, size, s, false);
 }
 
 GML_HOOK cudaError_t cudaFreeAsync(void *devPtr, cudaStream_t s)
 {
     GML_RT_ENTRY();
-    return free_async(devPtr, s, (gml_stream)s);
+    return free_async(devPtr, s, false);
 }
 
 /* The per-thread-default-stream variants: stream 0 means this thread's default stream. */
-#define PTDS(s) ((s) ? (gml_stream)(s) : (gml_stream)CU_STREAM_PER_THREAD)
 GML_HOOK cudaError_t cudaMallocAsync_ptsz(void **devPtr, size_t size, cudaStream_t s)
 {
     GML_RT_ENTRY();
-    return malloc_async(devPtr, size, s ? s : cudaStreamPerThread, PTDS(s));
+    return malloc_async(devPtr, size, s ? s : cudaStreamPerThread, true);
 }
 
 GML_HOOK cudaError_t cudaFreeAsync_ptsz(void *devPtr, cudaStream_t s)
 {
     GML_RT_ENTRY();
-    return free_async(devPtr, s ? s : cudaStreamPerThread, PTDS(s));
+    return free_async(devPtr, s ? s : cudaStreamPerThread, true);
 }
 
 /* Free memory as the program can use it: the device's, plus what gmlake holds but is not live. */
@@ -463,7 +544,7 @@ GML_HOOK CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
 GML_HOOK CUresult cuMemFree_v2(CUdeviceptr dptr)
 {
     if (gml_serving() && dptr) {
-        int r = serve_free((uintptr_t)dptr, GML_STREAM_NONE, "cuMemFree", true, true);
+        int r = serve_free((uintptr_t)dptr, NULL, false, "cuMemFree", true, true);
         if (r != FREE_PASS)
             return (CUresult)r;
     }
@@ -483,26 +564,26 @@ static CUresult call_alloc(alloc_async_fn real, CUdeviceptr *dptr, size_t size, 
     return r;
 }
 
-/* `cap` is the stream whose capture status counts (see malloc_async). */
+/* ptsz: a _ptsz entry point (stream 0 is the per-thread default stream). */
 static CUresult drv_alloc_async(alloc_async_fn real, CUdeviceptr *dptr, size_t size, CUstream s,
-                                CUstream cap, gml_stream key)
+                                bool ptsz)
 {
     int device = -1;
-    if (!gml_serving() || !dptr || size == 0 || capturing_drv(cap) ||
+    if (!gml_serving() || !dptr || size == 0 || capturing_drv(named(s, ptsz)) ||
         custom_pool_of(device = current_device_drv()))
         return call_alloc(real, dptr, size, s);
     uintptr_t p;
-    switch (serve_alloc(device, size, key, &p)) {
+    switch (serve_alloc(device, size, stream_key(s, ptsz, device), &p)) {
     case 0: *dptr = (CUdeviceptr)p; return CUDA_SUCCESS;
     case 1: return CUDA_ERROR_OUT_OF_MEMORY;
     default: return call_alloc(real, dptr, size, s);
     }
 }
 
-static CUresult drv_free_async(free_async_fn real, CUdeviceptr dptr, CUstream s, gml_stream key)
+static CUresult drv_free_async(free_async_fn real, CUdeviceptr dptr, CUstream s, bool ptsz)
 {
     if (gml_serving() && dptr) {
-        int r = serve_free((uintptr_t)dptr, key, "cuMemFreeAsync", false, true);
+        int r = serve_free((uintptr_t)dptr, s, ptsz, "cuMemFreeAsync", false, true);
         if (r != FREE_PASS)
             return (CUresult)r;
     }
@@ -516,23 +597,22 @@ static CUresult drv_free_async(free_async_fn real, CUdeviceptr dptr, CUstream s,
 
 GML_HOOK CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUstream s)
 {
-    return drv_alloc_async(GML_REAL(cuMemAllocAsync), dptr, bytesize, s, s, (gml_stream)s);
+    return drv_alloc_async(GML_REAL(cuMemAllocAsync), dptr, bytesize, s, false);
 }
 
 GML_HOOK CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream s)
 {
-    return drv_free_async(GML_REAL(cuMemFreeAsync), dptr, s, (gml_stream)s);
+    return drv_free_async(GML_REAL(cuMemFreeAsync), dptr, s, false);
 }
 
 GML_HOOK CUresult cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUstream s)
 {
-    return drv_alloc_async(GML_REAL(cuMemAllocAsync_ptsz), dptr, bytesize, s, s ? s : CU_STREAM_PER_THREAD,
-                           PTDS(s));
+    return drv_alloc_async(GML_REAL(cuMemAllocAsync_ptsz), dptr, bytesize, s, true);
 }
 
 GML_HOOK CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream s)
 {
-    return drv_free_async(GML_REAL(cuMemFreeAsync_ptsz), dptr, s, PTDS(s));
+    return drv_free_async(GML_REAL(cuMemFreeAsync_ptsz), dptr, s, true);
 }
 
 /* Only the device's default pool is served: other pools carry properties gmlake does not give
@@ -547,7 +627,7 @@ static bool is_default_pool(CUmemoryPool pool)
 GML_HOOK CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool, CUstream s)
 {
     if (gml_serving() && is_default_pool(pool))
-        return drv_alloc_async(GML_REAL(cuMemAllocAsync), dptr, bytesize, s, s, (gml_stream)s);
+        return drv_alloc_async(GML_REAL(cuMemAllocAsync), dptr, bytesize, s, false);
     return PASS(cuMemAllocFromPoolAsync, NO_DRV, dptr, bytesize, pool, s);
 }
 
@@ -555,9 +635,45 @@ GML_HOOK CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytesiz
                                                CUstream s)
 {
     if (gml_serving() && is_default_pool(pool))
-        return drv_alloc_async(GML_REAL(cuMemAllocAsync_ptsz), dptr, bytesize, s,
-                               s ? s : CU_STREAM_PER_THREAD, PTDS(s));
+        return drv_alloc_async(GML_REAL(cuMemAllocAsync_ptsz), dptr, bytesize, s, true);
     return PASS(cuMemAllocFromPoolAsync_ptsz, NO_DRV, dptr, bytesize, pool, s);
+}
+
+/* ---- streams ---- */
+
+/* Ends the bins of a created stream the program destroys, in every pool (the stream belongs to
+ * one device; the others find nothing).  Implicit streams cannot be destroyed. */
+static void retire_stream(CUstream s)
+{
+    if (!gml_serving() || !s || s == CU_STREAM_LEGACY || s == CU_STREAM_PER_THREAD)
+        return;
+    gml_depth++;
+    for (int d = 0; d < GML_MAX_DEVICES; d++) {
+        gml_pool *p = gml_registry_get(d);
+        if (p)
+            gml_pool_stream_retire(p, (gml_stream)s);
+    }
+    gml_depth--;
+}
+
+GML_HOOK cudaError_t cudaStreamDestroy(cudaStream_t s)
+{
+    GML_RT_ENTRY();
+    retire_stream((CUstream)s);
+    return PASS(cudaStreamDestroy, NO_RT, s); /* the runtime's own cuStreamDestroy passes through */
+}
+
+GML_HOOK CUresult cuStreamDestroy_v2(CUstream s)
+{
+    retire_stream(s);
+    return PASS(cuStreamDestroy_v2, NO_DRV, s);
+}
+
+#undef cuStreamDestroy
+GML_HOOK CUresult cuStreamDestroy(CUstream s)
+{
+    retire_stream(s);
+    return PASS(cuStreamDestroy, NO_DRV, s);
 }
 
 GML_HOOK CUresult cuMemGetInfo_v2(size_t *free_b, size_t *total)
@@ -580,3 +696,5 @@ GML_CHECK_TYPE(cuMemAllocFromPoolAsync_ptsz, PFN_cuMemAllocFromPoolAsync_v11020_
 GML_CHECK_TYPE(cuMemGetInfo_v2, PFN_cuMemGetInfo_v3020);
 GML_CHECK_TYPE(cuDeviceSetMemPool, PFN_cuDeviceSetMemPool_v11020);
 GML_CHECK_TYPE(cuCtxEnablePeerAccess, PFN_cuCtxEnablePeerAccess_v4000);
+GML_CHECK_TYPE(cuStreamDestroy_v2, PFN_cuStreamDestroy_v4000);
+GML_CHECK_TYPE(cuStreamDestroy, PFN_cuStreamDestroy_v4000);

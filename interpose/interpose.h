@@ -20,10 +20,10 @@
  *  - dlsym(RTLD_NEXT, ...) from any other object resolves as if gmlake were not there (resolve.c).
  *  - Streams capturing a graph: allocations pass through to CUDA.  A gmlake pointer freed with a
  *    stream-ordered free during capture stays allocated (logged once): reusing it could corrupt
- *    the graph's replays.  A synchronous free (cudaFree, cuMemFree) synchronises as CUDA's does;
- *    if that fails (during capture: CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, and the capture is
- *    invalidated, as by CUDA's cudaFree; or a sticky fault) it returns that error and the block
- *    stays allocated.  The pool's own driver calls run in relaxed capture mode and never record
+ *    the graph's replays.  A synchronous free (cudaFree, cuMemFree) waits for the pointer's
+ *    device as CUDA's does; if that fails (during capture: CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED,
+ *    and the capture is invalidated, as by CUDA's cudaFree; or a sticky fault) it returns that
+ *    error and the block stays allocated.  The pool's own driver calls run in relaxed capture mode and never record
  *    an event into a capture (core/device_cuda.c).
  *  - A free of a pointer gmlake does not own goes to the real function; of a pointer that is
  *    inside gmlake's memory but not a live allocation (double free, interior pointer): the real
@@ -37,6 +37,11 @@
  *    (cudaDeviceSetMemPool / cuDeviceSetMemPool) pass through to CUDA.
  *  - Peer access enabled for a device (cudaDeviceEnablePeerAccess, cuCtxEnablePeerAccess) covers
  *    the peer's gmlake memory, present and future.
+ *  - Streams are passed to the pool by their identity (core/device.h keys; hooks.c): implicit
+ *    streams name the calling thread's per-thread default stream or the current context's legacy
+ *    stream.  A stream the program destroys (cudaStreamDestroy, cuStreamDestroy) is retired in
+ *    every pool before the real destroy.
+ *  - In a child forked after gmlake started, nothing is served (state.c).
  */
 #ifndef GML_INTERPOSE_H
 #define GML_INTERPOSE_H
@@ -49,9 +54,12 @@
 #include "config/config.h"
 #include "stitch/pool.h"
 
-/* cuda.h maps cuGetProcAddress to its _v2; libcuda exports both, and so does gmlake. */
+/* cuda.h maps cuGetProcAddress to its _v2; libcuda exports both, and so does gmlake.  The same
+ * for cuStreamDestroy. */
 #undef cuGetProcAddress
 CUresult cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags);
+#undef cuStreamDestroy
+CUresult cuStreamDestroy(CUstream hStream);
 
 #include <cudaTypedefs.h>
 
@@ -80,6 +88,7 @@ struct gml_real {
     cudaError_t (*cudaGetDevice)(int *);
     cudaError_t (*cudaStreamIsCapturing)(cudaStream_t, enum cudaStreamCaptureStatus *);
     cudaError_t (*cudaDeviceGetDefaultMemPool)(cudaMemPool_t *, int);
+    cudaError_t (*cudaStreamDestroy)(cudaStream_t);
     CUresult (*cuMemAlloc_v2)(CUdeviceptr *, size_t);
     CUresult (*cuMemFree_v2)(CUdeviceptr);
     CUresult (*cuMemAllocAsync)(CUdeviceptr *, size_t, CUstream);
@@ -104,6 +113,10 @@ struct gml_real {
     CUresult (*cuCtxEnablePeerAccess)(CUcontext, unsigned int);
     CUresult (*cuCtxPushCurrent_v2)(CUcontext);
     CUresult (*cuCtxPopCurrent_v2)(CUcontext *);
+    CUresult (*cuCtxGetCurrent)(CUcontext *);
+    CUresult (*cuDevicePrimaryCtxRetain)(CUcontext *, CUdevice);
+    CUresult (*cuStreamDestroy_v2)(CUstream);
+    CUresult (*cuStreamDestroy)(CUstream);
 };
 extern struct gml_real gml_real;
 
@@ -151,9 +164,11 @@ void gml_oom_report(int device, gml_pool *p, size_t size);
 enum gml_torch_action { GML_TORCH_KEEP, GML_TORCH_SET, GML_TORCH_BYPASS };
 int gml_torch_plan(const char *alloc_conf, const char *cuda_conf, const char **var, char *value,
                    size_t len);
-/* Appends an event to the trace file, if one is configured.  Calls with no stream (cudaMalloc,
- * cudaFree, cuMemAlloc, cuMemFree) are recorded with stream 0xffffffffffffffff (GML_STREAM_NONE),
- * which replay treats as they were served. */
+/* Appends an event to the trace file, if one is configured.  The stream column is gmlake's key of
+ * the stream (core/device.h: a created stream's handle, or the key of a thread's per-thread
+ * default stream or of a context's legacy stream), so that replay tells the streams apart as the
+ * pool did.  Calls with no stream (cudaMalloc, cudaFree, cuMemAlloc, cuMemFree) are recorded with
+ * stream 0xffffffffffffffff (GML_STREAM_NONE), which replay treats as they were served. */
 void gml_trace_event(char op, uintptr_t ptr, size_t size, uintptr_t stream);
 /* Around a pool free: begin takes the trace lock (if a trace is recorded; returns whether), end
  * appends `F ptr` if `freed` and releases it, so that no other thread can record an allocation

@@ -52,6 +52,8 @@ static const hook_entry table[] = {
     E(cuMemFreeAsync_ptsz, cuMemFreeAsync_ptsz),
     E(cuMemFree_v2, cuMemFree_v2),
     E(cuMemGetInfo_v2, cuMemGetInfo_v2),
+    E(cuStreamDestroy, cuStreamDestroy),
+    E(cuStreamDestroy_v2, cuStreamDestroy_v2),
     E(cudaDeviceEnablePeerAccess, cudaDeviceEnablePeerAccess),
     E(cudaDeviceSetMemPool, cudaDeviceSetMemPool),
     E(cudaFree, cudaFree),
@@ -69,6 +71,7 @@ static const hook_entry table[] = {
     E(cudaMemPoolSetAttribute, cudaMemPoolSetAttribute),
     E(cudaMemPoolTrimTo, cudaMemPoolTrimTo),
     E(cudaPeekAtLastError, cudaPeekAtLastError),
+    E(cudaStreamDestroy, cudaStreamDestroy),
 };
 #undef E
 static const size_t table_len = sizeof table / sizeof table[0];

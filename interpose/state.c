@@ -1,6 +1,7 @@
 /*
  * state.c — what the hooks share: the settings, the per-device pools (created on first use, never
- * in the constructor), ownership of pointers, logging, the trace recorder and the exit summary.
+ * in the constructor), ownership of pointers, logging, the trace recorder, the exit summary, and
+ * fork.
  *
  * Several processes (torchrun: one per GPU) share one environment, hence one set of file names:
  *  - log lines start "gmlake[PID]: ", or "gmlake[PID rank R]: " when RANK or LOCAL_RANK is set;
@@ -12,6 +13,12 @@
  *    one whole line at a time, each naming its process);
  *  - a process that served no allocation writes no stats file and creates no trace file (a shell
  *    or a helper program started under the same LD_PRELOAD does not overwrite the job's).
+ *
+ * Fork: CUDA cannot be used in a forked child (its calls fail there).  Handlers registered with
+ * the settings take every gmlake lock around fork (pool creation, each pool, trace, log), so that
+ * no lock is left held by a thread that does not exist in the child; the child then serves
+ * nothing (gml_serving is false): its calls reach CUDA, which fails them as it does for any child,
+ * and no pointer of the parent's pools is handed out or freed there.
  */
 #include <pthread.h>
 #include <stdarg.h>
@@ -38,6 +45,7 @@ static pthread_mutex_t trace_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_mutex_t create_mu = PTHREAD_MUTEX_INITIALIZER;
 static _Atomic int failed_dev[GML_MAX_DEVICES]; /* 1: gmlake cannot run there (logged) */
 static _Atomic uint64_t peers_of[GML_MAX_DEVICES]; /* bit a: device a may access this one */
+static _Atomic int forked; /* this process is a child forked after gmlake started */
 
 static void at_exit(void);
 
@@ -127,6 +135,34 @@ static void log_loading(int level, const char *fmt, ...)
     va_end(ap);
 }
 
+/* The locks in the order every thread takes them: pool creation, trace (a free holds it across
+ * the pool's lock: gml_trace_free_begin), each pool, log. */
+static void fork_prepare(void)
+{
+    pthread_mutex_lock(&create_mu);
+    pthread_mutex_lock(&trace_mu);
+    for (int d = 0; d < GML_MAX_DEVICES; d++)
+        if (gml_registry_get(d))
+            gml_pool_hold(gml_registry_get(d), true);
+    pthread_mutex_lock(&log_mu);
+}
+
+static void fork_release(void)
+{
+    pthread_mutex_unlock(&log_mu);
+    for (int d = GML_MAX_DEVICES - 1; d >= 0; d--)
+        if (gml_registry_get(d))
+            gml_pool_hold(gml_registry_get(d), false);
+    pthread_mutex_unlock(&trace_mu);
+    pthread_mutex_unlock(&create_mu);
+}
+
+static void fork_child(void)
+{
+    atomic_store(&forked, 1);
+    fork_release();
+}
+
 static void load_cfg(void)
 {
     gml_depth++;
@@ -165,8 +201,10 @@ static void load_cfg(void)
         expand_path(cfg.stats_file, true, stats_path, sizeof stats_path);
     if (cfg.enable && cfg.trace_file[0])
         expand_path(cfg.trace_file, true, trace_path, sizeof trace_path);
-    if (cfg.enable)
+    if (cfg.enable) {
         atexit(at_exit);
+        pthread_atfork(fork_prepare, fork_release, fork_child);
+    }
     gml_depth--;
 }
 
@@ -176,7 +214,10 @@ const gml_config *gml_cfg(void)
     return &cfg;
 }
 
-bool gml_serving(void) { return gml_depth == 0 && gml_cfg()->enable; }
+bool gml_serving(void)
+{
+    return gml_depth == 0 && gml_cfg()->enable && !atomic_load_explicit(&forked, memory_order_relaxed);
+}
 
 void gml_log(int level, const char *fmt, ...)
 {
@@ -329,6 +370,8 @@ static void write_stats(FILE *f, int d, const gmlake_stats *s)
 
 static void at_exit(void)
 {
+    if (atomic_load(&forked))
+        return; /* the summary and stats file are the parent's */
     gml_depth++;
     bool served = false;
     for (int d = 0; d < GML_MAX_DEVICES; d++)

@@ -93,6 +93,8 @@ int gml_stitch_cache_take(gml_stitch *st, gml_bin *bin, size_t need, size_t req,
         i += m;
     }
     RB_REMOVE(gml_sblock_tree, &st->cached, sb);
+    gml_bin_unhold(h, sb->bin);
+    sb->bin = NULL;
     sb->live = true;
     sb->b.req = req;
     sb->b.state = GML_B_VIEW;
@@ -108,6 +110,7 @@ void gml_stitch_free(gml_stitch *st, gml_block *b, gml_bin *bin)
     gml_stitch_parts_home(st, sb, bin);
     sb->live = false;
     sb->bin = bin;
+    gml_bin_hold(bin);
     sb->free_seq = st->h->seq;
     touch(st, sb, true);
     RB_INSERT(gml_sblock_tree, &st->cached, sb);
@@ -128,6 +131,7 @@ static void evict(gml_stitch *st, gml_sblock *sb)
                         "its %zu virtual bytes stay reserved\n", (unsigned long)sb->b.addr, sb->b.size);
     TAILQ_REMOVE(&st->lru, sb, lru);
     RB_REMOVE(gml_sblock_tree, &st->cached, sb);
+    gml_bin_unhold(h, sb->bin);
     st->count--;
     st->bytes -= sb->b.size;
     st->evictions++;
@@ -150,7 +154,7 @@ size_t gml_stitch_gc(gml_stitch *st, bool all)
             prev = TAILQ_PREV(sb, gml_sblock_list, lru);
             if (sb->live || (pass == 0 && !all && available(st, sb, NULL)))
                 continue; /* pass 0 takes stale blocks only */
-            if (!gml_bin_passed(st->h, sb->bin, sb->free_seq, all))
+            if (!gml_bin_passed(st->h, sb->bin, sb->free_seq))
                 continue;
             evict(st, sb);
             n++;

@@ -11,8 +11,9 @@
  *      large: give fully free small chunks back to the large space; then at defrag level 0
  *      stitch (a cached stitched block first; growth only by the deficit); else grow the large
  *      space; at level 1 stitch after growth failed;
- *   3. out of memory: wait for every stream, tear down cached stitches, release free chunks,
- *      grow again; at level 2 (or as the last resort at any level) stitch;
+ *   3. out of memory: if stream bins hold free blocks, unlock, synchronise the device, lock
+ *      (nothing waits for the device under the pool lock); tear down cached stitches, release
+ *      free chunks, grow again; at level 2 (or as the last resort at any level) stitch;
  *   4. GMLAKE_ERR_NOMEM, the pool unchanged apart from the released cache.
  */
 #include <pthread.h>
@@ -93,7 +94,8 @@ void gml_pool_destroy(gml_pool *p)
 {
     if (!p)
         return;
-    gml_dev_synchronize(p->dev);
+    if (gml_dev_synchronize(p->dev) == GMLAKE_OK)
+        p->heap.synced_seq = p->heap.seq;
     gml_stitch_destroy(&p->st);
     HASH_CLEAR(hh, p->live);
     gml_heap_destroy(&p->heap);
@@ -176,7 +178,7 @@ __attribute__((noinline)) static int alloc_slow(gml_pool *p, gml_bin *bin, int s
 {
     gml_heap *h = &p->heap;
     int level = p->set.defrag_level, rc;
-    if (gml_promote(h, bin, false) && try_fit(p, bin, space, need, req, out))
+    if (gml_promote(h, bin) && try_fit(p, bin, space, need, req, out))
         return GMLAKE_OK;
     if (space == GML_SPACE_SMALL) {
         rc = gml_small_refill(h, bin);
@@ -196,8 +198,17 @@ __attribute__((noinline)) static int alloc_slow(gml_pool *p, gml_bin *bin, int s
         if (level == 1 && stitch(p, bin, need, req, out) == GMLAKE_OK)
             return GMLAKE_OK;
     }
-    /* out of memory: wait for every stream, drop cached stitches and free chunks, try again */
-    gml_promote(h, NULL, true);
+    return GMLAKE_ERR_NOMEM;
+}
+
+/* Step 3, after the device was synchronised if stream bins held free blocks. */
+__attribute__((noinline)) static int alloc_last_resort(gml_pool *p, gml_bin *bin, int space,
+                                                       size_t need, size_t req, uintptr_t *out)
+{
+    gml_heap *h = &p->heap;
+    int rc;
+    /* out of memory: take what the synchronisation freed, drop cached stitches and free chunks */
+    gml_promote(h, NULL);
     if (try_fit(p, bin, space, need, req, out))
         return GMLAKE_OK;
     gml_stitch_gc(&p->st, true);
@@ -230,8 +241,20 @@ int gml_pool_alloc(gml_pool *p, size_t size, gml_stream stream, uintptr_t *out)
     gml_bin *bin = bin_for(p, stream);
     if (__builtin_expect(!bin, 0))
         rc = GMLAKE_ERR_NOMEM;
-    else if (!try_fit(p, bin, space, need, size, out))
+    else if (__builtin_expect(bin->want_record, 0))
+        gml_bin_record(&p->heap, bin);
+    if (bin && !try_fit(p, bin, space, need, size, out)) {
         rc = alloc_slow(p, bin, space, need, size, out);
+        if (rc != GMLAKE_OK) {
+            if (gml_bins_hold_blocks(&p->heap)) {
+                pthread_mutex_unlock(&p->mu);
+                gml_pool_sync(p);
+                pthread_mutex_lock(&p->mu);
+                bin = bin_for(p, stream); /* the lock was dropped: look the bin up again */
+            }
+            rc = bin ? alloc_last_resort(p, bin, space, need, size, out) : GMLAKE_ERR_NOMEM;
+        }
+    }
     if (rc == GMLAKE_OK) {
         p->allocations++;
         p->nlive++;
@@ -262,6 +285,8 @@ int gml_pool_free(gml_pool *p, uintptr_t ptr, gml_stream stream)
         gml_stitch_free(&p->st, b, bin);
     else
         gml_free_insert(&p->heap, b, bin);
+    if (__builtin_expect(bin->want_record, 0))
+        gml_bin_record(&p->heap, bin);
     debug_check(p);
     pthread_mutex_unlock(&p->mu);
     return GMLAKE_OK;
@@ -285,11 +310,48 @@ bool gml_pool_owns(gml_pool *p, uintptr_t ptr)
     return own;
 }
 
-int gml_pool_empty_cache(gml_pool *p)
+int gml_pool_sync(gml_pool *p)
 {
     pthread_mutex_lock(&p->mu);
+    uint64_t upto = p->heap.seq;
+    pthread_mutex_unlock(&p->mu);
     int rc = gml_dev_synchronize(p->dev);
-    gml_promote(&p->heap, NULL, true);
+    if (rc != GMLAKE_OK)
+        return rc;
+    pthread_mutex_lock(&p->mu);
+    if (upto > p->heap.synced_seq)
+        p->heap.synced_seq = upto;
+    pthread_mutex_unlock(&p->mu);
+    return GMLAKE_OK;
+}
+
+void gml_pool_stream_retire(gml_pool *p, gml_stream stream)
+{
+    pthread_mutex_lock(&p->mu);
+    gml_bin *b = NULL;
+    HASH_FIND(hh, p->heap.bins, &stream, sizeof stream, b);
+    if (b) {
+        if (p->last_bin == b)
+            p->last_bin = p->heap.ready;
+        gml_bin_retire(&p->heap, b);
+    }
+    debug_check(p);
+    pthread_mutex_unlock(&p->mu);
+}
+
+void gml_pool_hold(gml_pool *p, bool hold)
+{
+    if (hold)
+        pthread_mutex_lock(&p->mu);
+    else
+        pthread_mutex_unlock(&p->mu);
+}
+
+int gml_pool_empty_cache(gml_pool *p)
+{
+    int rc = gml_pool_sync(p);
+    pthread_mutex_lock(&p->mu);
+    gml_promote(&p->heap, NULL);
     gml_stitch_gc(&p->st, true);
     if (gml_release_free_chunks(&p->heap))
         p->cache_releases++;

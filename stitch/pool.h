@@ -23,7 +23,13 @@
  *  - Stream-ordered reuse: a block freed on stream S may serve S at once, another stream only
  *    after the work submitted to S before the free has completed.  A free with GML_STREAM_NONE
  *    (cudaFree) promises the device is done with the block: it may serve any stream at once.
- *  - Thread-safe: one mutex per pool.  No heap allocation per request on the hot path.
+ *  - Streams are stream keys (device.h): a created stream's handle, or a key naming one thread's
+ *    per-thread default stream or one context's legacy stream.  When the program destroys a
+ *    stream, gml_pool_stream_retire (called before the real destroy) ends its key: a new stream
+ *    with the same handle starts afresh, and the old stream's free blocks serve others once its
+ *    work has completed.
+ *  - Thread-safe: one mutex per pool, never held while waiting for the device.  No heap
+ *    allocation per request on the hot path.
  *  - Statistics are exact: active = sum of live request sizes, reserved = chunks held x chunk size.
  *  Decisions owned here: the order of the fallbacks when nothing fits (alloc_slow, pool.c).
  */
@@ -63,8 +69,17 @@ size_t gml_pool_alloc_size(gml_pool *p, uintptr_t ptr);
 /* Whether ptr lies in memory this pool manages (home arena or a stitched range). */
 bool gml_pool_owns(gml_pool *p, uintptr_t ptr);
 
-/* Waits for the device, then returns every free chunk to it and tears down cached stitches. */
+/* Waits for the device, then returns every free chunk to it and tears down cached stitches;
+ * GMLAKE_ERR_DEVICE if the wait failed (the cache is then released only as far as it is known
+ * idle). */
 int gml_pool_empty_cache(gml_pool *p);
+/* Waits for every stream of the pool's device (not holding the pool lock): every block freed
+ * before the call may then serve any stream.  GMLAKE_ERR_DEVICE if the synchronisation failed. */
+int gml_pool_sync(gml_pool *p);
+/* The program is destroying `stream` (call before the real destroy, see the contract above). */
+void gml_pool_stream_retire(gml_pool *p, gml_stream stream);
+/* Takes (hold) or releases the pool lock: fork handlers keep the pool consistent across fork. */
+void gml_pool_hold(gml_pool *p, bool hold);
 void gml_pool_stats(gml_pool *p, gmlake_stats *out);
 void gml_pool_reset_peaks(gml_pool *p);
 /* Whole-pool consistency check; GMLAKE_OK or GMLAKE_ERR_CORRUPT with a message in *why. */

@@ -55,7 +55,7 @@ typedef struct gml_sblock {
     uint32_t nchunks;
     bool live;
     STAILQ_HEAD(gml_part_list, gml_block) parts; /* live: home parts carved for it */
-    gml_bin *bin;                    /* cached: bin of the last free */
+    gml_bin *bin;                    /* cached: bin of the last free (held: gml_bin_hold) */
     uint64_t free_seq;               /* cached: heap->seq at the last free */
     uint64_t last_use;               /* LRU clock at the last take or free */
     TAILQ_ENTRY(gml_sblock) lru;     /* every stitched block, most recently used first */

@@ -4,7 +4,8 @@
  * every failing call records its error, cudaGetLastError returns and clears it,
  * cudaPeekAtLastError returns it; after a sticky fault (fake_cuda_fault) every call but the
  * host-side queries fails with the fault once a synchronisation has seen it, and the last error
- * cannot be cleared. */
+ * cannot be cleared.  In a child forked from a process that used CUDA every call fails with
+ * cudaErrorInitializationError, as CUDA's do. */
 #include <cuda.h>
 #include <cuda_runtime_api.h>
 #include <string.h>
@@ -16,13 +17,13 @@
 static __thread cudaError_t last_error;
 static _Atomic cudaError_t sticky;
 
-/* Every entry point: marks the runtime as entered (fake_cuda.h: reentered) and, once a sticky
- * fault has been seen, fails with it. */
+/* Every entry point: marks the runtime as entered (fake_cuda.h: reentered) and, after fork or
+ * once a sticky fault has been seen, fails. */
 #define ENTER()                                                                                   \
     fake_runtime_enter();                                                                         \
-    if (sticky) {                                                                                 \
+    if (fake_forked() || sticky) {                                                                \
         fake_runtime_leave();                                                                     \
-        return last_error = sticky;                                                               \
+        return last_error = fake_forked() ? cudaErrorInitializationError : sticky;                \
     }
 static cudaError_t leave(cudaError_t e)
 {
@@ -89,9 +90,11 @@ EXPORT cudaError_t cudaMemGetInfo(size_t *f, size_t *t)
     ENTER();
     return leave(cuMemGetInfo_v2(f, t) == CUDA_SUCCESS ? cudaSuccess : cudaErrorUnknown);
 }
-/* a host-side query: answers even after a fault */
+/* a host-side query: answers even after a fault (not after fork) */
 EXPORT cudaError_t cudaGetDevice(int *d)
 {
+    if (fake_forked())
+        return last_error = cudaErrorInitializationError;
     *d = fake_current_device();
     return cudaSuccess;
 }
@@ -100,7 +103,7 @@ EXPORT cudaError_t cudaSetDevice(int d)
     ENTER();
     if (d < 0 || d >= FAKE_DEVICES)
         return leave(cudaErrorInvalidDevice);
-    fake_set_device(d);
+    fake_cuda_set_device(d);
     return leave(cudaSuccess);
 }
 EXPORT cudaError_t cudaGetDeviceCount(int *n)
@@ -121,6 +124,23 @@ EXPORT cudaError_t cudaDeviceEnablePeerAccess(int peer, unsigned int flags)
     if (peer < 0 || peer >= FAKE_DEVICES || cuDevicePrimaryCtxRetain(&c, peer) != CUDA_SUCCESS)
         return leave(cudaErrorInvalidDevice);
     return leave(rt(cuCtxEnablePeerAccess(c, flags)));
+}
+EXPORT cudaError_t cudaStreamCreate(cudaStream_t *s)
+{
+    ENTER();
+    return leave(rt(cuStreamCreate((CUstream *)s, 0)));
+}
+EXPORT cudaError_t cudaStreamDestroy(cudaStream_t s)
+{
+    ENTER();
+    CUresult r = cuStreamDestroy_v2((CUstream)s);
+    return leave(r == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidResourceHandle);
+}
+EXPORT cudaError_t cudaStreamSynchronize(cudaStream_t s)
+{
+    ENTER();
+    CUresult r = cuStreamSynchronize((CUstream)s);
+    return leave(r == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidResourceHandle);
 }
 EXPORT cudaError_t cudaStreamIsCapturing(cudaStream_t s, enum cudaStreamCaptureStatus *st)
 {

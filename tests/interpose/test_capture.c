@@ -15,9 +15,15 @@ CUresult cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUstream hStre
 #include "tests/fake/fake_cuda.h"
 
 #define MiB ((size_t)1 << 20)
-#define S1 ((cudaStream_t)0x100)
-#define S2 ((cudaStream_t)0x200)
-#define C ((cudaStream_t)0x300)
+/* Created streams (the fake records events only on streams it made). */
+static cudaStream_t S1, S2, C;
+
+static void make_streams(void)
+{
+    cr_assert_eq(cudaStreamCreate(&S1), cudaSuccess);
+    cr_assert_eq(cudaStreamCreate(&S2), cudaSuccess);
+    cr_assert_eq(cudaStreamCreate(&C), cudaSuccess);
+}
 
 static gmlake_stats stats(void)
 {
@@ -66,6 +72,7 @@ static cudaError_t capture_end(capturer *c)
 
 Test(capture, a_synchronous_free_during_capture_fails_as_in_cuda)
 {
+    make_streams();
     void *p;
     cr_assert_eq(cudaMalloc(&p, MiB), cudaSuccess);
     cr_assert_eq(cudaStreamBeginCapture(C, cudaStreamCaptureModeGlobal), cudaSuccess);
@@ -88,6 +95,7 @@ Test(capture, a_synchronous_free_during_capture_fails_as_in_cuda)
 
 Test(capture, pool_events_leave_another_threads_global_capture_alone)
 {
+    make_streams();
     void *a, *b;
     cr_assert_eq(cudaMallocAsync(&a, 8 * MiB, S1), cudaSuccess);
     cr_assert_eq(cudaFreeAsync(a, S1), cudaSuccess); /* waits in S1's bin */
@@ -101,6 +109,7 @@ Test(capture, pool_events_leave_another_threads_global_capture_alone)
 
 Test(capture, no_event_is_recorded_into_a_capture)
 {
+    make_streams();
     void *a, *b;
     cr_assert_eq(cudaMallocAsync(&a, 8 * MiB, S1), cudaSuccess);
     cr_assert_eq(cudaFreeAsync(a, S1), cudaSuccess);
@@ -114,6 +123,7 @@ Test(capture, no_event_is_recorded_into_a_capture)
 
 Test(capture, no_event_is_recorded_on_the_legacy_stream_during_capture)
 {
+    make_streams();
     void *a, *b;
     cr_assert_eq(cudaMallocAsync(&a, 8 * MiB, 0), cudaSuccess);
     cr_assert_eq(cudaFreeAsync(a, 0), cudaSuccess); /* waits in the legacy stream's bin */
@@ -125,6 +135,7 @@ Test(capture, no_event_is_recorded_on_the_legacy_stream_during_capture)
 
 Test(capture, per_thread_allocations_check_this_threads_stream)
 {
+    make_streams();
     capturer c;
     capture_start(&c, C, cudaStreamCaptureModeRelaxed); /* another stream captures */
     CUdeviceptr d, e;

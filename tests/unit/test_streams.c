@@ -1,6 +1,14 @@
-/* test_streams.c — core/streams.c through its own API: the reuse rule, the serving bins, and
- * promotion by events (no event per free; an event per stream when another stream misses). */
+/* test_streams.c — core/streams.c.  Through its own API (heap_helpers.h): the reuse rule, the
+ * serving bins, promotion by events (no event per free; an event per stream when another stream
+ * misses), device synchronisation, retiring a bin, the list of bins holding free blocks.  Through
+ * the pool on the sim device (helpers.h): retiring a destroyed stream, per-thread default streams
+ * recorded only by their own thread, device synchronisation without the pool lock (and its
+ * failure), bins freed with their events. */
+#include <pthread.h>
+#include <string.h>
+
 #include "heap_helpers.h"
+#include "helpers.h"
 
 static const gml_stream S1 = 0x1000, S2 = 0x2000;
 
@@ -41,11 +49,11 @@ Test(streams, promotion_waits_for_the_event_of_the_freeing_stream)
     hf_put(&f, a, s1);
     hf_put(&f, b, s1);
     cr_assert_eq(hf_calls(&f, GMLAKE_DC_EVENT_RECORD), 0, "no event per free");
-    cr_assert_eq(gml_promote(&f.h, s2, false), 0, "the work on S1 may still run");
+    cr_assert_eq(gml_promote(&f.h, s2), 0, "the work on S1 may still run");
     cr_assert_eq(hf_calls(&f, GMLAKE_DC_EVENT_RECORD), 1, "one event covers every free so far");
     cr_assert_null(gml_best_fit(&f.h, s2, GML_SPACE_LARGE, 2 * MiB));
     gml_sim_complete_events(f.dev);
-    cr_assert_eq(gml_promote(&f.h, s2, false), 1);
+    cr_assert_eq(gml_promote(&f.h, s2), 1);
     cr_assert_eq(hf_calls(&f, GMLAKE_DC_EVENT_RECORD), 1, "the recorded event was asked again");
     gml_block *x = gml_best_fit(&f.h, s2, GML_SPACE_LARGE, 4 * MiB);
     cr_assert_not_null(x);
@@ -54,16 +62,201 @@ Test(streams, promotion_waits_for_the_event_of_the_freeing_stream)
     hf_free(&f);
 }
 
-Test(streams, bin_passed_with_wait_waits)
+Test(streams, bin_passed_never_waits_a_device_synchronisation_passes_every_bin)
 {
     hfix f;
     hf_make(&f, 16 * MiB);
     gml_sim_set_manual_events(f.dev, true);
     gml_bin *s1 = gml_bin_get(&f.h, S1);
     f.h.seq = 5;
-    cr_assert(!gml_bin_passed(&f.h, s1, 5, false));
-    cr_assert(gml_bin_passed(&f.h, s1, 5, true));
+    cr_assert(!gml_bin_passed(&f.h, s1, 5));
+    cr_assert_eq(hf_calls(&f, GMLAKE_DC_EVENT_SYNC), 0, "nothing waits for the device");
+    cr_assert(!gml_bin_passed(&f.h, s1, 5), "the event still runs");
+    f.h.synced_seq = 5; /* what the pool sets after synchronising without its lock */
+    cr_assert(gml_bin_passed(&f.h, s1, 5));
     cr_assert_eq(s1->done_seq, 5);
-    cr_assert(gml_bin_passed(&f.h, f.h.ready, 1000, false), "the ready bin has no pending work");
+    cr_assert(!gml_bin_passed(&f.h, s1, 6), "work after the synchronisation is not known done");
+    cr_assert(gml_bin_passed(&f.h, f.h.ready, 1000), "the ready bin has no pending work");
     hf_free(&f);
+}
+
+Test(streams, a_retired_bin_leaves_the_name_and_goes_when_empty_and_let_go)
+{
+    hfix f;
+    hf_make(&f, 16 * MiB);
+    gml_sim_set_manual_events(f.dev, true);
+    gml_bin *s1 = gml_bin_get(&f.h, S1);
+    cr_assert_eq(gml_grow(&f.h, s1, GML_SPACE_LARGE, GML_GROW_BLOCK, 4 * MiB), GMLAKE_OK);
+    gml_block *a = hf_take(&f, s1, 2 * MiB);
+    hf_put(&f, a, s1);
+    gml_bin_hold(s1); /* as a cached stitched block last freed on S1 does */
+    gml_bin_retire(&f.h, s1);
+    cr_assert(s1->retired);
+    cr_assert_eq(hf_calls(&f, GMLAKE_DC_EVENT_RECORD), 1, "an event covers its frees");
+    gml_bin *fresh = gml_bin_get(&f.h, S1);
+    cr_assert_neq(fresh, s1, "the handle names a new bin");
+    cr_assert(!gml_bin_serves(&f.h, s1, fresh), "the old stream's blocks do not serve the new one");
+    cr_assert_eq(gml_promote(&f.h, NULL), 0, "its work may still run");
+    gml_sim_complete_events(f.dev);
+    cr_assert(gml_promote(&f.h, NULL) > 0, "then its blocks reach the ready bin");
+    cr_assert_eq(hf_calls(&f, GMLAKE_DC_EVENT_DESTROY), 0, "a record still names the bin");
+    hf_check(&f, 0);
+    gml_bin_unhold(&f.h, s1);
+    cr_assert_eq(hf_calls(&f, GMLAKE_DC_EVENT_DESTROY), 1, "then it went with its event");
+    hf_check(&f, 0);
+    hf_free(&f);
+}
+
+Test(streams, the_checker_verifies_the_list_of_bins_holding_free_blocks)
+{
+    hfix f;
+    hf_make(&f, 16 * MiB);
+    gml_bin *s1 = gml_bin_get(&f.h, S1), *s2 = gml_bin_get(&f.h, S2);
+    cr_assert(!gml_bins_hold_blocks(&f.h), "no stream bin holds free blocks yet");
+    cr_assert_eq(gml_grow(&f.h, s1, GML_SPACE_LARGE, GML_GROW_BLOCK, 4 * MiB), GMLAKE_OK);
+    cr_assert(gml_bins_hold_blocks(&f.h), "S1 holds the new chunks");
+    hf_check(&f, 0);
+    char why[256];
+    LIST_REMOVE(s1, holding); /* S1 holds a block but is off the list */
+    cr_assert_eq(gml_heap_check(&f.h, NULL, 0, why, sizeof why), GMLAKE_ERR_CORRUPT);
+    cr_assert(strstr(why, "holding list"), "%s", why);
+    LIST_INSERT_HEAD(&f.h.holding, s1, holding);
+    LIST_INSERT_HEAD(&f.h.holding, s2, holding); /* S2 holds nothing but is on the list */
+    cr_assert_eq(gml_heap_check(&f.h, NULL, 0, why, sizeof why), GMLAKE_ERR_CORRUPT);
+    cr_assert(strstr(why, "on the holding list with 0 free blocks"), "%s", why);
+    LIST_REMOVE(s2, holding);
+    hf_check(&f, 0);
+    hf_free(&f);
+}
+
+static void no_stitch(gml_pool_settings *s) { s->vmm_defragment = false; }
+
+Test(streams, a_retired_stream_key_starts_afresh)
+{
+    fixture f = fx_make(64 * MiB, false, NULL);
+    gml_pool *p = f.pool;
+    gml_sim_set_manual_events(f.dev, true);
+    const gml_stream s = 0x1000;
+    uintptr_t x = must_alloc(p, 4 * MiB, s);
+    must_free(p, x, s);
+    gml_pool_stream_retire(p, s);
+    CHECK_POOL(p);
+    cr_assert_eq(stats_of(p).device_calls[GMLAKE_DC_EVENT_RECORD], 1, "an event covers its frees");
+    uintptr_t y = must_alloc(p, 4 * MiB, s);
+    cr_assert_neq(y, x, "a new stream with the old handle took a block whose work may run");
+    gml_sim_complete_events(f.dev);
+    uintptr_t z = must_alloc(p, 4 * MiB, s);
+    cr_assert_eq(z, x, "after the event completed the retired block serves others");
+    gmlake_stats st = stats_of(p);
+    cr_assert_eq(st.device_calls[GMLAKE_DC_EVENT_CREATE], st.device_calls[GMLAKE_DC_EVENT_DESTROY],
+                 "the emptied bin went with its event");
+    gml_pool_stream_retire(p, 0x9999); /* a stream the pool never saw */
+    CHECK_POOL(p);
+    fx_free(&f);
+}
+
+Test(streams, many_retired_streams_leave_nothing_behind)
+{
+    fixture f = fx_make(64 * MiB, false, NULL);
+    gml_pool *p = f.pool;
+    for (gml_stream s = 0x1000; s < 0x1000 + 20000; s++) {
+        uintptr_t x = must_alloc(p, MiB + 512 * (s % 5), s);
+        cr_assert_eq(gml_pool_free(p, x, s), GMLAKE_OK);
+        gml_pool_stream_retire(p, s);
+    }
+    gmlake_stats st = stats_of(p);
+    cr_assert_leq(st.device_calls[GMLAKE_DC_EVENT_CREATE] - st.device_calls[GMLAKE_DC_EVENT_DESTROY], 1);
+    cr_assert_eq(st.reserved_bytes, 2 * MiB);
+    CHECK_POOL(p);
+    fx_free(&f);
+}
+
+Test(streams, only_streams_whose_work_completed_pass_their_blocks)
+{
+    fixture f = fx_make(64 * MiB, false, no_stitch);
+    gml_pool *p = f.pool;
+    uintptr_t a = must_alloc(p, 4 * MiB, 0x10), b = must_alloc(p, 4 * MiB, 0x20);
+    cr_assert_eq(gml_sim_launch(f.dev, 0x10), GMLAKE_OK);
+    cr_assert_eq(gml_sim_launch(f.dev, 0x20), GMLAKE_OK);
+    must_free(p, a, 0x10);
+    must_free(p, b, 0x20);
+    gml_sim_finish(f.dev, 0x20);
+    cr_assert_eq(must_alloc(p, 4 * MiB, 0x30), b, "0x20's work completed: its block passes");
+    uintptr_t c = must_alloc(p, 4 * MiB, 0x30);
+    cr_assert_neq(c, a, "0x10's work still runs");
+    cr_assert_eq(must_alloc(p, 4 * MiB, 0x10), a, "0x10 itself reuses its block at once");
+    fx_free(&f);
+}
+
+static gml_pool *shared;
+static uintptr_t a_block;
+static pthread_barrier_t bar;
+
+static void *owner(void *arg)
+{
+    gml_stream mine = gml_stream_ptds(0);
+    a_block = must_alloc(shared, 4 * MiB, mine);
+    uintptr_t k = must_alloc(shared, 4 * MiB, mine);
+    must_free(shared, a_block, mine);
+    pthread_barrier_wait(&bar); /* the other thread misses */
+    pthread_barrier_wait(&bar);
+    must_free(shared, k, mine); /* its next call records the event another thread asked for */
+    pthread_barrier_wait(&bar);
+    return arg;
+}
+
+Test(streams, a_per_thread_stream_is_recorded_only_by_its_thread)
+{
+    fixture f = fx_make(64 * MiB, false, no_stitch);
+    shared = f.pool;
+    pthread_barrier_init(&bar, NULL, 2);
+    pthread_t a;
+    pthread_create(&a, NULL, owner, NULL);
+    pthread_barrier_wait(&bar);
+    gml_stream mine = gml_stream_ptds(0);
+    cr_assert_neq(mine, gml_stream_ptds(1), "one key per device");
+    uintptr_t y = must_alloc(shared, 4 * MiB, mine);
+    cr_assert_neq(y, a_block, "another thread's default stream was not waited for");
+    cr_assert_eq(stats_of(shared).device_calls[GMLAKE_DC_EVENT_RECORD], 0,
+                 "no event was recorded on the wrong thread's stream");
+    pthread_barrier_wait(&bar);
+    pthread_barrier_wait(&bar);
+    pthread_join(a, NULL);
+    cr_assert_eq(stats_of(shared).device_calls[GMLAKE_DC_EVENT_RECORD], 1, "its own thread recorded");
+    uint64_t reserved = stats_of(shared).reserved_bytes;
+    must_alloc(shared, 4 * MiB, mine);
+    cr_assert_eq(stats_of(shared).reserved_bytes, reserved, "then its blocks crossed threads");
+    fx_free(&f);
+}
+
+Test(streams, out_of_memory_synchronises_only_when_stream_bins_hold_blocks)
+{
+    fixture f = fx_make(16 * MiB, false, no_stitch);
+    gml_pool *p = f.pool;
+    gml_sim_set_manual_events(f.dev, true);
+    uintptr_t a = must_alloc(p, 12 * MiB, 0x10);
+    cr_assert_eq(gml_pool_alloc(p, 8 * MiB, 0x10, &(uintptr_t){0}), GMLAKE_ERR_NOMEM);
+    cr_assert_eq(stats_of(p).device_calls[GMLAKE_DC_SYNCHRONIZE], 0, "nothing to wait for");
+    must_free(p, a, 0x10);
+    must_alloc(p, 14 * MiB, 0x20); /* on 16 MiB: only with a's memory, once 0x10's work passed */
+    cr_assert_eq(stats_of(p).device_calls[GMLAKE_DC_SYNCHRONIZE], 1, "one device wait");
+    fx_free(&f);
+}
+
+Test(streams, a_failed_synchronisation_is_reported)
+{
+    fixture f = fx_make(16 * MiB, false, NULL);
+    gml_pool *p = f.pool;
+    gml_sim_set_manual_events(f.dev, true);
+    uintptr_t a = must_alloc(p, 4 * MiB, 0x10);
+    must_free(p, a, 0x10);
+    gml_sim_fail_call(f.dev, GMLAKE_DC_SYNCHRONIZE, 1);
+    cr_assert_eq(gml_pool_sync(p), GMLAKE_ERR_DEVICE);
+    gml_sim_fail_call(f.dev, GMLAKE_DC_SYNCHRONIZE, 1);
+    cr_assert_eq(gml_pool_empty_cache(p), GMLAKE_ERR_DEVICE);
+    CHECK_POOL(p);
+    cr_assert_eq(gml_pool_empty_cache(p), GMLAKE_OK);
+    cr_assert_eq(stats_of(p).reserved_bytes, 0);
+    CHECK_POOL(p);
+    fx_free(&f);
 }

@@ -1,0 +1,204 @@
+// streams_gpu.cu — stream semantics under gmlake on a real GPU.  Run under LD_PRELOAD=libgmlake.so
+// (built with nvcc -arch=sm_90 -cudart shared); prints "N passed, M failed", exits non-zero on a
+// failure.  Each case keeps a stream busy with a spinning kernel and checks that gmlake does not
+// hand the stream's freed block to another stream before that work completed:
+//  - per-thread default streams of two threads (cudaStreamPerThread), and the same thread reusing
+//    its own block at once;
+//  - a destroyed stream whose handle the next cudaStreamCreate may reuse; 10,000 short-lived
+//    streams leave no events behind (gmlake's event create/destroy counts) and take < 5 s;
+//  - cudaFree waits for the device (another stream's spinning kernel has finished when it returns);
+//  - gmlake_empty_cache waiting for a busy device does not block another thread's allocation;
+//  - fork: 20 children forked while two threads allocate; each gets an error from cudaMalloc
+//    (CUDA is unusable after fork) and none hangs (alarm).
+#include <cuda.h>
+#include <cuda_runtime.h>
+#include <dlfcn.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+#include "gmlake.h"
+
+static int passed, failed;
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+#define CHECK(c, ...) do { pthread_mutex_lock(&mu); if (c) passed++; else { failed++; printf("FAIL %d: ", __LINE__); printf(__VA_ARGS__); printf("\n"); } pthread_mutex_unlock(&mu); } while (0)
+
+__global__ void spin(long long cycles) {
+    long long t0 = clock64();
+    while (clock64() - t0 < cycles) {}
+}
+static long long ms_cycles;  // clock64 cycles per millisecond
+
+typedef int (*stats_fn)(int, gmlake_stats *);
+static stats_fn get_stats;
+static gmlake_stats st() { gmlake_stats s; memset(&s, 0, sizeof s); if (get_stats) get_stats(0, &s); return s; }
+static double now() { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return t.tv_sec + 1e-9 * t.tv_nsec; }
+
+// ---- per-thread default streams ----
+static pthread_barrier_t bar;
+static void *a_block;
+static void *ptds_owner(void *) {
+    void *p = NULL;
+    CHECK(cudaMallocAsync(&p, 8 << 20, cudaStreamPerThread) == cudaSuccess, "A alloc");
+    spin<<<1, 1, 0, cudaStreamPerThread>>>(300 * ms_cycles);
+    CHECK(cudaFreeAsync(p, cudaStreamPerThread) == cudaSuccess, "A free");
+    a_block = p;
+    pthread_barrier_wait(&bar);
+    pthread_barrier_wait(&bar);
+    void *q = NULL;
+    CHECK(cudaMallocAsync(&q, 8 << 20, cudaStreamPerThread) == cudaSuccess && q == p,
+          "A's own default stream reuses its block at once (%p %p)", q, p);
+    cudaFreeAsync(q, cudaStreamPerThread);
+    cudaStreamSynchronize(cudaStreamPerThread);
+    return NULL;
+}
+
+static void per_thread_default_streams() {
+    pthread_t a;
+    pthread_barrier_init(&bar, NULL, 2);
+    pthread_create(&a, NULL, ptds_owner, NULL);
+    pthread_barrier_wait(&bar);
+    void *q = NULL;
+    CHECK(cudaMallocAsync(&q, 8 << 20, cudaStreamPerThread) == cudaSuccess, "B alloc");
+    CHECK(q != a_block, "B's default stream got A's block while A's kernel ran");
+    cudaFreeAsync(q, cudaStreamPerThread);
+    pthread_barrier_wait(&bar);
+    pthread_join(a, NULL);
+}
+
+// ---- destroyed streams ----
+static void destroyed_streams() {
+    cudaStream_t s1, s2;
+    void *p = NULL, *q = NULL;
+    cudaStreamCreateWithFlags(&s1, cudaStreamNonBlocking);
+    CHECK(cudaMallocAsync(&p, 8 << 20, s1) == cudaSuccess, "alloc on s1");
+    spin<<<1, 1, 0, s1>>>(300 * ms_cycles);
+    cudaFreeAsync(p, s1);
+    CHECK(cudaStreamDestroy(s1) == cudaSuccess, "destroy s1 while its kernel runs");
+    cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking);
+    printf("stream handle %s after destroy\n", s2 == s1 ? "reused" : "not reused");
+    CHECK(cudaMallocAsync(&q, 8 << 20, s2) == cudaSuccess, "alloc on s2");
+    CHECK(q != p, "the new stream got the destroyed stream's block while its kernel ran");
+    cudaFreeAsync(q, s2);
+    cudaStreamDestroy(s2);
+    cudaDeviceSynchronize();
+    gmlake_stats a = st();
+    double t0 = now();
+    for (int i = 0; i < 10000; i++) {
+        cudaStream_t s;
+        void *x;
+        cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+        if (cudaMallocAsync(&x, (1 << 20) + 4096 * (i % 7), s) != cudaSuccess) { CHECK(0, "alloc %d", i); break; }
+        cudaFreeAsync(x, s);
+        cudaStreamDestroy(s);
+    }
+    double dt = now() - t0;
+    gmlake_stats b = st();
+    long live = (long)(b.device_calls[GMLAKE_DC_EVENT_CREATE] - b.device_calls[GMLAKE_DC_EVENT_DESTROY]) -
+                (long)(a.device_calls[GMLAKE_DC_EVENT_CREATE] - a.device_calls[GMLAKE_DC_EVENT_DESTROY]);
+    printf("10000 short-lived streams: %.3f s, %lu events created, %ld more live\n", dt,
+           (unsigned long)(b.device_calls[GMLAKE_DC_EVENT_CREATE] - a.device_calls[GMLAKE_DC_EVENT_CREATE]), live);
+    CHECK(live <= 2, "events of destroyed streams are destroyed (%ld more live)", live);
+    CHECK(dt < 5.0, "10000 streams in %.3f s", dt);
+}
+
+// ---- cudaFree waits ----
+static void cudafree_waits() {
+    cudaStream_t s;
+    cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+    void *p;
+    cudaMalloc(&p, 4 << 20);
+    spin<<<1, 1, 0, s>>>(200 * ms_cycles);
+    CHECK(cudaStreamQuery(s) == cudaErrorNotReady, "the kernel runs");
+    CHECK(cudaFree(p) == cudaSuccess, "cudaFree");
+    CHECK(cudaStreamQuery(s) == cudaSuccess, "cudaFree waited for the device");
+    cudaStreamDestroy(s);
+}
+
+// ---- empty_cache does not block allocations while it waits ----
+static void *do_empty(void *) {
+    ((int (*)(int))dlsym(RTLD_DEFAULT, "gmlake_empty_cache"))(0);
+    return NULL;
+}
+static void empty_cache_no_lock() {
+    cudaStream_t s;
+    cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+    void *p;
+    cudaMallocAsync(&p, 4096, s);
+    cudaFreeAsync(p, s);
+    spin<<<1, 1, 0, s>>>(500 * ms_cycles);
+    pthread_t t;
+    pthread_create(&t, NULL, do_empty, NULL);
+    usleep(50000);  // empty_cache is now waiting for the kernel
+    double t0 = now();
+    void *q;
+    CHECK(cudaMallocAsync(&q, 4096, s) == cudaSuccess, "alloc while empty_cache waits");
+    double dt = now() - t0;
+    CHECK(dt < 0.1, "the allocation did not wait for empty_cache's device wait (%.3f s)", dt);
+    cudaFreeAsync(q, s);
+    pthread_join(t, NULL);
+    cudaStreamDestroy(s);
+}
+
+// ---- fork ----
+static int stop;
+static void *churn(void *) {
+    cudaStream_t s;
+    cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+    unsigned seed = 1;
+    while (!__atomic_load_n(&stop, __ATOMIC_ACQUIRE)) {
+        void *p;
+        if (cudaMallocAsync(&p, (rand_r(&seed) % (4 << 20)) + 512, s) == cudaSuccess) cudaFreeAsync(p, s);
+    }
+    cudaStreamSynchronize(s);
+    cudaStreamDestroy(s);
+    return NULL;
+}
+static void fork_children() {
+    pthread_t t[2];
+    for (int i = 0; i < 2; i++) pthread_create(&t[i], NULL, churn, NULL);
+    int ok = 0, hung = 0, served = 0;
+    for (int i = 0; i < 20; i++) {
+        pid_t pid = fork();
+        if (pid == 0) {
+            alarm(20);
+            void *p = NULL;
+            cudaError_t r = cudaMalloc(&p, 1 << 20);
+            _exit(r == cudaSuccess ? 2 : 0);
+        }
+        int status = 0;
+        waitpid(pid, &status, 0);
+        if (WIFEXITED(status) && WEXITSTATUS(status) == 0) ok++;
+        else if (WIFSIGNALED(status)) hung++;
+        else served++;
+        usleep(1000);
+    }
+    __atomic_store_n(&stop, 1, __ATOMIC_RELEASE);
+    for (int i = 0; i < 2; i++) pthread_join(t[i], NULL);
+    CHECK(ok == 20, "children: %d got CUDA's error, %d hung, %d got memory", ok, hung, served);
+    void *p;
+    CHECK(cudaMalloc(&p, 1 << 20) == cudaSuccess && cudaFree(p) == cudaSuccess, "parent goes on");
+}
+
+int main() {
+    get_stats = (stats_fn)dlsym(RTLD_DEFAULT, "gmlake_get_stats");
+    CHECK(get_stats != NULL, "libgmlake is preloaded");
+    int khz = 0;
+    cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, 0);
+    ms_cycles = khz > 0 ? khz : 1500000;
+    void *warm;
+    cudaMalloc(&warm, 1 << 20);
+    cudaFree(warm);
+    per_thread_default_streams();
+    destroyed_streams();
+    cudafree_waits();
+    empty_cache_no_lock();
+    fork_children();
+    CHECK(((int (*)(int))dlsym(RTLD_DEFAULT, "gmlake_check"))(0) == 0, "pool consistent");
+    printf("%d passed, %d failed\n", passed, failed);
+    return failed != 0;
+}
