@@ -359,11 +359,10 @@ int gml_pool_empty_cache(gml_pool *p)
     return rc;
 }
 
-void gml_pool_stats(gml_pool *p, gmlake_stats *o)
+/* The counters of *o (everything but the free-memory figures); p->mu held. */
+static void fill_counters(gml_pool *p, gmlake_stats *o)
 {
     memset(o, 0, sizeof *o);
-    gml_heap_free hf;
-    pthread_mutex_lock(&p->mu);
     o->active_bytes = p->active;
     o->peak_active_bytes = p->peak_active;
     o->reserved_bytes = p->heap.reserved;
@@ -379,17 +378,31 @@ void gml_pool_stats(gml_pool *p, gmlake_stats *o)
     o->stitched_bytes = p->st.bytes;
     o->cache_releases = p->cache_releases;
     o->chunk_size = p->heap.chunk;
+    o->utilization = o->peak_reserved_bytes
+                         ? (double)o->peak_active_bytes / (double)o->peak_reserved_bytes
+                         : 0.0;
+    for (int i = 0; i < GMLAKE_DC_COUNT; i++)
+        o->device_calls[i] = atomic_load_explicit(&p->dev->calls[i], memory_order_relaxed);
+}
+
+void gml_pool_counters(gml_pool *p, gmlake_stats *o)
+{
+    pthread_mutex_lock(&p->mu);
+    fill_counters(p, o);
+    pthread_mutex_unlock(&p->mu);
+}
+
+void gml_pool_stats(gml_pool *p, gmlake_stats *o)
+{
+    gml_heap_free hf;
+    pthread_mutex_lock(&p->mu);
+    fill_counters(p, o);
     gml_heap_free_stats(&p->heap, &hf);
     size_t cached = gml_stitch_largest_available(&p->st);
     pthread_mutex_unlock(&p->mu);
     o->free_bytes = hf.free_bytes;
     o->largest_free_bytes = hf.largest_free_bytes > cached ? hf.largest_free_bytes : cached;
     o->stitchable_bytes = hf.whole_chunk_bytes;
-    o->utilization = o->peak_reserved_bytes
-                         ? (double)o->peak_active_bytes / (double)o->peak_reserved_bytes
-                         : 0.0;
-    for (int i = 0; i < GMLAKE_DC_COUNT; i++)
-        o->device_calls[i] = atomic_load_explicit(&p->dev->calls[i], memory_order_relaxed);
 }
 
 void gml_pool_reset_peaks(gml_pool *p)

@@ -81,6 +81,9 @@ void gml_pool_stream_retire(gml_pool *p, gml_stream stream);
 /* Takes (hold) or releases the pool lock: fork handlers keep the pool consistent across fork. */
 void gml_pool_hold(gml_pool *p, bool hold);
 void gml_pool_stats(gml_pool *p, gmlake_stats *out);
+/* The same without the free-memory figures (free_bytes, largest_free_bytes, stitchable_bytes are
+ * 0): constant time, for callers that read the counters after every operation (replay). */
+void gml_pool_counters(gml_pool *p, gmlake_stats *out);
 void gml_pool_reset_peaks(gml_pool *p);
 /* Whole-pool consistency check; GMLAKE_OK or GMLAKE_ERR_CORRUPT with a message in *why. */
 int gml_pool_check(gml_pool *p, char *why, size_t whylen);

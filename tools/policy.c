@@ -106,7 +106,7 @@ int gml_model_option_set(gml_model_options *o, const char *key, const char *valu
 static void pool_refresh(gml_policy *p)
 {
     gmlake_stats st;
-    gml_pool_stats(p->pool, &st);
+    gml_pool_counters(p->pool, &st);
     p->reserved = st.reserved_bytes;
     p->stitches = st.stitches;
     memcpy(p->calls, st.device_calls, sizeof st.device_calls);

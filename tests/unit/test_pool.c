@@ -328,6 +328,24 @@ Test(pool, free_memory_figures)
     fx_free(&f);
 }
 
+Test(pool, counters_are_the_stats_without_the_free_memory_walk)
+{
+    fixture f = fx_make(64 * MiB, false, NULL);
+    gml_pool *p = f.pool;
+    uintptr_t a = must_alloc(p, 3 * MiB, 0);
+    must_alloc(p, 5000, 0);
+    must_free(p, a, 0);
+    gmlake_stats full = stats_of(p), quick;
+    gml_pool_counters(p, &quick);
+    cr_assert_gt(full.free_bytes, 0);
+    cr_assert_eq(quick.free_bytes, 0);
+    cr_assert_eq(quick.largest_free_bytes, 0);
+    cr_assert_eq(quick.stitchable_bytes, 0);
+    full.free_bytes = full.largest_free_bytes = full.stitchable_bytes = 0;
+    cr_assert(memcmp(&full, &quick, sizeof full) == 0, "every counter equal");
+    fx_free(&f);
+}
+
 Test(pool, settings_rules_are_checked_before_a_device_exists)
 {
     gml_pool_settings s;
