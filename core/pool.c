@@ -354,6 +354,12 @@ size_t gml_pool_alloc_size(gml_pool *p, uintptr_t ptr)
     return n;
 }
 
+void gml_pool_arena(const gml_pool *p, uintptr_t *lo, uintptr_t *hi)
+{
+    *lo = p->arena;
+    *hi = p->arena + p->arena_size;
+}
+
 bool gml_pool_owns(gml_pool *p, uintptr_t ptr)
 {
     pthread_mutex_lock(&p->mu);

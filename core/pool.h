@@ -92,6 +92,10 @@ int gml_pool_alloc(gml_pool *p, size_t size, gml_stream stream, uintptr_t *out);
 int gml_pool_free(gml_pool *p, uintptr_t ptr, gml_stream stream);
 /* Size asked for by the live allocation at ptr, 0 if ptr is not one. */
 size_t gml_pool_alloc_size(gml_pool *p, uintptr_t ptr);
+/* The home arena's virtual range [*lo, *hi): fixed from gml_pool_create to gml_pool_destroy, so
+ * it may be read without the pool lock.  Every block but a stitched one lies in it; a stitched
+ * block's range lies outside every arena. */
+void gml_pool_arena(const gml_pool *p, uintptr_t *lo, uintptr_t *hi);
 /* Whether ptr lies in memory this pool manages (home arena or a stitched range). */
 bool gml_pool_owns(gml_pool *p, uintptr_t ptr);
 
