@@ -116,6 +116,8 @@ static gml_stream stream_key(CUstream s, bool ptsz, int device)
  * under way in the process (capture.c counts them); a failed query counts as capturing. */
 static bool capturing(api a, CUstream s)
 {
+    if (!gml_capture_under_way())
+        return false;
     if (a == RT) {
         enum cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
         if (!GML_REAL(rt_stream_is_capturing))
@@ -331,12 +333,14 @@ static outcome alloc_op(api a, uintptr_t *out, size_t size, CUstream s, bool asy
 
 enum { FREE_PASS = -1 };
 
+/* The answer to a free of gmlake memory that is not a live allocation (logged). */
 static int invalid_free(const char *name, uintptr_t ptr)
 {
     gml_log(GML_LOG_ERROR, "%s(%#lx): not the start of a live allocation (double free or "
             "interior pointer); the pool is unchanged", name, (unsigned long)ptr);
     return CUDA_ERROR_INVALID_VALUE;
 }
+
 /* CUDA_SUCCESS freed; FREE_PASS not gmlake's (pass through); otherwise the CUDA error to return,
  * the pool unchanged: CUDA_ERROR_INVALID_VALUE for gmlake memory that is not a live allocation
  * (double free, interior pointer), or the error of the synchronisation a synchronous free makes

@@ -3,8 +3,10 @@
  * calls into pool calls and forward everything else untouched.  Thin: no allocation policy here.
  *
  * How to add an interceptor
- *  1. Add the real function to `struct gml_real` (below) with its CUDA prototype's type (runtime:
- *     RTLD_NEXT, else the calling object's scope; driver: RTLD_NEXT, else libcuda.so.1).
+ *  1. Add the real function to GML_REAL_FUNCTIONS (below): a field named for what it does, its
+ *     CUDA symbol, and its CUDA prototype's type (runtime: RT_T of the declaration; driver: the
+ *     PFN_* typedef).  It resolves with RTLD_NEXT, else the calling object's scope (runtime) or
+ *     libcuda.so.1 (driver).
  *  2. Write the hook in hooks.c with exactly the CUDA prototype (the header declaration checks the
  *     type; GML_CHECK_TYPE asserts it against the CUDA typedef as well) and export it with GML_HOOK.
  *     A runtime hook starts with GML_RT_ENTRY(); every real call goes through PASS.
@@ -23,8 +25,10 @@
  *    the graph's replays.  A synchronous free (cudaFree, cuMemFree) waits for the pointer's
  *    device as CUDA's does; if that fails (during capture: CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED,
  *    and the capture is invalidated, as by CUDA's cudaFree; or a sticky fault) it returns that
- *    error and the block stays allocated.  The pool's own driver calls run in relaxed capture mode and never record
- *    an event into a capture (core/device_cuda.c).
+ *    error and the block stays allocated.  The pool's own driver calls run in relaxed capture
+ *    mode and never record an event into a capture (core/device_cuda.c).  A stream's capture
+ *    status is asked only while a capture may be under way (capture.c: the Begin/EndCapture
+ *    hooks count them); a capture begun where no hook sees it is not detected.
  *  - A free of a pointer gmlake does not own goes to the real function; of a pointer that is
  *    inside gmlake's memory but not a live allocation (double free, interior pointer): the real
  *    runtime's error code, one log line, the pool untouched.
@@ -41,7 +45,7 @@
  *    streams name the calling thread's per-thread default stream or the current context's legacy
  *    stream.  A stream the program destroys (cudaStreamDestroy, cuStreamDestroy) is retired in
  *    every pool before the real destroy.
- *  - In a child forked after gmlake started, nothing is served (state.c).
+ * *  - In a child forked after gmlake started, nothing is served (settings.c).
  */
 #ifndef GML_INTERPOSE_H
 #define GML_INTERPOSE_H

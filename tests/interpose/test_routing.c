@@ -71,7 +71,11 @@ Test(routing, async_calls_and_driver_calls_are_served)
 Test(routing, foreign_pointers_and_capture_pass_through)
 {
     void *p = NULL;
-    cr_assert_eq(cudaMallocAsync(&p, MiB, (cudaStream_t)FAKE_CAPTURING_STREAM), cudaSuccess);
+    cudaStream_t c;
+    cudaGraph_t g;
+    cr_assert_eq(cudaStreamCreate(&c), cudaSuccess);
+    cr_assert_eq(cudaStreamBeginCapture(c, cudaStreamCaptureModeRelaxed), cudaSuccess);
+    cr_assert_eq(cudaMallocAsync(&p, MiB, c), cudaSuccess);
     cr_assert_eq(fake_cuda_counts()->rt_malloc_async, 1, "capture: the allocation went to CUDA");
     cr_assert(fake_cuda_owns((uintptr_t)p));
     cr_assert_eq(gmlake_get_stats(0, &(gmlake_stats){0}), GMLAKE_ERR_NO_POOL, "gmlake served nothing");
@@ -81,8 +85,9 @@ Test(routing, foreign_pointers_and_capture_pass_through)
     cr_assert_eq(cudaFree(NULL), cudaSuccess);
     /* a gmlake pointer freed during capture stays allocated */
     cr_assert_eq(cudaMalloc(&p, MiB), cudaSuccess);
-    cr_assert_eq(cudaFreeAsync(p, (cudaStream_t)FAKE_CAPTURING_STREAM), cudaSuccess);
+    cr_assert_eq(cudaFreeAsync(p, c), cudaSuccess);
     cr_assert_eq(stats().live_allocations, 1);
+    cr_assert_eq(cudaStreamEndCapture(c, &g), cudaSuccess);
 }
 
 Test(routing, resolvers_return_the_hooks)
