@@ -20,6 +20,14 @@
 
 struct gml_real gml_real;
 
+/* Every real function's type is its CUDA symbol's prototype (for the driver: the PFN_* typedef
+ * agrees with the declaration in cuda.h). */
+#define GML_REAL_CHECK(field, symbol, type)                                                       \
+    _Static_assert(__builtin_types_compatible_p(type, __typeof__(&symbol)),                       \
+                   "gml_real." #field " is not typed as " #symbol);
+GML_REAL_FUNCTIONS(GML_REAL_CHECK)
+#undef GML_REAL_CHECK
+
 /* Code that may run before a sanitizer runtime has initialised (see dlsym below). */
 #define GML_NO_SANITIZE __attribute__((no_sanitize("address", "undefined", "thread"), noinline))
 
