@@ -8,8 +8,9 @@
  *    their _ptsz variants) counts the capture before the real call and uncounts it if that fails;
  *  - every end hook (cudaStreamEndCapture, cuStreamEndCapture, _ptsz) uncounts one capture only if
  *    the stream was capturing before the real call (active or invalidated: an invalidated capture
- *    is under way until its end call) and no longer is after it; a failed status query counts as
- *    "still capturing";
+ *    is under way until its end call), the call ended it (success, or "invalidated") and the
+ *    stream no longer captures after it; a failed status query counts as "still capturing" (an
+ *    end on a stream that only joined another's capture fails otherwise and ends nothing);
  *  - a capture that never ends (its end never called) keeps the count up for good.
  * Calls made from inside gmlake (gml_depth > 0: the runtime's own driver calls below one of these
  * hooks) are not counted again.  A capture begun where no hook of gmlake's can see it (a function
@@ -59,9 +60,14 @@ static bool ending(bool rt, CUstream s)
     return !gml_depth && s && s != CU_STREAM_LEGACY && gml_capture_under_way() && stream_captures(rt, s);
 }
 
-static void ended(bool rt, CUstream s, bool was)
+/* After the real end call on s, which returned r (CUresult numbering; the runtime's codes for
+ * these two are the same numbers). */
+static void ended(bool rt, CUstream s, bool was, int r)
 {
-    if (was && !stream_captures(rt, s))
+    _Static_assert((int)CUDA_ERROR_STREAM_CAPTURE_INVALIDATED == (int)cudaErrorStreamCaptureInvalidated,
+                   "one code for an invalidated capture's end");
+    bool ends = r == CUDA_SUCCESS || r == CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
+    if (was && ends && !stream_captures(rt, s))
         atomic_fetch_sub(&under_way, 1);
 }
 
@@ -90,7 +96,7 @@ static cudaError_t rt_end(cudaStream_t s, cudaGraph_t *graph)
 {
     bool was = ending(true, (CUstream)s);
     cudaError_t r = PASS(rt_stream_end_capture, NO_RT, s, graph);
-    ended(true, (CUstream)s, was);
+    ended(true, (CUstream)s, was, r);
     return r;
 }
 
@@ -195,7 +201,7 @@ static CUresult drv_end(CUstream s, CUgraph *graph, bool ptsz)
     bool was = ending(false, named);
     CUresult r = ptsz ? PASS(drv_stream_end_capture_ptsz, NO_DRV, s, graph)
                       : PASS(drv_stream_end_capture, NO_DRV, s, graph);
-    ended(false, named, was);
+    ended(false, named, was, r);
     return r;
 }
 
