@@ -23,35 +23,32 @@
 
 static _Atomic int capture_warned;
 
-/* The real `fn` called with routing off: a hooked function it reaches passes straight through
- * (the real cudaMemGetInfo reaches the hooked cuMemGetInfo, which must not add gmlake's cache a
- * second time).  `err` where no real function exists at all. */
-#define PASS(fn, err, ...)                                                                        \
-    ({                                                                                            \
-        __typeof__(gml_real.fn) f_ = GML_REAL(fn);                                                \
-        __typeof__(err) r_ = (err);                                                               \
-        if (f_) {                                                                                 \
-            gml_depth++;                                                                          \
-            r_ = f_(__VA_ARGS__);                                                                 \
-            gml_depth--;                                                                          \
-        }                                                                                         \
-        r_;                                                                                       \
-    })
-#define NO_RT cudaErrorInitializationError
-#define NO_DRV CUDA_ERROR_NOT_INITIALIZED
+/* ---- one body per operation ----
+ * The runtime and driver hooks of one operation share its body: it works in the driver's
+ * numbering and says what to do (`outcome`); the hook passes the call through, or returns the
+ * answer in its API's codes (rt_finish: CUresult -> cudaError_t, and the runtime's last error). */
+typedef enum api { RT, DRV } api;
+
+typedef struct outcome {
+    bool pass; /* not served: the hook calls the real function */
+    bool own;  /* gmlake's own error, which a runtime hook makes the thread's last error (not
+                  the sticky error the runtime already holds) */
+    int code;  /* the answer, CUresult numbering */
+} outcome;
+static const outcome PASS_THROUGH = {.pass = true};
+static outcome answer(int code) { return (outcome){.own = code != CUDA_SUCCESS, .code = code}; }
 
 /* ---- shared steps ---- */
 
-static int current_device_rt(void)
+/* The calling thread's current device as API a sees it, -1 if none. */
+static int current_device(api a)
 {
-    int d = -1;
-    return PASS(cudaGetDevice, NO_RT, &d) == cudaSuccess ? d : -1;
-}
-
-static int current_device_drv(void)
-{
+    if (a == RT) {
+        int d = -1;
+        return PASS(rt_get_device, NO_RT, &d) == cudaSuccess ? d : -1;
+    }
     CUdevice d = -1;
-    return PASS(cuCtxGetDevice, NO_DRV, &d) == CUDA_SUCCESS ? (int)d : -1;
+    return PASS(drv_ctx_get_device, NO_DRV, &d) == CUDA_SUCCESS ? (int)d : -1;
 }
 
 /* The context the legacy stream of `device` lives in for this thread: the current one, else the
@@ -60,12 +57,12 @@ static uintptr_t legacy_context(int device)
 {
     static _Atomic(CUcontext) primary[GML_MAX_DEVICES];
     CUcontext c = NULL;
-    if (PASS(cuCtxGetCurrent, NO_DRV, &c) == CUDA_SUCCESS && c)
+    if (PASS(drv_ctx_get_current, NO_DRV, &c) == CUDA_SUCCESS && c)
         return (uintptr_t)c;
     if (device < 0 || device >= GML_MAX_DEVICES)
         return 0;
     c = atomic_load(&primary[device]);
-    if (!c && PASS(cuDevicePrimaryCtxRetain, NO_DRV, &c, device) == CUDA_SUCCESS)
+    if (!c && PASS(drv_device_primary_ctx_retain, NO_DRV, &c, device) == CUDA_SUCCESS)
         atomic_store(&primary[device], c); /* retained once for the process */
     return (uintptr_t)c;
 }
@@ -115,20 +112,23 @@ static gml_stream stream_key(CUstream s, bool ptsz, int device)
     return (gml_stream)s;
 }
 
-static bool capturing_rt(cudaStream_t s)
+/* Whether stream s (as named by the caller) captures a graph.  Asked only while a capture may be
+ * under way in the process (capture.c counts them); a failed query counts as capturing. */
+static bool capturing(api a, CUstream s)
 {
-    enum cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
-    if (!GML_REAL(cudaStreamIsCapturing))
+    if (!gml_capture_under_way())
         return false;
-    return PASS(cudaStreamIsCapturing, NO_RT, s, &st) != cudaSuccess || st != cudaStreamCaptureStatusNone;
-}
-
-static bool capturing_drv(CUstream s)
-{
+    if (a == RT) {
+        enum cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
+        if (!GML_REAL(rt_stream_is_capturing))
+            return false;
+        return PASS(rt_stream_is_capturing, NO_RT, (cudaStream_t)s, &st) != cudaSuccess ||
+               st != cudaStreamCaptureStatusNone;
+    }
     CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE;
-    if (!GML_REAL(cuStreamIsCapturing))
+    if (!GML_REAL(drv_stream_is_capturing))
         return false;
-    return PASS(cuStreamIsCapturing, NO_DRV, s, &st) != CUDA_SUCCESS || st != CU_STREAM_CAPTURE_STATUS_NONE;
+    return PASS(drv_stream_is_capturing, NO_DRV, s, &st) != CUDA_SUCCESS || st != CU_STREAM_CAPTURE_STATUS_NONE;
 }
 
 /* ---- the runtime's last error ----
@@ -144,7 +144,7 @@ static __thread cudaError_t gml_rt_error;
 static cudaError_t rt_error(cudaError_t e)
 {
     if (e != cudaSuccess) {
-        PASS(cudaGetLastError, cudaSuccess);
+        PASS(rt_get_last_error, cudaSuccess);
         gml_rt_error = e;
     }
     return e;
@@ -163,11 +163,40 @@ static bool is_sticky(cudaError_t e)
     }
 }
 
-/* The sticky error the runtime holds, or cudaSuccess. */
-static cudaError_t rt_sticky(void)
+/* Before API a serves a call: the sticky error the runtime holds (the call fails with it; it is
+ * the runtime's, not recorded as gmlake's), else cudaSuccess.  The driver has no such error. */
+static int rt_sticky(api a)
 {
-    cudaError_t e = PASS(cudaPeekAtLastError, cudaSuccess);
+    if (a != RT)
+        return cudaSuccess;
+    cudaError_t e = PASS(rt_peek_at_last_error, cudaSuccess);
     return is_sticky(e) ? e : cudaSuccess;
+}
+
+/* The error-code map: the runtime's code for a driver code.  CUDA numbers the two enums alike
+ * for every error gmlake answers or forwards from a synchronisation (asserted below), so the map
+ * is the identity on them. */
+_Static_assert((int)CUDA_ERROR_OUT_OF_MEMORY == (int)cudaErrorMemoryAllocation, "code map");
+_Static_assert((int)CUDA_ERROR_INVALID_VALUE == (int)cudaErrorInvalidValue, "code map");
+_Static_assert((int)CUDA_ERROR_NOT_INITIALIZED == (int)cudaErrorInitializationError, "code map");
+_Static_assert((int)CUDA_ERROR_UNKNOWN == (int)cudaErrorUnknown, "code map");
+_Static_assert((int)CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED == (int)cudaErrorStreamCaptureUnsupported, "code map");
+_Static_assert((int)CUDA_ERROR_STREAM_CAPTURE_INVALIDATED == (int)cudaErrorStreamCaptureInvalidated, "code map");
+_Static_assert((int)CUDA_ERROR_ILLEGAL_ADDRESS == (int)cudaErrorIllegalAddress, "code map");
+_Static_assert((int)CUDA_ERROR_LAUNCH_FAILED == (int)cudaErrorLaunchFailure, "code map");
+static cudaError_t rt_code(int driver_code) { return (cudaError_t)driver_code; }
+
+/* A runtime hook's answer: the runtime's code, gmlake's own errors recorded as the last error. */
+static cudaError_t rt_finish(outcome o) { return o.own ? rt_error(rt_code(o.code)) : rt_code(o.code); }
+
+/* The status of a pool call as a CUDA answer. */
+static int drv_code(int gmlake_status)
+{
+    switch (gmlake_status) {
+    case GMLAKE_OK: return CUDA_SUCCESS;
+    case GMLAKE_ERR_NOMEM: return CUDA_ERROR_OUT_OF_MEMORY;
+    default: return CUDA_ERROR_INVALID_VALUE;
+    }
 }
 
 GML_HOOK cudaError_t cudaGetLastError(void)
@@ -175,14 +204,14 @@ GML_HOOK cudaError_t cudaGetLastError(void)
     GML_RT_ENTRY();
     cudaError_t mine = gml_rt_error;
     gml_rt_error = cudaSuccess;
-    cudaError_t r = PASS(cudaGetLastError, cudaSuccess);
+    cudaError_t r = PASS(rt_get_last_error, cudaSuccess);
     return r != cudaSuccess ? r : mine;
 }
 
 GML_HOOK cudaError_t cudaPeekAtLastError(void)
 {
     GML_RT_ENTRY();
-    cudaError_t r = PASS(cudaPeekAtLastError, cudaSuccess);
+    cudaError_t r = PASS(rt_peek_at_last_error, cudaSuccess);
     return r != cudaSuccess ? r : gml_rt_error;
 }
 
@@ -197,60 +226,64 @@ static bool custom_pool_of(int device)
     return device >= 0 && device < GML_MAX_DEVICES && atomic_load_explicit(&custom_pool[device], memory_order_relaxed);
 }
 
-static void note_pool(int device, bool is_default)
+/* After API a made `pool` the current pool of `device`: whether it is the default one. */
+static void note_pool(api a, int device, CUmemoryPool pool)
 {
-    if (device >= 0 && device < GML_MAX_DEVICES)
-        atomic_store(&custom_pool[device], !is_default);
+    CUmemoryPool dp = NULL; /* cudaMemPool_t is the same handle type */
+    bool known = a == RT ? PASS(rt_device_get_default_mem_pool, NO_RT, &dp, device) == cudaSuccess
+                         : PASS(drv_device_get_default_mem_pool, NO_DRV, &dp, device) == CUDA_SUCCESS;
+    if (known && device >= 0 && device < GML_MAX_DEVICES)
+        atomic_store(&custom_pool[device], dp != pool);
 }
 
 GML_HOOK cudaError_t cudaDeviceSetMemPool(int device, cudaMemPool_t pool)
 {
     GML_RT_ENTRY();
     bool serving = gml_serving();
-    cudaError_t r = PASS(cudaDeviceSetMemPool, NO_RT, device, pool);
-    cudaMemPool_t dp = NULL;
-    if (r == cudaSuccess && serving && PASS(cudaDeviceGetDefaultMemPool, NO_RT, &dp, device) == cudaSuccess)
-        note_pool(device, dp == pool);
+    cudaError_t r = PASS(rt_device_set_mem_pool, NO_RT, device, pool);
+    if (r == cudaSuccess && serving)
+        note_pool(RT, device, pool);
     return r;
 }
 
 GML_HOOK CUresult cuDeviceSetMemPool(CUdevice device, CUmemoryPool pool)
 {
     bool serving = gml_serving();
-    CUresult r = PASS(cuDeviceSetMemPool, NO_DRV, device, pool);
-    CUmemoryPool dp = NULL;
-    if (r == CUDA_SUCCESS && serving && PASS(cuDeviceGetDefaultMemPool, NO_DRV, &dp, device) == CUDA_SUCCESS)
-        note_pool((int)device, dp == pool);
+    CUresult r = PASS(drv_device_set_mem_pool, NO_DRV, device, pool);
+    if (r == CUDA_SUCCESS && serving)
+        note_pool(DRV, (int)device, pool);
     return r;
 }
 
 /* ---- peer access ----
  * A device that may access a peer's memory (cudaDeviceEnablePeerAccess, cuCtxEnablePeerAccess)
- * must reach the peer's gmlake memory too: gml_peer_grant (state.c) records it and the peer's
+ * must reach the peer's gmlake memory too: gml_peer_grant (pools.c) records it and the peer's
  * pool maps its present and future memory for that device. */
 GML_HOOK cudaError_t cudaDeviceEnablePeerAccess(int peerDevice, unsigned int flags)
 {
     GML_RT_ENTRY();
-    cudaError_t r = PASS(cudaDeviceEnablePeerAccess, NO_RT, peerDevice, flags);
+    cudaError_t r = PASS(rt_device_enable_peer_access, NO_RT, peerDevice, flags);
     if (r == cudaSuccess && gml_serving())
-        gml_peer_grant(peerDevice, current_device_rt());
+        gml_peer_grant(peerDevice, current_device(RT));
     return r;
 }
 
 GML_HOOK CUresult cuCtxEnablePeerAccess(CUcontext peer, unsigned int flags)
 {
-    CUresult r = PASS(cuCtxEnablePeerAccess, NO_DRV, peer, flags);
+    CUresult r = PASS(drv_ctx_enable_peer_access, NO_DRV, peer, flags);
     if (r != CUDA_SUCCESS || !gml_serving())
         return r;
-    int accessor = current_device_drv(), owner = -1;
+    int accessor = current_device(DRV), owner = -1;
     CUcontext popped = NULL;
-    if (PASS(cuCtxPushCurrent_v2, NO_DRV, peer) == CUDA_SUCCESS) {
-        owner = current_device_drv();
-        PASS(cuCtxPopCurrent_v2, NO_DRV, &popped);
+    if (PASS(drv_ctx_push_current, NO_DRV, peer) == CUDA_SUCCESS) {
+        owner = current_device(DRV);
+        PASS(drv_ctx_pop_current, NO_DRV, &popped);
     }
     gml_peer_grant(owner, accessor);
     return r;
 }
+
+/* ---- allocate ---- */
 
 /* 0 served (*out set), 1 out of memory, 2 not served (pass through). */
 static int serve_alloc(int device, size_t size, gml_stream stream, uintptr_t *out)
@@ -274,41 +307,69 @@ static int serve_alloc(int device, size_t size, gml_stream stream, uintptr_t *ou
     return 2;
 }
 
-/* The pool holding a live allocation that starts at ptr (one hash lookup per pool, no range
- * scan): the common case of every free. */
-static gml_pool *live_owner(uintptr_t ptr, int *device)
+/* One allocation through API a: cudaMalloc / cuMemAlloc (async false: usable by every stream), or
+ * a stream-ordered one on stream s (ptsz: a _ptsz entry point).  Streams capturing a graph and
+ * devices whose current pool is not the default one pass through. */
+static outcome alloc_op(api a, uintptr_t *out, size_t size, CUstream s, bool async, bool ptsz)
 {
-    for (int d = 0; d < GML_MAX_DEVICES; d++) {
-        gml_pool *p = gml_registry_get(d);
-        if (p && gml_pool_alloc_size(p, ptr)) {
-            *device = d;
-            return p;
-        }
+    if (!gml_serving() || size == 0)
+        return PASS_THROUGH;
+    int device = -1;
+    if (async && (capturing(a, named(s, ptsz)) || custom_pool_of(device = current_device(a))))
+        return PASS_THROUGH;
+    int sticky = rt_sticky(a);
+    if (sticky != cudaSuccess)
+        return (outcome){.code = sticky};
+    if (!async)
+        device = current_device(a);
+    switch (serve_alloc(device, size, async ? stream_key(s, ptsz, device) : GML_STREAM_NONE, out)) {
+    case 0: return answer(CUDA_SUCCESS);
+    case 1: return answer(CUDA_ERROR_OUT_OF_MEMORY);
+    default: return PASS_THROUGH;
     }
-    return NULL;
 }
 
+/* ---- free ---- */
+
 enum { FREE_PASS = -1 };
+
+/* The answer to a free of gmlake memory that is not a live allocation (logged). */
+static int invalid_free(const char *name, uintptr_t ptr)
+{
+    gml_log(GML_LOG_ERROR, "%s(%#lx): not the start of a live allocation (double free or "
+            "interior pointer); the pool is unchanged", name, (unsigned long)ptr);
+    return CUDA_ERROR_INVALID_VALUE;
+}
+
 /* CUDA_SUCCESS freed; FREE_PASS not gmlake's (pass through); otherwise the CUDA error to return,
  * the pool unchanged: CUDA_ERROR_INVALID_VALUE for gmlake memory that is not a live allocation
  * (double free, interior pointer), or the error of the synchronisation a synchronous free makes
  * (during graph capture CUDA refuses it, as it refuses cudaFree, and the capture is invalidated).
  * s, ptsz: the free's stream as in stream_key; sync: cudaFree / cuMemFree (no stream: waits for
- * the pointer's device). */
-static int serve_free(uintptr_t ptr, CUstream s, bool ptsz, const char *api, bool sync, bool drv)
+ * the pointer's device).
+ * The pool is picked from the pointer's address without a lock (gml_arena_owner) and the pointer
+ * looked up once, by gml_pool_free; only a pointer outside every home arena (a stitched block,
+ * or not gmlake's) takes the slower search, and only the rare paths (a synchronous free, a free
+ * during a capture) check that the block is live before acting on it. */
+static int serve_free(api a, uintptr_t ptr, CUstream s, bool ptsz, const char *name, bool sync)
 {
     int device = -1;
-    gml_pool *p = live_owner(ptr, &device);
+    gml_pool *p = gml_arena_owner(ptr, &device);
+    bool live_known = false;
     if (!p) {
-        if (!gml_owner(ptr, NULL))
-            return FREE_PASS;
-        gml_log(GML_LOG_ERROR, "%s(%#lx): not the start of a live allocation (double free or "
-                "interior pointer); the pool is unchanged", api, (unsigned long)ptr);
-        return CUDA_ERROR_INVALID_VALUE;
+        p = gml_live_owner(ptr, &device);
+        live_known = p != NULL;
     }
-    if (!sync && (drv ? capturing_drv(named(s, ptsz)) : capturing_rt((cudaStream_t)named(s, ptsz)))) {
+    if (!p && !gml_owner(ptr, NULL))
+        return FREE_PASS;
+    bool capture = !sync && p && capturing(a, named(s, ptsz));
+    if (p && !live_known && (sync || capture))
+        live_known = gml_pool_alloc_size(p, ptr) != 0;
+    if (!p || ((sync || capture) && !live_known))
+        return invalid_free(name, ptr);
+    if (capture) {
         if (!atomic_exchange(&capture_warned, 1))
-            gml_log(GML_LOG_WARN, "%s during graph capture: gmlake keeps such blocks allocated", api);
+            gml_log(GML_LOG_WARN, "%s during graph capture: gmlake keeps such blocks allocated", name);
         return CUDA_SUCCESS;
     }
     gml_stream stream = GML_STREAM_NONE;
@@ -319,14 +380,13 @@ static int serve_free(uintptr_t ptr, CUstream s, bool ptsz, const char *api, boo
         if (rc != GMLAKE_OK) {
             int r = gml_cuda_last_error() ? gml_cuda_last_error() : CUDA_ERROR_UNKNOWN;
             gml_log(GML_LOG_WARN, "%s(%#lx): waiting for device %d failed (CUDA error %d); the block "
-                    "stays allocated", api, (unsigned long)ptr, device, r);
+                    "stays allocated", name, (unsigned long)ptr, device, r);
             return r;
         }
     } else {
         /* a per-thread stream is the one of the thread's current device, which may not be p's
          * (a legacy stream's key is the current context, whatever its device) */
-        int cur = named(s, ptsz) == CU_STREAM_PER_THREAD ? (drv ? current_device_drv() : current_device_rt())
-                                                          : device;
+        int cur = named(s, ptsz) == CU_STREAM_PER_THREAD ? current_device(a) : device;
         stream = stream_key(s, ptsz, cur >= 0 ? cur : device);
     }
     /* The free is logged before the block can serve another thread (gml_trace_free_begin holds
@@ -336,83 +396,89 @@ static int serve_free(uintptr_t ptr, CUstream s, bool ptsz, const char *api, boo
     int rc = gml_pool_free(p, ptr, stream);
     gml_depth--;
     gml_trace_free_end(tracing, rc == GMLAKE_OK, ptr, stream);
-    return rc == GMLAKE_OK ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+    return rc == GMLAKE_OK || live_known ? drv_code(rc) : invalid_free(name, ptr);
 }
 
-/* A runtime call gmlake served: the runtime's sticky error if it holds one, else cudaSuccess. */
-#define RT_SERVE_CHECK()                                                                          \
-    do {                                                                                          \
-        cudaError_t sticky_ = rt_sticky();                                                        \
-        if (sticky_ != cudaSuccess)                                                               \
-            return sticky_;                                                                       \
-    } while (0)
+/* One free through API a (sync: cudaFree / cuMemFree). */
+static outcome free_op(api a, uintptr_t ptr, CUstream s, bool ptsz, const char *name, bool sync)
+{
+    if (!gml_serving() || !ptr)
+        return PASS_THROUGH;
+    int sticky = rt_sticky(a);
+    if (sticky != cudaSuccess)
+        return (outcome){.code = sticky};
+    int r = serve_free(a, ptr, s, ptsz, name, sync);
+    return r == FREE_PASS ? PASS_THROUGH : answer(r);
+}
+
+/* ---- memory information ---- */
+
+/* Free memory as the program can use it: the device's, plus what gmlake holds but is not live
+ * (ok: the real call succeeded while gmlake was serving). */
+static void add_cached(api a, bool ok, size_t *free_b, size_t *total)
+{
+    gml_pool *p = ok && free_b && total ? gml_registry_get(current_device(a)) : NULL;
+    if (!p)
+        return;
+    gmlake_stats s;
+    gml_pool_stats(p, &s);
+    size_t cached = s.reserved_bytes > s.active_bytes ? s.reserved_bytes - s.active_bytes : 0;
+    *free_b = *free_b + cached > *total ? *total : *free_b + cached;
+}
 
 /* ---- runtime ---- */
 
-static cudaError_t rt_malloc(void **devPtr, size_t size)
+/* The real allocation functions, called to pass through (stream ignored by cudaMalloc's). */
+static cudaError_t malloc_real(void **devPtr, size_t size, cudaStream_t s)
 {
-    if (!gml_serving() || !devPtr || size == 0)
-        return PASS(cudaMalloc, NO_RT, devPtr, size);
-    RT_SERVE_CHECK();
-    uintptr_t p;
-    switch (serve_alloc(current_device_rt(), size, GML_STREAM_NONE, &p)) {
-    case 0: *devPtr = (void *)p; return cudaSuccess;
-    case 1: return rt_error(cudaErrorMemoryAllocation);
-    default: return PASS(cudaMalloc, NO_RT, devPtr, size);
-    }
+    (void)s;
+    return PASS(rt_malloc, NO_RT, devPtr, size);
+}
+
+static cudaError_t malloc_async_real(void **devPtr, size_t size, cudaStream_t s)
+{
+    return PASS(rt_malloc_async, NO_RT, devPtr, size, s);
+}
+
+/* A runtime allocation hook's body (async, ptsz: as for alloc_op). */
+static cudaError_t rt_alloc(cudaError_t (*real)(void **, size_t, cudaStream_t), void **devPtr,
+                            size_t size, cudaStream_t s, bool async, bool ptsz)
+{
+    uintptr_t p = 0;
+    outcome o = devPtr ? alloc_op(RT, &p, size, (CUstream)s, async, ptsz) : PASS_THROUGH;
+    if (o.pass)
+        return real(devPtr, size, s);
+    if (o.code == CUDA_SUCCESS)
+        *devPtr = (void *)p;
+    return rt_finish(o);
 }
 
 GML_HOOK cudaError_t cudaMalloc(void **devPtr, size_t size)
 {
     GML_RT_ENTRY();
-    return rt_malloc(devPtr, size);
-}
-
-static cudaError_t rt_free(void *devPtr)
-{
-    if (gml_serving() && devPtr) {
-        RT_SERVE_CHECK();
-        int r = serve_free((uintptr_t)devPtr, NULL, false, "cudaFree", true, false);
-        if (r == CUDA_SUCCESS)
-            return cudaSuccess;
-        if (r != FREE_PASS)
-            return rt_error((cudaError_t)r); /* the runtime's codes equal the driver's here */
-    }
-    return PASS(cudaFree, NO_RT, devPtr);
+    return rt_alloc(malloc_real, devPtr, size, NULL, false, false);
 }
 
 GML_HOOK cudaError_t cudaFree(void *devPtr)
 {
     GML_RT_ENTRY();
-    return rt_free(devPtr);
+    outcome o = free_op(RT, (uintptr_t)devPtr, NULL, false, "cudaFree", true);
+    if (o.pass)
+        return PASS(rt_free, NO_RT, devPtr);
+    return rt_finish(o);
 }
 
 static cudaError_t malloc_async(void **devPtr, size_t size, cudaStream_t s, bool ptsz)
 {
-    int device = -1;
-    if (!gml_serving() || !devPtr || size == 0 || capturing_rt(s) ||
-        custom_pool_of(device = current_device_rt()))
-        return PASS(cudaMallocAsync, NO_RT, devPtr, size, s);
-    RT_SERVE_CHECK();
-    uintptr_t p;
-    switch (serve_alloc(device, size, stream_key((CUstream)s, ptsz, device), &p)) {
-    case 0: *devPtr = (void *)p; return cudaSuccess;
-    case 1: return rt_error(cudaErrorMemoryAllocation);
-    default: return PASS(cudaMallocAsync, NO_RT, devPtr, size, s);
-    }
+    return rt_alloc(malloc_async_real, devPtr, size, s, true, ptsz);
 }
 
 static cudaError_t free_async(void *devPtr, cudaStream_t s, bool ptsz)
 {
-    if (gml_serving() && devPtr) {
-        RT_SERVE_CHECK();
-        int r = serve_free((uintptr_t)devPtr, (CUstream)s, ptsz, "cudaFreeAsync", false, false);
-        if (r == CUDA_SUCCESS)
-            return cudaSuccess;
-        if (r != FREE_PASS)
-            return rt_error((cudaError_t)r);
-    }
-    return PASS(cudaFreeAsync, NO_RT, devPtr, s);
+    outcome o = free_op(RT, (uintptr_t)devPtr, (CUstream)s, ptsz, "cudaFreeAsync", false);
+    if (o.pass)
+        return PASS(rt_free_async, NO_RT, devPtr, s);
+    return rt_finish(o);
 }
 
 GML_HOOK cudaError_t cudaMallocAsync(void **devPtr, size_t size, cudaStream_t s)
@@ -440,38 +506,25 @@ GML_HOOK cudaError_t cudaFreeAsync_ptsz(void *devPtr, cudaStream_t s)
     return free_async(devPtr, s ? s : cudaStreamPerThread, true);
 }
 
-/* Free memory as the program can use it: the device's, plus what gmlake holds but is not live. */
-static void add_cached(int device, size_t *free_b, size_t total)
-{
-    gml_pool *p = gml_registry_get(device);
-    if (!p)
-        return;
-    gmlake_stats s;
-    gml_pool_stats(p, &s);
-    size_t cached = s.reserved_bytes > s.active_bytes ? s.reserved_bytes - s.active_bytes : 0;
-    *free_b = *free_b + cached > total ? total : *free_b + cached;
-}
-
 GML_HOOK cudaError_t cudaMemGetInfo(size_t *free_b, size_t *total)
 {
     GML_RT_ENTRY();
     bool serving = gml_serving();
-    cudaError_t r = PASS(cudaMemGetInfo, NO_RT, free_b, total);
-    if (r == cudaSuccess && serving && free_b && total)
-        add_cached(current_device_rt(), free_b, *total);
+    cudaError_t r = PASS(rt_mem_get_info, NO_RT, free_b, total);
+    add_cached(RT, serving && r == cudaSuccess, free_b, total);
     return r;
 }
 
 /* The device whose default memory pool `pool` is and whose gmlake pool exists, or -1. */
 static int default_pool_device(cudaMemPool_t pool)
 {
-    if (!gml_serving() || !GML_REAL(cudaDeviceGetDefaultMemPool))
+    if (!gml_serving() || !GML_REAL(rt_device_get_default_mem_pool))
         return -1;
     for (int d = 0; d < GML_MAX_DEVICES; d++) {
         if (!gml_registry_get(d))
             continue;
         cudaMemPool_t dp = NULL;
-        if (PASS(cudaDeviceGetDefaultMemPool, NO_RT, &dp, d) == cudaSuccess && dp == pool)
+        if (PASS(rt_device_get_default_mem_pool, NO_RT, &dp, d) == cudaSuccess && dp == pool)
             return d;
     }
     return -1;
@@ -492,7 +545,7 @@ GML_HOOK cudaError_t cudaMemPoolGetAttribute(cudaMemPool_t pool, enum cudaMemPoo
         *(uint64_t *)value = v;
         return cudaSuccess;
     }
-    return PASS(cudaMemPoolGetAttribute, NO_RT, pool, attr, value);
+    return PASS(rt_pool_get_attribute, NO_RT, pool, attr, value);
 }
 
 GML_HOOK cudaError_t cudaMemPoolSetAttribute(cudaMemPool_t pool, enum cudaMemPoolAttr attr, void *value)
@@ -501,7 +554,7 @@ GML_HOOK cudaError_t cudaMemPoolSetAttribute(cudaMemPool_t pool, enum cudaMemPoo
     int d = default_pool_device(pool);
     if (d >= 0 && (attr == cudaMemPoolAttrReservedMemHigh || attr == cudaMemPoolAttrUsedMemHigh))
         gml_pool_reset_peaks(gml_registry_get(d)); /* resets both highs, as PyTorch does */
-    return PASS(cudaMemPoolSetAttribute, NO_RT, pool, attr, value);
+    return PASS(rt_pool_set_attribute, NO_RT, pool, attr, value);
 }
 
 GML_HOOK cudaError_t cudaMemPoolTrimTo(cudaMemPool_t pool, size_t minBytesToKeep)
@@ -513,7 +566,7 @@ GML_HOOK cudaError_t cudaMemPoolTrimTo(cudaMemPool_t pool, size_t minBytesToKeep
         gml_pool_empty_cache(gml_registry_get(d));
         gml_depth--;
     }
-    return PASS(cudaMemPoolTrimTo, NO_RT, pool, minBytesToKeep);
+    return PASS(rt_pool_trim_to, NO_RT, pool, minBytesToKeep);
 }
 
 GML_HOOK cudaError_t cudaIpcGetMemHandle(cudaIpcMemHandle_t *handle, void *devPtr)
@@ -524,69 +577,60 @@ GML_HOOK cudaError_t cudaIpcGetMemHandle(cudaIpcMemHandle_t *handle, void *devPt
                 "run the exporting allocation with GMLAKE_ENABLE=0", devPtr);
         return rt_error(cudaErrorInvalidValue);
     }
-    return PASS(cudaIpcGetMemHandle, NO_RT, handle, devPtr);
+    return PASS(rt_ipc_get_mem_handle, NO_RT, handle, devPtr);
 }
 
 /* ---- driver ---- */
 
+/* The real allocation functions, called to pass through (stream ignored by cuMemAlloc's). */
+static CUresult mem_alloc_real(CUdeviceptr *dptr, size_t bytesize, CUstream s)
+{
+    (void)s;
+    return PASS(drv_mem_alloc, NO_DRV, dptr, bytesize);
+}
+
+static CUresult mem_alloc_async_real(CUdeviceptr *dptr, size_t bytesize, CUstream s)
+{
+    return PASS(drv_mem_alloc_async, NO_DRV, dptr, bytesize, s);
+}
+
+static CUresult mem_alloc_async_ptsz_real(CUdeviceptr *dptr, size_t bytesize, CUstream s)
+{
+    return PASS(drv_mem_alloc_async_ptsz, NO_DRV, dptr, bytesize, s);
+}
+
+/* A driver allocation hook's body (async, ptsz: as for alloc_op). */
+static CUresult drv_alloc(CUresult (*real)(CUdeviceptr *, size_t, CUstream), CUdeviceptr *dptr,
+                          size_t bytesize, CUstream s, bool async, bool ptsz)
+{
+    uintptr_t p = 0;
+    outcome o = dptr ? alloc_op(DRV, &p, bytesize, s, async, ptsz) : PASS_THROUGH;
+    if (o.pass)
+        return real(dptr, bytesize, s);
+    if (o.code == CUDA_SUCCESS)
+        *dptr = (CUdeviceptr)p;
+    return (CUresult)o.code;
+}
+
 GML_HOOK CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
 {
-    if (!gml_serving() || !dptr || bytesize == 0)
-        return PASS(cuMemAlloc_v2, NO_DRV, dptr, bytesize);
-    uintptr_t p;
-    switch (serve_alloc(current_device_drv(), bytesize, GML_STREAM_NONE, &p)) {
-    case 0: *dptr = (CUdeviceptr)p; return CUDA_SUCCESS;
-    case 1: return CUDA_ERROR_OUT_OF_MEMORY;
-    default: return PASS(cuMemAlloc_v2, NO_DRV, dptr, bytesize);
-    }
+    return drv_alloc(mem_alloc_real, dptr, bytesize, NULL, false, false);
 }
 
 GML_HOOK CUresult cuMemFree_v2(CUdeviceptr dptr)
 {
-    if (gml_serving() && dptr) {
-        int r = serve_free((uintptr_t)dptr, NULL, false, "cuMemFree", true, true);
-        if (r != FREE_PASS)
-            return (CUresult)r;
-    }
-    return PASS(cuMemFree_v2, NO_DRV, dptr);
+    outcome o = free_op(DRV, (uintptr_t)dptr, NULL, false, "cuMemFree", true);
+    if (o.pass)
+        return PASS(drv_mem_free, NO_DRV, dptr);
+    return (CUresult)o.code;
 }
 
-typedef CUresult (*alloc_async_fn)(CUdeviceptr *, size_t, CUstream);
-typedef CUresult (*free_async_fn)(CUdeviceptr, CUstream);
-
-static CUresult call_alloc(alloc_async_fn real, CUdeviceptr *dptr, size_t size, CUstream s)
+/* A driver stream-ordered free hook's body; `real` (NULL: missing) is called to pass through. */
+static CUresult drv_free_async(CUresult (*real)(CUdeviceptr, CUstream), CUdeviceptr dptr, CUstream s, bool ptsz)
 {
-    if (!real)
-        return NO_DRV;
-    gml_depth++;
-    CUresult r = real(dptr, size, s);
-    gml_depth--;
-    return r;
-}
-
-/* ptsz: a _ptsz entry point (stream 0 is the per-thread default stream). */
-static CUresult drv_alloc_async(alloc_async_fn real, CUdeviceptr *dptr, size_t size, CUstream s,
-                                bool ptsz)
-{
-    int device = -1;
-    if (!gml_serving() || !dptr || size == 0 || capturing_drv(named(s, ptsz)) ||
-        custom_pool_of(device = current_device_drv()))
-        return call_alloc(real, dptr, size, s);
-    uintptr_t p;
-    switch (serve_alloc(device, size, stream_key(s, ptsz, device), &p)) {
-    case 0: *dptr = (CUdeviceptr)p; return CUDA_SUCCESS;
-    case 1: return CUDA_ERROR_OUT_OF_MEMORY;
-    default: return call_alloc(real, dptr, size, s);
-    }
-}
-
-static CUresult drv_free_async(free_async_fn real, CUdeviceptr dptr, CUstream s, bool ptsz)
-{
-    if (gml_serving() && dptr) {
-        int r = serve_free((uintptr_t)dptr, s, ptsz, "cuMemFreeAsync", false, true);
-        if (r != FREE_PASS)
-            return (CUresult)r;
-    }
+    outcome o = free_op(DRV, (uintptr_t)dptr, s, ptsz, "cuMemFreeAsync", false);
+    if (!o.pass)
+        return (CUresult)o.code;
     if (!real)
         return NO_DRV;
     gml_depth++;
@@ -597,46 +641,54 @@ static CUresult drv_free_async(free_async_fn real, CUdeviceptr dptr, CUstream s,
 
 GML_HOOK CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUstream s)
 {
-    return drv_alloc_async(GML_REAL(cuMemAllocAsync), dptr, bytesize, s, false);
+    return drv_alloc(mem_alloc_async_real, dptr, bytesize, s, true, false);
 }
 
 GML_HOOK CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream s)
 {
-    return drv_free_async(GML_REAL(cuMemFreeAsync), dptr, s, false);
+    return drv_free_async(GML_REAL(drv_mem_free_async), dptr, s, false);
 }
 
 GML_HOOK CUresult cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUstream s)
 {
-    return drv_alloc_async(GML_REAL(cuMemAllocAsync_ptsz), dptr, bytesize, s, true);
+    return drv_alloc(mem_alloc_async_ptsz_real, dptr, bytesize, s, true, true);
 }
 
 GML_HOOK CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream s)
 {
-    return drv_free_async(GML_REAL(cuMemFreeAsync_ptsz), dptr, s, true);
+    return drv_free_async(GML_REAL(drv_mem_free_async_ptsz), dptr, s, true);
 }
 
 /* Only the device's default pool is served: other pools carry properties gmlake does not give
  * (IPC export, other locations, their own release thresholds). */
 static bool is_default_pool(CUmemoryPool pool)
 {
-    int d = current_device_drv();
+    int d = current_device(DRV);
     CUmemoryPool dp = NULL;
-    return d >= 0 && PASS(cuDeviceGetDefaultMemPool, NO_DRV, &dp, d) == CUDA_SUCCESS && dp == pool;
+    return d >= 0 && PASS(drv_device_get_default_mem_pool, NO_DRV, &dp, d) == CUDA_SUCCESS && dp == pool;
 }
 
 GML_HOOK CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool, CUstream s)
 {
     if (gml_serving() && is_default_pool(pool))
-        return drv_alloc_async(GML_REAL(cuMemAllocAsync), dptr, bytesize, s, false);
-    return PASS(cuMemAllocFromPoolAsync, NO_DRV, dptr, bytesize, pool, s);
+        return drv_alloc(mem_alloc_async_real, dptr, bytesize, s, true, false);
+    return PASS(drv_mem_alloc_from_pool_async, NO_DRV, dptr, bytesize, pool, s);
 }
 
 GML_HOOK CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool,
                                                CUstream s)
 {
     if (gml_serving() && is_default_pool(pool))
-        return drv_alloc_async(GML_REAL(cuMemAllocAsync_ptsz), dptr, bytesize, s, true);
-    return PASS(cuMemAllocFromPoolAsync_ptsz, NO_DRV, dptr, bytesize, pool, s);
+        return drv_alloc(mem_alloc_async_ptsz_real, dptr, bytesize, s, true, true);
+    return PASS(drv_mem_alloc_from_pool_async_ptsz, NO_DRV, dptr, bytesize, pool, s);
+}
+
+GML_HOOK CUresult cuMemGetInfo_v2(size_t *free_b, size_t *total)
+{
+    bool serving = gml_serving();
+    CUresult r = PASS(drv_mem_get_info, NO_DRV, free_b, total);
+    add_cached(DRV, serving && r == CUDA_SUCCESS, free_b, total);
+    return r;
 }
 
 /* ---- streams ---- */
@@ -660,29 +712,19 @@ GML_HOOK cudaError_t cudaStreamDestroy(cudaStream_t s)
 {
     GML_RT_ENTRY();
     retire_stream((CUstream)s);
-    return PASS(cudaStreamDestroy, NO_RT, s); /* the runtime's own cuStreamDestroy passes through */
+    return PASS(rt_stream_destroy, NO_RT, s); /* the runtime's own cuStreamDestroy passes through */
 }
 
 GML_HOOK CUresult cuStreamDestroy_v2(CUstream s)
 {
     retire_stream(s);
-    return PASS(cuStreamDestroy_v2, NO_DRV, s);
+    return PASS(drv_stream_destroy_v2, NO_DRV, s);
 }
 
-#undef cuStreamDestroy
 GML_HOOK CUresult cuStreamDestroy(CUstream s)
 {
     retire_stream(s);
-    return PASS(cuStreamDestroy, NO_DRV, s);
-}
-
-GML_HOOK CUresult cuMemGetInfo_v2(size_t *free_b, size_t *total)
-{
-    bool serving = gml_serving();
-    CUresult r = PASS(cuMemGetInfo_v2, NO_DRV, free_b, total);
-    if (r == CUDA_SUCCESS && serving && free_b && total)
-        add_cached(current_device_drv(), free_b, *total);
-    return r;
+    return PASS(drv_stream_destroy, NO_DRV, s);
 }
 
 GML_CHECK_TYPE(cuMemAlloc_v2, PFN_cuMemAlloc_v3020);

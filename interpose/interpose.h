@@ -3,8 +3,10 @@
  * calls into pool calls and forward everything else untouched.  Thin: no allocation policy here.
  *
  * How to add an interceptor
- *  1. Add the real function to `struct gml_real` (below) with its CUDA prototype's type (runtime:
- *     RTLD_NEXT, else the calling object's scope; driver: RTLD_NEXT, else libcuda.so.1).
+ *  1. Add the real function to GML_REAL_FUNCTIONS (below): a field named for what it does, its
+ *     CUDA symbol, and its CUDA prototype's type (runtime: RT_T of the declaration; driver: the
+ *     PFN_* typedef).  It resolves with RTLD_NEXT, else the calling object's scope (runtime) or
+ *     libcuda.so.1 (driver).
  *  2. Write the hook in hooks.c with exactly the CUDA prototype (the header declaration checks the
  *     type; GML_CHECK_TYPE asserts it against the CUDA typedef as well) and export it with GML_HOOK.
  *     A runtime hook starts with GML_RT_ENTRY(); every real call goes through PASS.
@@ -23,8 +25,10 @@
  *    the graph's replays.  A synchronous free (cudaFree, cuMemFree) waits for the pointer's
  *    device as CUDA's does; if that fails (during capture: CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED,
  *    and the capture is invalidated, as by CUDA's cudaFree; or a sticky fault) it returns that
- *    error and the block stays allocated.  The pool's own driver calls run in relaxed capture mode and never record
- *    an event into a capture (core/device_cuda.c).
+ *    error and the block stays allocated.  The pool's own driver calls run in relaxed capture
+ *    mode and never record an event into a capture (core/device_cuda.c).  A stream's capture
+ *    status is asked only while a capture may be under way (capture.c: the Begin/EndCapture
+ *    hooks count them); a capture begun where no hook sees it is not detected.
  *  - A free of a pointer gmlake does not own goes to the real function; of a pointer that is
  *    inside gmlake's memory but not a live allocation (double free, interior pointer): the real
  *    runtime's error code, one log line, the pool untouched.
@@ -41,7 +45,7 @@
  *    streams name the calling thread's per-thread default stream or the current context's legacy
  *    stream.  A stream the program destroys (cudaStreamDestroy, cuStreamDestroy) is retired in
  *    every pool before the real destroy.
- *  - In a child forked after gmlake started, nothing is served (state.c).
+ * *  - In a child forked after gmlake started, nothing is served (settings.c).
  */
 #ifndef GML_INTERPOSE_H
 #define GML_INTERPOSE_H
@@ -60,6 +64,29 @@
 CUresult cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags);
 #undef cuStreamDestroy
 CUresult cuStreamDestroy(CUstream hStream);
+/* cuda.h maps cuStreamBeginCapture to its _v2 (with a mode); CUDA 10.0's has none.  The _ptsz
+ * variants are declared only under CUDA_API_PER_THREAD_DEFAULT_STREAM. */
+#undef cuStreamBeginCapture
+CUresult cuStreamBeginCapture(CUstream hStream);
+CUresult cuStreamBeginCapture_ptsz(CUstream hStream);
+CUresult cuStreamBeginCapture_v2_ptsz(CUstream hStream, CUstreamCaptureMode mode);
+CUresult cuStreamBeginCaptureToGraph_ptsz(CUstream hStream, CUgraph hGraph, const CUgraphNode *dependencies,
+                                          const CUgraphEdgeData *dependencyData, size_t numDependencies,
+                                          CUstreamCaptureMode mode);
+CUresult cuStreamEndCapture_ptsz(CUstream hStream, CUgraph *phGraph);
+/* The per-thread-default-stream hooks cuda.h and cuda_runtime_api.h declare only under
+ * CUDA_API_PER_THREAD_DEFAULT_STREAM (hooks.c, capture.c). */
+CUresult cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUstream hStream);
+CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream);
+CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool, CUstream hStream);
+cudaError_t cudaMallocAsync_ptsz(void **devPtr, size_t size, cudaStream_t stream);
+cudaError_t cudaFreeAsync_ptsz(void *devPtr, cudaStream_t stream);
+cudaError_t cudaStreamBeginCapture_ptsz(cudaStream_t stream, enum cudaStreamCaptureMode mode);
+cudaError_t cudaStreamBeginCaptureToGraph_ptsz(cudaStream_t stream, cudaGraph_t graph,
+                                               const cudaGraphNode_t *dependencies,
+                                               const cudaGraphEdgeData *edgeData, size_t numDependencies,
+                                               enum cudaStreamCaptureMode mode);
+cudaError_t cudaStreamEndCapture_ptsz(cudaStream_t stream, cudaGraph_t *pGraph);
 
 #include <cudaTypedefs.h>
 
@@ -68,56 +95,86 @@ CUresult cuStreamDestroy(CUstream hStream);
 #define GML_CHECK_TYPE(fn, pfn)                                                                   \
     _Static_assert(__builtin_types_compatible_p(__typeof__(&fn), pfn), #fn " has the wrong type")
 
-/* The real functions (resolve.c). */
+/* The real functions (resolve.c), one field each, named for what it does (rt_: the runtime,
+ * drv_: the driver) so that a call through gml_real never reads like a call of a hook.  Each is
+ * typed with the CUDA prototype: the runtime's declaration in cuda_runtime_api.h (RT_T), the
+ * driver's PFN_* typedef of cudaTypedefs.h.  X(field, CUDA symbol, type). */
+#define RT_T(fn) __typeof__(&fn)
+#define GML_REAL_FUNCTIONS(X)                                                                     \
+    X(rt_malloc, cudaMalloc, RT_T(cudaMalloc))                                                    \
+    X(rt_free, cudaFree, RT_T(cudaFree))                                                          \
+    X(rt_malloc_async, cudaMallocAsync, RT_T(cudaMallocAsync))                                    \
+    X(rt_free_async, cudaFreeAsync, RT_T(cudaFreeAsync))                                          \
+    X(rt_mem_get_info, cudaMemGetInfo, RT_T(cudaMemGetInfo))                                      \
+    X(rt_pool_get_attribute, cudaMemPoolGetAttribute, RT_T(cudaMemPoolGetAttribute))              \
+    X(rt_pool_set_attribute, cudaMemPoolSetAttribute, RT_T(cudaMemPoolSetAttribute))              \
+    X(rt_pool_trim_to, cudaMemPoolTrimTo, RT_T(cudaMemPoolTrimTo))                                \
+    X(rt_ipc_get_mem_handle, cudaIpcGetMemHandle, RT_T(cudaIpcGetMemHandle))                      \
+    X(rt_get_driver_entry_point, cudaGetDriverEntryPoint, RT_T(cudaGetDriverEntryPoint))          \
+    X(rt_get_driver_entry_point_by_version, cudaGetDriverEntryPointByVersion,                     \
+      RT_T(cudaGetDriverEntryPointByVersion))                                                     \
+    X(rt_get_device, cudaGetDevice, RT_T(cudaGetDevice))                                          \
+    X(rt_stream_is_capturing, cudaStreamIsCapturing, RT_T(cudaStreamIsCapturing))                \
+    X(rt_stream_begin_capture, cudaStreamBeginCapture, RT_T(cudaStreamBeginCapture))             \
+    X(rt_stream_begin_capture_to_graph, cudaStreamBeginCaptureToGraph,                            \
+      RT_T(cudaStreamBeginCaptureToGraph))                                                        \
+    X(rt_stream_end_capture, cudaStreamEndCapture, RT_T(cudaStreamEndCapture))                    \
+    X(rt_device_get_default_mem_pool, cudaDeviceGetDefaultMemPool, RT_T(cudaDeviceGetDefaultMemPool)) \
+    X(rt_stream_destroy, cudaStreamDestroy, RT_T(cudaStreamDestroy))                              \
+    X(rt_get_last_error, cudaGetLastError, RT_T(cudaGetLastError))                                \
+    X(rt_peek_at_last_error, cudaPeekAtLastError, RT_T(cudaPeekAtLastError))                      \
+    X(rt_device_set_mem_pool, cudaDeviceSetMemPool, RT_T(cudaDeviceSetMemPool))                   \
+    X(rt_device_enable_peer_access, cudaDeviceEnablePeerAccess, RT_T(cudaDeviceEnablePeerAccess)) \
+    X(drv_mem_alloc, cuMemAlloc_v2, PFN_cuMemAlloc_v3020)                                         \
+    X(drv_mem_free, cuMemFree_v2, PFN_cuMemFree_v3020)                                            \
+    X(drv_mem_alloc_async, cuMemAllocAsync, PFN_cuMemAllocAsync_v11020)                           \
+    X(drv_mem_free_async, cuMemFreeAsync, PFN_cuMemFreeAsync_v11020)                              \
+    X(drv_mem_alloc_async_ptsz, cuMemAllocAsync_ptsz, PFN_cuMemAllocAsync_v11020_ptsz)            \
+    X(drv_mem_free_async_ptsz, cuMemFreeAsync_ptsz, PFN_cuMemFreeAsync_v11020_ptsz)               \
+    X(drv_mem_alloc_from_pool_async, cuMemAllocFromPoolAsync, PFN_cuMemAllocFromPoolAsync_v11020) \
+    X(drv_mem_alloc_from_pool_async_ptsz, cuMemAllocFromPoolAsync_ptsz,                           \
+      PFN_cuMemAllocFromPoolAsync_v11020_ptsz)                                                    \
+    X(drv_mem_get_info, cuMemGetInfo_v2, PFN_cuMemGetInfo_v3020)                                  \
+    X(drv_get_proc_address, cuGetProcAddress, PFN_cuGetProcAddress_v11030)                        \
+    X(drv_get_proc_address_v2, cuGetProcAddress_v2, PFN_cuGetProcAddress_v12000)                  \
+    X(drv_ctx_get_device, cuCtxGetDevice, PFN_cuCtxGetDevice_v2000)                               \
+    X(drv_stream_is_capturing, cuStreamIsCapturing, PFN_cuStreamIsCapturing_v10000)               \
+    X(drv_stream_begin_capture_v1, cuStreamBeginCapture, gml_pfn_stream_begin_capture_v1)         \
+    X(drv_stream_begin_capture_v1_ptsz, cuStreamBeginCapture_ptsz, gml_pfn_stream_begin_capture_v1) \
+    X(drv_stream_begin_capture, cuStreamBeginCapture_v2, PFN_cuStreamBeginCapture_v10010)         \
+    X(drv_stream_begin_capture_ptsz, cuStreamBeginCapture_v2_ptsz,                                \
+      PFN_cuStreamBeginCapture_v10010_ptsz)                                                       \
+    X(drv_stream_begin_capture_to_graph, cuStreamBeginCaptureToGraph,                             \
+      PFN_cuStreamBeginCaptureToGraph_v12030)                                                     \
+    X(drv_stream_begin_capture_to_graph_ptsz, cuStreamBeginCaptureToGraph_ptsz,                   \
+      PFN_cuStreamBeginCaptureToGraph_v12030_ptsz)                                                \
+    X(drv_stream_end_capture, cuStreamEndCapture, PFN_cuStreamEndCapture_v10000)                  \
+    X(drv_stream_end_capture_ptsz, cuStreamEndCapture_ptsz, PFN_cuStreamEndCapture_v10000_ptsz)   \
+    X(drv_device_get_default_mem_pool, cuDeviceGetDefaultMemPool, PFN_cuDeviceGetDefaultMemPool_v11020) \
+    X(drv_device_set_mem_pool, cuDeviceSetMemPool, PFN_cuDeviceSetMemPool_v11020)                 \
+    X(drv_ctx_enable_peer_access, cuCtxEnablePeerAccess, PFN_cuCtxEnablePeerAccess_v4000)         \
+    X(drv_ctx_push_current, cuCtxPushCurrent_v2, PFN_cuCtxPushCurrent_v4000)                      \
+    X(drv_ctx_pop_current, cuCtxPopCurrent_v2, PFN_cuCtxPopCurrent_v4000)                         \
+    X(drv_ctx_get_current, cuCtxGetCurrent, PFN_cuCtxGetCurrent_v4000)                            \
+    X(drv_device_primary_ctx_retain, cuDevicePrimaryCtxRetain, PFN_cuDevicePrimaryCtxRetain_v7000) \
+    X(drv_stream_destroy_v2, cuStreamDestroy_v2, PFN_cuStreamDestroy_v4000)                       \
+    X(drv_stream_destroy, cuStreamDestroy, PFN_cuStreamDestroy_v4000)
+
+/* cuStreamBeginCapture as CUDA 10.0 exported it (no mode: global); cudaTypedefs.h declares its
+ * type only for CUDA's internal build. */
+typedef CUresult (*gml_pfn_stream_begin_capture_v1)(CUstream hStream);
+
 struct gml_real {
-    void *(*dlsym)(void *, const char *);
-    cudaError_t (*cudaMalloc)(void **, size_t);
-    cudaError_t (*cudaFree)(void *);
-    cudaError_t (*cudaMallocAsync)(void **, size_t, cudaStream_t);
-    cudaError_t (*cudaFreeAsync)(void *, cudaStream_t);
-    cudaError_t (*cudaMemGetInfo)(size_t *, size_t *);
-    cudaError_t (*cudaMemPoolGetAttribute)(cudaMemPool_t, enum cudaMemPoolAttr, void *);
-    cudaError_t (*cudaMemPoolSetAttribute)(cudaMemPool_t, enum cudaMemPoolAttr, void *);
-    cudaError_t (*cudaMemPoolTrimTo)(cudaMemPool_t, size_t);
-    cudaError_t (*cudaIpcGetMemHandle)(cudaIpcMemHandle_t *, void *);
-    cudaError_t (*cudaGetDriverEntryPoint)(const char *, void **, unsigned long long,
-                                           enum cudaDriverEntryPointQueryResult *);
-    cudaError_t (*cudaGetDriverEntryPointByVersion)(const char *, void **, unsigned int,
-                                                    unsigned long long,
-                                                    enum cudaDriverEntryPointQueryResult *);
-    cudaError_t (*cudaGetDevice)(int *);
-    cudaError_t (*cudaStreamIsCapturing)(cudaStream_t, enum cudaStreamCaptureStatus *);
-    cudaError_t (*cudaDeviceGetDefaultMemPool)(cudaMemPool_t *, int);
-    cudaError_t (*cudaStreamDestroy)(cudaStream_t);
-    CUresult (*cuMemAlloc_v2)(CUdeviceptr *, size_t);
-    CUresult (*cuMemFree_v2)(CUdeviceptr);
-    CUresult (*cuMemAllocAsync)(CUdeviceptr *, size_t, CUstream);
-    CUresult (*cuMemFreeAsync)(CUdeviceptr, CUstream);
-    CUresult (*cuMemAllocAsync_ptsz)(CUdeviceptr *, size_t, CUstream);
-    CUresult (*cuMemFreeAsync_ptsz)(CUdeviceptr, CUstream);
-    CUresult (*cuMemAllocFromPoolAsync)(CUdeviceptr *, size_t, CUmemoryPool, CUstream);
-    CUresult (*cuMemAllocFromPoolAsync_ptsz)(CUdeviceptr *, size_t, CUmemoryPool, CUstream);
-    CUresult (*cuMemGetInfo_v2)(size_t *, size_t *);
-    CUresult (*cuGetProcAddress)(const char *, void **, int, cuuint64_t);
-    CUresult (*cuGetProcAddress_v2)(const char *, void **, int, cuuint64_t,
-                                    CUdriverProcAddressQueryResult *);
-    CUresult (*cuCtxGetDevice)(CUdevice *);
-    CUresult (*cuCtxSynchronize)(void);
-    CUresult (*cuStreamIsCapturing)(CUstream, CUstreamCaptureStatus *);
-    CUresult (*cuDeviceGetDefaultMemPool)(CUmemoryPool *, CUdevice);
-    cudaError_t (*cudaGetLastError)(void);
-    cudaError_t (*cudaPeekAtLastError)(void);
-    cudaError_t (*cudaDeviceSetMemPool)(int, cudaMemPool_t);
-    cudaError_t (*cudaDeviceEnablePeerAccess)(int, unsigned int);
-    CUresult (*cuDeviceSetMemPool)(CUdevice, CUmemoryPool);
-    CUresult (*cuCtxEnablePeerAccess)(CUcontext, unsigned int);
-    CUresult (*cuCtxPushCurrent_v2)(CUcontext);
-    CUresult (*cuCtxPopCurrent_v2)(CUcontext *);
-    CUresult (*cuCtxGetCurrent)(CUcontext *);
-    CUresult (*cuDevicePrimaryCtxRetain)(CUcontext *, CUdevice);
-    CUresult (*cuStreamDestroy_v2)(CUstream);
-    CUresult (*cuStreamDestroy)(CUstream);
+    void *(*dlsym)(void *, const char *); /* first: the dlsym trampoline reads it (resolve.c) */
+#define GML_REAL_FIELD(field, symbol, type) type field;
+    GML_REAL_FUNCTIONS(GML_REAL_FIELD)
+#undef GML_REAL_FIELD
 };
+/* gml_symbol_<field>: the name of the CUDA symbol that field stands for. */
+#define GML_REAL_SYMBOL(field, symbol, type)                                                      \
+    static const char gml_symbol_##field[] __attribute__((unused)) = #symbol;
+GML_REAL_FUNCTIONS(GML_REAL_SYMBOL)
+#undef GML_REAL_SYMBOL
 extern struct gml_real gml_real;
 
 /* Resolves the real dlsym (once). */
@@ -131,26 +188,79 @@ void *gml_resolve_one(void **slot, const char *name);
  * GML_RT_ENTRY() (in the exported function itself, so that it is the program's address). */
 extern __thread const void *gml_caller;
 #define GML_RT_ENTRY() (gml_caller = __builtin_return_address(0))
-#define GML_REAL(fn)                                                                              \
-    (__atomic_load_n(&gml_real.fn, __ATOMIC_ACQUIRE)                                              \
-         ? gml_real.fn                                                                            \
-         : (__typeof__(gml_real.fn))gml_resolve_one((void **)&gml_real.fn, #fn))
+/* The real function of gml_real's `field` (resolved on first use), or NULL. */
+#define GML_REAL(field)                                                                           \
+    (__atomic_load_n(&gml_real.field, __ATOMIC_ACQUIRE)                                           \
+         ? gml_real.field                                                                         \
+         : (__typeof__(gml_real.field))gml_resolve_one((void **)&gml_real.field, gml_symbol_##field))
+/* The real function of `field` called with routing off: a hooked function it reaches passes
+ * straight through (the real cudaMemGetInfo reaches the hooked cuMemGetInfo, which must not add
+ * gmlake's cache a second time).  `err` where no real function exists at all. */
+#define PASS(field, err, ...)                                                                     \
+    ({                                                                                            \
+        __typeof__(gml_real.field) f_ = GML_REAL(field);                                          \
+        __typeof__(err) r_ = (err);                                                               \
+        if (f_) {                                                                                 \
+            gml_depth++;                                                                          \
+            r_ = f_(__VA_ARGS__);                                                                 \
+            gml_depth--;                                                                          \
+        }                                                                                         \
+        r_;                                                                                       \
+    })
+#define NO_RT cudaErrorInitializationError
+#define NO_DRV CUDA_ERROR_NOT_INITIALIZED
+
 /* The real driver symbol `name` (for the cuda device), NULL if missing. */
 void *gml_driver_symbol(const char *name);
 /* The hook for a real function pointer, or the pointer itself (entry-point resolvers). */
 void *gml_hook_for(const char *symbol, void *real);
 
-/* State (state.c) */
+/* Settings and process lifecycle (settings.c) */
 extern __thread int gml_depth; /* > 0 while this thread runs inside gmlake */
 /* The settings, loaded on first use. */
 const gml_config *gml_cfg(void);
-/* Whether a hook on this thread should serve the call (enabled, not re-entered). */
+/* Whether a hook on this thread should serve the call (enabled, not re-entered, not a child
+ * forked after gmlake started). */
 bool gml_serving(void);
+bool gml_forked_child(void);
+/* RANK, else LOCAL_RANK, else "". */
+const char *gml_rank(void);
+/* A file name from a log_file / stats_file / trace_file pattern: %p, %r, %%, and with
+ * per_process, ".rank%r" inserted when several processes run and the pattern names neither. */
+void gml_file_name(const char *pattern, bool per_process, char *out, size_t len);
+
+/* Log (log.c) */
+void gml_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* The same while the settings load (gml_log would wait for them). */
+void gml_log_line(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Sets the level and opens log_file (pattern "" : standard error). */
+void gml_log_open(int level, const char *pattern);
+/* Errors and warnings counted but not printed (over the budget). */
+unsigned long gml_log_suppressed(void);
+void gml_log_hold(bool hold); /* fork handlers: takes / releases the log lock */
+
+/* Pools (pools.c) */
 /* The pool of `device`, created on first use; NULL if gmlake cannot run there (logged once). */
 gml_pool *gml_pool_of(int device);
-/* The pool whose memory holds ptr, or NULL (foreign pointer). */
+void gml_pools_hold_creation(bool hold); /* fork handlers: the pool-creation lock */
+/* Device `accessor` may access device `owner`'s memory (peer access was enabled): owner's pool,
+ * now or when it is created, maps its present and future memory for accessor too.  Ignores
+ * out-of-range ordinals and owner == accessor. */
+void gml_peer_grant(int owner, int accessor);
+
+/* Ownership (owner.c).  The pool whose memory holds ptr (home arena or a stitched range), or NULL
+ * (foreign pointer); takes each pool's lock. */
 gml_pool *gml_owner(uintptr_t ptr, int *device);
-void gml_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* The pool whose home arena holds ptr, or NULL: no lock, no lookup (the arenas' ranges are fixed
+ * when a pool is installed).  A stitched block lies outside every arena. */
+gml_pool *gml_arena_owner(uintptr_t ptr, int *device);
+/* The pool holding a live allocation that starts at ptr (one hash lookup per pool), or NULL. */
+gml_pool *gml_live_owner(uintptr_t ptr, int *device);
+/* Records the arena of the pool about to be installed for `device` (pools.c). */
+void gml_arena_note(int device, gml_pool *p);
+/* Whether a graph capture may be under way in the process (capture.c: counted by the capture
+ * hooks; true when in doubt). */
+bool gml_capture_under_way(void);
 /* Logs (warn level) why `size` bytes could not be served on `device` (report.c). */
 void gml_oom_report(int device, gml_pool *p, size_t size);
 /* PyTorch's allocator route (pytorch_env.c): what to do with its environment.  alloc_conf and
@@ -164,7 +274,7 @@ void gml_oom_report(int device, gml_pool *p, size_t size);
 enum gml_torch_action { GML_TORCH_KEEP, GML_TORCH_SET, GML_TORCH_BYPASS };
 int gml_torch_plan(const char *alloc_conf, const char *cuda_conf, const char **var, char *value,
                    size_t len);
-/* Appends an event to the trace file, if one is configured.  The stream column is gmlake's key of
+/* Trace (trace.c).  Appends an event to the trace file, if one is configured.  The stream column is gmlake's key of
  * the stream (core/device.h: a created stream's handle, or the key of a thread's per-thread
  * default stream or of a context's legacy stream), so that replay tells the streams apart as the
  * pool did.  Calls with no stream (cudaMalloc, cudaFree, cuMemAlloc, cuMemFree) are recorded with
@@ -175,9 +285,11 @@ void gml_trace_event(char op, uintptr_t ptr, size_t size, uintptr_t stream);
  * of ptr before its free. */
 bool gml_trace_free_begin(void);
 void gml_trace_free_end(bool tracing, bool freed, uintptr_t ptr, uintptr_t stream);
-/* Device `accessor` may access device `owner`'s memory (peer access was enabled): owner's pool,
- * now or when it is created, maps its present and future memory for accessor too.  Ignores
- * out-of-range ordinals and owner == accessor. */
-void gml_peer_grant(int owner, int accessor);
+/* Sets the trace file from trace_file (trace.c; "": none). */
+void gml_trace_setup(const char *pattern);
+void gml_trace_flush(void);
+void gml_trace_hold(bool hold); /* fork handlers: the trace lock */
+/* Registers the exit summary and the stats file (summary.c; pattern "": no stats file). */
+void gml_summary_setup(const char *stats_pattern);
 
 #endif /* GML_INTERPOSE_H */

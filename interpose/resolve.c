@@ -20,15 +20,17 @@
 
 struct gml_real gml_real;
 
+/* Every real function's type is its CUDA symbol's prototype (for the driver: the PFN_* typedef
+ * agrees with the declaration in cuda.h). */
+#define GML_REAL_CHECK(field, symbol, type)                                                       \
+    _Static_assert(__builtin_types_compatible_p(type, __typeof__(&symbol)),                       \
+                   "gml_real." #field " is not typed as " #symbol);
+GML_REAL_FUNCTIONS(GML_REAL_CHECK)
+#undef GML_REAL_CHECK
+
 /* Code that may run before a sanitizer runtime has initialised (see dlsym below). */
 #define GML_NO_SANITIZE __attribute__((no_sanitize("address", "undefined", "thread"), noinline))
 
-/* The hooks (hooks.c). */
-extern cudaError_t cudaMallocAsync_ptsz(void **, size_t, cudaStream_t);
-extern cudaError_t cudaFreeAsync_ptsz(void *, cudaStream_t);
-extern CUresult cuMemAllocAsync_ptsz(CUdeviceptr *, size_t, CUstream);
-extern CUresult cuMemFreeAsync_ptsz(CUdeviceptr, CUstream);
-extern CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *, size_t, CUmemoryPool, CUstream);
 
 typedef struct hook_entry {
     const char *name;
@@ -39,39 +41,53 @@ typedef struct hook_entry {
 #define E(name, field) {#name, (void *)&name, (void **)&gml_real.field}
 /* Sorted by strcmp (tests/interpose checks the order). */
 static const hook_entry table[] = {
-    E(cuCtxEnablePeerAccess, cuCtxEnablePeerAccess),
-    E(cuDeviceSetMemPool, cuDeviceSetMemPool),
-    E(cuGetProcAddress, cuGetProcAddress),
-    E(cuGetProcAddress_v2, cuGetProcAddress_v2),
-    E(cuMemAllocAsync, cuMemAllocAsync),
-    E(cuMemAllocAsync_ptsz, cuMemAllocAsync_ptsz),
-    E(cuMemAllocFromPoolAsync, cuMemAllocFromPoolAsync),
-    E(cuMemAllocFromPoolAsync_ptsz, cuMemAllocFromPoolAsync_ptsz),
-    E(cuMemAlloc_v2, cuMemAlloc_v2),
-    E(cuMemFreeAsync, cuMemFreeAsync),
-    E(cuMemFreeAsync_ptsz, cuMemFreeAsync_ptsz),
-    E(cuMemFree_v2, cuMemFree_v2),
-    E(cuMemGetInfo_v2, cuMemGetInfo_v2),
-    E(cuStreamDestroy, cuStreamDestroy),
-    E(cuStreamDestroy_v2, cuStreamDestroy_v2),
-    E(cudaDeviceEnablePeerAccess, cudaDeviceEnablePeerAccess),
-    E(cudaDeviceSetMemPool, cudaDeviceSetMemPool),
-    E(cudaFree, cudaFree),
-    E(cudaFreeAsync, cudaFreeAsync),
+    E(cuCtxEnablePeerAccess, drv_ctx_enable_peer_access),
+    E(cuDeviceSetMemPool, drv_device_set_mem_pool),
+    E(cuGetProcAddress, drv_get_proc_address),
+    E(cuGetProcAddress_v2, drv_get_proc_address_v2),
+    E(cuMemAllocAsync, drv_mem_alloc_async),
+    E(cuMemAllocAsync_ptsz, drv_mem_alloc_async_ptsz),
+    E(cuMemAllocFromPoolAsync, drv_mem_alloc_from_pool_async),
+    E(cuMemAllocFromPoolAsync_ptsz, drv_mem_alloc_from_pool_async_ptsz),
+    E(cuMemAlloc_v2, drv_mem_alloc),
+    E(cuMemFreeAsync, drv_mem_free_async),
+    E(cuMemFreeAsync_ptsz, drv_mem_free_async_ptsz),
+    E(cuMemFree_v2, drv_mem_free),
+    E(cuMemGetInfo_v2, drv_mem_get_info),
+    E(cuStreamBeginCapture, drv_stream_begin_capture_v1),
+    E(cuStreamBeginCaptureToGraph, drv_stream_begin_capture_to_graph),
+    E(cuStreamBeginCaptureToGraph_ptsz, drv_stream_begin_capture_to_graph_ptsz),
+    E(cuStreamBeginCapture_ptsz, drv_stream_begin_capture_v1_ptsz),
+    E(cuStreamBeginCapture_v2, drv_stream_begin_capture),
+    E(cuStreamBeginCapture_v2_ptsz, drv_stream_begin_capture_ptsz),
+    E(cuStreamDestroy, drv_stream_destroy),
+    E(cuStreamDestroy_v2, drv_stream_destroy_v2),
+    E(cuStreamEndCapture, drv_stream_end_capture),
+    E(cuStreamEndCapture_ptsz, drv_stream_end_capture_ptsz),
+    E(cudaDeviceEnablePeerAccess, rt_device_enable_peer_access),
+    E(cudaDeviceSetMemPool, rt_device_set_mem_pool),
+    E(cudaFree, rt_free),
+    E(cudaFreeAsync, rt_free_async),
     {"cudaFreeAsync_ptsz", (void *)&cudaFreeAsync_ptsz, NULL},
-    E(cudaGetDriverEntryPoint, cudaGetDriverEntryPoint),
-    E(cudaGetDriverEntryPointByVersion, cudaGetDriverEntryPointByVersion),
-    E(cudaGetLastError, cudaGetLastError),
-    E(cudaIpcGetMemHandle, cudaIpcGetMemHandle),
-    E(cudaMalloc, cudaMalloc),
-    E(cudaMallocAsync, cudaMallocAsync),
+    E(cudaGetDriverEntryPoint, rt_get_driver_entry_point),
+    E(cudaGetDriverEntryPointByVersion, rt_get_driver_entry_point_by_version),
+    E(cudaGetLastError, rt_get_last_error),
+    E(cudaIpcGetMemHandle, rt_ipc_get_mem_handle),
+    E(cudaMalloc, rt_malloc),
+    E(cudaMallocAsync, rt_malloc_async),
     {"cudaMallocAsync_ptsz", (void *)&cudaMallocAsync_ptsz, NULL},
-    E(cudaMemGetInfo, cudaMemGetInfo),
-    E(cudaMemPoolGetAttribute, cudaMemPoolGetAttribute),
-    E(cudaMemPoolSetAttribute, cudaMemPoolSetAttribute),
-    E(cudaMemPoolTrimTo, cudaMemPoolTrimTo),
-    E(cudaPeekAtLastError, cudaPeekAtLastError),
-    E(cudaStreamDestroy, cudaStreamDestroy),
+    E(cudaMemGetInfo, rt_mem_get_info),
+    E(cudaMemPoolGetAttribute, rt_pool_get_attribute),
+    E(cudaMemPoolSetAttribute, rt_pool_set_attribute),
+    E(cudaMemPoolTrimTo, rt_pool_trim_to),
+    E(cudaPeekAtLastError, rt_peek_at_last_error),
+    E(cudaStreamBeginCapture, rt_stream_begin_capture),
+    E(cudaStreamBeginCaptureToGraph, rt_stream_begin_capture_to_graph),
+    {"cudaStreamBeginCaptureToGraph_ptsz", (void *)&cudaStreamBeginCaptureToGraph_ptsz, NULL},
+    {"cudaStreamBeginCapture_ptsz", (void *)&cudaStreamBeginCapture_ptsz, NULL},
+    E(cudaStreamDestroy, rt_stream_destroy),
+    E(cudaStreamEndCapture, rt_stream_end_capture),
+    {"cudaStreamEndCapture_ptsz", (void *)&cudaStreamEndCapture_ptsz, NULL},
 };
 #undef E
 static const size_t table_len = sizeof table / sizeof table[0];
@@ -350,9 +366,9 @@ void *gml_hook_for(const char *symbol, void *real)
 
 GML_HOOK CUresult cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags)
 {
-    if (!GML_REAL(cuGetProcAddress))
+    if (!GML_REAL(drv_get_proc_address))
         return CUDA_ERROR_NOT_FOUND;
-    CUresult r = gml_real.cuGetProcAddress(symbol, pfn, cudaVersion, flags);
+    CUresult r = gml_real.drv_get_proc_address(symbol, pfn, cudaVersion, flags);
     if (r == CUDA_SUCCESS && pfn)
         *pfn = gml_hook_for(symbol, *pfn);
     return r;
@@ -361,9 +377,9 @@ GML_HOOK CUresult cuGetProcAddress(const char *symbol, void **pfn, int cudaVersi
 GML_HOOK CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVersion,
                                       cuuint64_t flags, CUdriverProcAddressQueryResult *status)
 {
-    if (!GML_REAL(cuGetProcAddress_v2))
+    if (!GML_REAL(drv_get_proc_address_v2))
         return CUDA_ERROR_NOT_FOUND;
-    CUresult r = gml_real.cuGetProcAddress_v2(symbol, pfn, cudaVersion, flags, status);
+    CUresult r = gml_real.drv_get_proc_address_v2(symbol, pfn, cudaVersion, flags, status);
     if (r == CUDA_SUCCESS && pfn)
         *pfn = gml_hook_for(symbol, *pfn);
     return r;
@@ -374,9 +390,9 @@ GML_HOOK cudaError_t cudaGetDriverEntryPoint(const char *symbol, void **funcPtr,
                                              enum cudaDriverEntryPointQueryResult *status)
 {
     GML_RT_ENTRY();
-    if (!GML_REAL(cudaGetDriverEntryPoint))
+    if (!GML_REAL(rt_get_driver_entry_point))
         return cudaErrorSymbolNotFound;
-    cudaError_t r = gml_real.cudaGetDriverEntryPoint(symbol, funcPtr, flags, status);
+    cudaError_t r = gml_real.rt_get_driver_entry_point(symbol, funcPtr, flags, status);
     if (r == cudaSuccess && funcPtr)
         *funcPtr = gml_hook_for(symbol, *funcPtr);
     return r;
@@ -388,9 +404,9 @@ GML_HOOK cudaError_t cudaGetDriverEntryPointByVersion(const char *symbol, void *
                                                       enum cudaDriverEntryPointQueryResult *status)
 {
     GML_RT_ENTRY();
-    if (!GML_REAL(cudaGetDriverEntryPointByVersion))
+    if (!GML_REAL(rt_get_driver_entry_point_by_version))
         return cudaErrorSymbolNotFound;
-    cudaError_t r = gml_real.cudaGetDriverEntryPointByVersion(symbol, funcPtr, cudaVersion, flags, status);
+    cudaError_t r = gml_real.rt_get_driver_entry_point_by_version(symbol, funcPtr, cudaVersion, flags, status);
     if (r == cudaSuccess && funcPtr)
         *funcPtr = gml_hook_for(symbol, *funcPtr);
     return r;

@@ -476,5 +476,11 @@ int gml_pool_check(gml_pool *p, char *why, size_t whylen)
     return rc;
 }
 
+void gml_pool_arena(const gml_pool *p, uintptr_t *lo, uintptr_t *hi)
+{
+    *lo = p->heap.arena;
+    *hi = p->heap.arena + p->heap.arena_size;
+}
+
 gml_device *gml_pool_device(gml_pool *p) { return p->dev; }
 const gml_pool_settings *gml_pool_settings_of(gml_pool *p) { return &p->set; }

@@ -66,6 +66,10 @@ int gml_pool_alloc(gml_pool *p, size_t size, gml_stream stream, uintptr_t *out);
 int gml_pool_free(gml_pool *p, uintptr_t ptr, gml_stream stream);
 /* Size asked for by the live allocation at ptr, 0 if ptr is not one. */
 size_t gml_pool_alloc_size(gml_pool *p, uintptr_t ptr);
+/* The home arena's virtual range [*lo, *hi): fixed from gml_pool_create to gml_pool_destroy, so
+ * it may be read without the pool lock.  Every block but a stitched one lies in it; a stitched
+ * block's range lies outside every arena. */
+void gml_pool_arena(const gml_pool *p, uintptr_t *lo, uintptr_t *hi);
 /* Whether ptr lies in memory this pool manages (home arena or a stitched range). */
 bool gml_pool_owns(gml_pool *p, uintptr_t ptr);
 
@@ -88,6 +92,9 @@ void gml_pool_reset_peaks(gml_pool *p);
 /* Whole-pool consistency check; GMLAKE_OK or GMLAKE_ERR_CORRUPT with a message in *why. */
 int gml_pool_check(gml_pool *p, char *why, size_t whylen);
 gml_device *gml_pool_device(gml_pool *p);
+/* The home arena's [lo, hi): fixed from create to destroy, so it may be read without the lock
+ * (the interposer picks a free's pool by it); stitched blocks lie outside it. */
+void gml_pool_arena(const gml_pool *p, uintptr_t *lo, uintptr_t *hi);
 const gml_pool_settings *gml_pool_settings_of(gml_pool *p);
 
 #endif /* GML_POOL_H */

@@ -1,9 +1,7 @@
 /*
  * trace.h — reading `gmlake-trace v1` files and replaying them through a pool.
  *
- * Format: one event a line, plain text or gzip; '#' starts a comment line; blank lines are skipped.
- *   A <ptr hex> <size bytes> <stream hex> <t_us>   an allocation that returned ptr
- *   F <ptr hex> 0 <stream hex> <t_us>              a free of ptr
+ * Format: core/trace_format.h (one line is parsed there); files are plain text or gzip.
  * A malformed line, an allocation of a pointer that is live, or a free of one that is not, is an
  * error that names the file and the line; a Python pickle (a PyTorch memory snapshot, which
  * `gmlake import-snapshot` converts) is refused with that hint.
@@ -14,6 +12,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "../core/trace_format.h"
 #include "../stitch/pool.h"
 
 typedef struct gml_trace_event {

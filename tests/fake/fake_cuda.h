@@ -17,10 +17,9 @@ typedef struct fake_counts {
     int capture_nodes;      /* events recorded into a capture */
     int capture_violations; /* potentially unsafe calls refused during capture */
     int events_live, events_created, streams_live;
+    int capture_queries;    /* stream capture status queries (driver and runtime) */
 } fake_counts;
 
-/* Streams whose handle is FAKE_CAPTURING_STREAM report that they are capturing a graph. */
-#define FAKE_CAPTURING_STREAM ((void *)0xCAFE)
 /* Device d's default memory pool is FAKE_DEFAULT_POOL + d. */
 #define FAKE_DEFAULT_POOL ((void *)0x9001)
 
@@ -66,7 +65,7 @@ bool fake_forked(void);
 void fake_runtime_enter(void);
 void fake_runtime_leave(void);
 /* What cuStreamIsCapturing / cuDeviceGetDefaultMemPool answer, for the fake runtime's own use
- * (not counted as routing calls). */
+ * (not counted as routing calls; a status query is counted in capture_queries). */
 int fake_capture_status(void *stream, int *status);
 int fake_default_pool(void **pool, int device);
 

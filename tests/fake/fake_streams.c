@@ -23,8 +23,9 @@
  *    the graph (counted in capture_nodes) and cannot be queried (CUDA_ERROR_CAPTURED_EVENT).  A
  *    legacy stream cannot be queried or recorded while a capture is active
  *    (CUDA_ERROR_STREAM_CAPTURE_IMPLICIT; a record also invalidates the captures).
- *    FAKE_CAPTURING_STREAM always reports an active capture; a handle the fake never made (a
- *    plain number in a test) reports none.
+ *    A handle the fake never made (a plain number in a test) reports no capture.  Every status
+ *    query (cuStreamIsCapturing, the runtime's cudaStreamIsCapturing) is counted in
+ *    capture_queries.
  *  - fork: in a forked child every call returns CUDA_ERROR_NOT_INITIALIZED, as CUDA does after
  *    fork. */
 #include <cuda.h>
@@ -319,10 +320,7 @@ EXPORT CUresult cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode *m)
 EXPORT int fake_capture_status(void *h, int *st)
 {
     *st = CU_STREAM_CAPTURE_STATUS_NONE;
-    if (h == FAKE_CAPTURING_STREAM) {
-        *st = CU_STREAM_CAPTURE_STATUS_ACTIVE;
-        return CUDA_SUCCESS;
-    }
+    COUNT(capture_queries);
     if (!__atomic_load_n(&ncaptures, __ATOMIC_ACQUIRE))
         return CUDA_SUCCESS; /* no capture anywhere (the common case, without the lock) */
     pthread_mutex_lock(&mu);

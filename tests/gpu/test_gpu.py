@@ -56,6 +56,41 @@ def test_torch_oom_is_catchable(tmp_path):
     assert "caught" in p.stdout and "2048.0" in p.stdout
 
 
+def test_torch_graph_capture_passes_through_and_gmlake_serves_after():
+    """A capture gmlake sees begin (cudaStreamBeginCapture) sends its allocations to CUDA; once it
+    ends, gmlake serves again without asking CUDA about capture (interpose/capture.c)."""
+    code = ("import torch, gmlake\n"
+            "assert gmlake.enabled()\n"
+            "torch.manual_seed(0)\n"
+            "m = torch.nn.Sequential(torch.nn.Linear(256, 256), torch.nn.ReLU(), torch.nn.Linear(256, 256)).cuda()\n"
+            "x = torch.randn(64, 256, device='cuda')\n"
+            "s = torch.cuda.Stream()\n"
+            "s.wait_stream(torch.cuda.current_stream())\n"
+            "with torch.cuda.stream(s):\n"
+            "    for _ in range(3):\n"
+            "        y = m(x)\n"
+            "torch.cuda.current_stream().wait_stream(s)\n"
+            "g = torch.cuda.CUDAGraph()\n"
+            "before = gmlake.stats(0)['allocations']\n"
+            "with torch.cuda.graph(g):\n"
+            "    y = m(x)\n"
+            "during = gmlake.stats(0)['allocations'] - before\n"
+            "x.copy_(torch.randn(64, 256, device='cuda'))\n"
+            "g.replay()\n"
+            "torch.cuda.synchronize()\n"
+            "ok = torch.allclose(y, m(x), atol=1e-5)\n"
+            "after = gmlake.stats(0)['allocations']\n"
+            "z = [torch.empty(1 << 20, device='cuda') for _ in range(10)]\n"
+            "print('during', during, 'served', gmlake.stats(0)['allocations'] - after, 'ok', ok)\n")
+    p = run([sys.executable, "-c", code], True,
+            {"PYTORCH_CUDA_ALLOC_CONF": "backend:cudaMallocAsync",
+             "PYTHONPATH": os.path.join(HERE, "..", "..", "python")})
+    words = p.stdout.split()
+    assert words[words.index("during") + 1] == "0", p.stdout
+    assert int(words[words.index("served") + 1]) >= 10, p.stdout
+    assert words[words.index("ok") + 1] == "True", p.stdout
+
+
 def stats_of(tmp_path, code, extra):
     f = tmp_path / "stats.json"
     env = {"GMLAKE_STATS_FILE": str(f)}

@@ -1,7 +1,8 @@
 /* test_capture.c — gmlake under graph capture, against the fake's capture rules (fake_cuda.c): a
  * synchronous free during capture fails as CUDA's does; the pool's own event calls neither record
  * into a capture nor break another thread's capture; the per-thread variants check the capture
- * of this thread's default stream. */
+ * of this thread's default stream; a stream's capture status is asked only while a capture is
+ * under way (interpose/capture.c), including one that ended by invalidation. */
 #include "harness.h"
 #include <cuda.h>
 #include <cuda_runtime_api.h>
@@ -148,4 +149,92 @@ Test(capture, per_thread_allocations_check_this_threads_stream)
     CUgraph g;
     cr_assert_eq(cuStreamEndCapture(CU_STREAM_PER_THREAD, &g), CUDA_SUCCESS);
     cr_assert_eq(capture_end(&c), cudaSuccess);
+}
+
+/* Allocate+free pairs through the runtime and the driver on created stream s. */
+static void pairs(cudaStream_t s, int n)
+{
+    for (int i = 0; i < n; i++) {
+        void *p;
+        CUdeviceptr d;
+        cr_assert_eq(cudaMallocAsync(&p, MiB, s), cudaSuccess);
+        cr_assert_eq(cudaFreeAsync(p, s), cudaSuccess);
+        cr_assert_eq(cuMemAllocAsync(&d, MiB, (CUstream)s), CUDA_SUCCESS);
+        cr_assert_eq(cuMemFreeAsync(d, (CUstream)s), CUDA_SUCCESS);
+    }
+}
+
+Test(capture, no_capture_query_while_no_capture_is_under_way)
+{
+    make_streams();
+    pairs(S1, 100);
+    cr_assert_eq(stats().allocations, 200);
+    cr_assert_eq(fake_cuda_counts()->capture_queries, 0, "no stream was asked about capture");
+}
+
+Test(capture, queries_only_while_a_capture_is_under_way)
+{
+    make_streams();
+    cr_assert_eq(cudaStreamBeginCapture(C, cudaStreamCaptureModeRelaxed), cudaSuccess);
+    void *p;
+    cr_assert_eq(cudaMallocAsync(&p, MiB, C), cudaSuccess);
+    cr_assert(fake_cuda_owns((uintptr_t)p), "the capturing stream's allocation went to CUDA");
+    pairs(S1, 1);
+    cr_assert_gt(fake_cuda_counts()->capture_queries, 0, "during the capture every stream is asked");
+    cudaGraph_t g;
+    cr_assert_eq(cudaStreamEndCapture(S1, &g), cudaErrorIllegalState, "S1 is not capturing");
+    cr_assert_eq(cudaMallocAsync(&p, MiB, C), cudaSuccess);
+    cr_assert(fake_cuda_owns((uintptr_t)p), "a failed end on another stream ends nothing");
+    cr_assert_eq(cudaFreeAsync(p, C), cudaSuccess);
+    cr_assert_eq(cudaStreamEndCapture(C, &g), cudaSuccess);
+    int asked = fake_cuda_counts()->capture_queries;
+    pairs(S1, 10);
+    cr_assert_eq(fake_cuda_counts()->capture_queries, asked, "no query once the capture ended");
+}
+
+Test(capture, a_capture_ended_by_invalidation_ends)
+{
+    make_streams();
+    void *p;
+    cr_assert_eq(cudaMalloc(&p, MiB), cudaSuccess);
+    cr_assert_eq(cuStreamBeginCapture_v2((CUstream)C, CU_STREAM_CAPTURE_MODE_GLOBAL), CUDA_SUCCESS);
+    cr_assert_eq(cudaFree(p), cudaErrorStreamCaptureUnsupported, "invalidates the capture");
+    void *q;
+    cr_assert_eq(cudaMallocAsync(&q, MiB, C), cudaSuccess);
+    cr_assert(fake_cuda_owns((uintptr_t)q), "an invalidated capture is still under way until it ends");
+    cr_assert_eq(cudaFreeAsync(q, C), cudaSuccess);
+    CUgraph g;
+    cr_assert_eq(cuStreamEndCapture((CUstream)C, &g), CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);
+    int asked = fake_cuda_counts()->capture_queries;
+    pairs(C, 10);
+    cr_assert_eq(stats().allocations, 21);
+    cr_assert_eq(fake_cuda_counts()->capture_queries, asked, "the invalidated capture ended");
+    cr_assert_eq(cudaFree(p), cudaSuccess);
+}
+
+Test(capture, a_failed_begin_counts_no_capture)
+{
+    make_streams();
+    cr_assert_neq(cudaStreamBeginCapture(0, cudaStreamCaptureModeGlobal), cudaSuccess,
+                  "the legacy stream cannot capture");
+    cr_assert_eq(cudaGetLastError(), cudaErrorStreamCaptureUnsupported);
+    pairs(S1, 10);
+    cr_assert_eq(fake_cuda_counts()->capture_queries, 0);
+}
+
+Test(capture, captures_on_several_streams_are_counted_each)
+{
+    make_streams();
+    cr_assert_eq(cudaStreamBeginCapture(S2, cudaStreamCaptureModeRelaxed), cudaSuccess);
+    cr_assert_eq(cuStreamBeginCapture_v2((CUstream)C, CU_STREAM_CAPTURE_MODE_RELAXED), CUDA_SUCCESS);
+    cudaGraph_t g;
+    cr_assert_eq(cudaStreamEndCapture(S2, &g), cudaSuccess);
+    void *p;
+    cr_assert_eq(cudaMallocAsync(&p, MiB, C), cudaSuccess);
+    cr_assert(fake_cuda_owns((uintptr_t)p), "C still captures after S2's capture ended");
+    cr_assert_eq(cudaFreeAsync(p, C), cudaSuccess);
+    cr_assert_eq(cuStreamEndCapture((CUstream)C, (CUgraph *)&g), CUDA_SUCCESS);
+    int asked = fake_cuda_counts()->capture_queries;
+    pairs(S1, 10);
+    cr_assert_eq(fake_cuda_counts()->capture_queries, asked);
 }

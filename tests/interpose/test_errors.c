@@ -93,9 +93,14 @@ Test(errors, pass_through_calls_do_not_route_again)
     cr_assert_eq(cudaMemGetInfo(&f, &t), cudaSuccess);
     cr_assert_eq(cudaMalloc(&z, 0), cudaSuccess, "0 bytes: passed to CUDA");
     cr_assert_eq(cudaFree(z), cudaSuccess);
-    cr_assert_eq(cudaMallocAsync(&p, MiB, (cudaStream_t)FAKE_CAPTURING_STREAM), cudaSuccess);
+    cudaStream_t c;
+    cudaGraph_t g;
+    cr_assert_eq(cudaStreamCreate(&c), cudaSuccess);
+    cr_assert_eq(cudaStreamBeginCapture(c, cudaStreamCaptureModeRelaxed), cudaSuccess);
+    cr_assert_eq(cudaMallocAsync(&p, MiB, c), cudaSuccess);
     cr_assert(fake_cuda_owns((uintptr_t)p), "capture: passed to CUDA");
-    cr_assert_eq(cudaFreeAsync(p, (cudaStream_t)FAKE_CAPTURING_STREAM), cudaSuccess);
+    cr_assert_eq(cudaFreeAsync(p, c), cudaSuccess);
+    cr_assert_eq(cudaStreamEndCapture(c, &g), cudaSuccess);
     cr_assert_eq(cudaDeviceSetMemPool(0, (cudaMemPool_t)0x7777), cudaSuccess);
     cr_assert_eq(fake_cuda_counts()->reentered, 0, "no routing call was made inside the runtime");
 }

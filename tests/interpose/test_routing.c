@@ -71,7 +71,11 @@ Test(routing, async_calls_and_driver_calls_are_served)
 Test(routing, foreign_pointers_and_capture_pass_through)
 {
     void *p = NULL;
-    cr_assert_eq(cudaMallocAsync(&p, MiB, (cudaStream_t)FAKE_CAPTURING_STREAM), cudaSuccess);
+    cudaStream_t c;
+    cudaGraph_t g;
+    cr_assert_eq(cudaStreamCreate(&c), cudaSuccess);
+    cr_assert_eq(cudaStreamBeginCapture(c, cudaStreamCaptureModeRelaxed), cudaSuccess);
+    cr_assert_eq(cudaMallocAsync(&p, MiB, c), cudaSuccess);
     cr_assert_eq(fake_cuda_counts()->rt_malloc_async, 1, "capture: the allocation went to CUDA");
     cr_assert(fake_cuda_owns((uintptr_t)p));
     cr_assert_eq(gmlake_get_stats(0, &(gmlake_stats){0}), GMLAKE_ERR_NO_POOL, "gmlake served nothing");
@@ -81,8 +85,9 @@ Test(routing, foreign_pointers_and_capture_pass_through)
     cr_assert_eq(cudaFree(NULL), cudaSuccess);
     /* a gmlake pointer freed during capture stays allocated */
     cr_assert_eq(cudaMalloc(&p, MiB), cudaSuccess);
-    cr_assert_eq(cudaFreeAsync(p, (cudaStream_t)FAKE_CAPTURING_STREAM), cudaSuccess);
+    cr_assert_eq(cudaFreeAsync(p, c), cudaSuccess);
     cr_assert_eq(stats().live_allocations, 1);
+    cr_assert_eq(cudaStreamEndCapture(c, &g), cudaSuccess);
 }
 
 Test(routing, resolvers_return_the_hooks)
@@ -125,6 +130,43 @@ Test(routing, errors_come_back_as_cuda_codes)
     cr_assert_eq(cudaIpcGetMemHandle(&h, p), cudaErrorInvalidValue);
     cr_assert_eq(fake_cuda_counts()->rt_ipc, 0);
     cr_assert_eq(cudaFree(p), cudaSuccess);
+}
+
+/* A free finds its pool from the pointer's address (home arena) or, for a stitched block (its own
+ * range, outside the arena), by the slower search; both report a pointer that is not live. */
+Test(routing, stream_ordered_and_stitched_frees_find_their_pool)
+{
+    cudaStream_t st;
+    cr_assert_eq(cudaStreamCreate(&st), cudaSuccess);
+    void *p;
+    cr_assert_eq(cudaMallocAsync(&p, 3 * MiB, st), cudaSuccess);
+    cr_assert_eq(cudaFreeAsync((char *)p + 512, st), cudaErrorInvalidValue, "interior pointer");
+    cr_assert_eq(cudaGetLastError(), cudaErrorInvalidValue);
+    cr_assert_eq(cudaFreeAsync(p, st), cudaSuccess);
+    cr_assert_eq(cudaFreeAsync(p, st), cudaErrorInvalidValue, "double free");
+    cr_assert_eq(cuMemFreeAsync((CUdeviceptr)p, (CUstream)st), CUDA_ERROR_INVALID_VALUE);
+    cr_assert_eq(stats().frees, 1);
+
+    /* a stitched block: free every other 2 MiB block, then ask for 8 MiB */
+    void *v[8], *s;
+    for (int i = 0; i < 8; i++)
+        cr_assert_eq(cudaMalloc(&v[i], 2 * MiB), cudaSuccess);
+    cr_assert_eq(gmlake_empty_cache(0), GMLAKE_OK);
+    for (int i = 0; i < 8; i += 2)
+        cr_assert_eq(cudaFree(v[i]), cudaSuccess);
+    cr_assert_eq(cudaMalloc(&s, 8 * MiB), cudaSuccess);
+    cr_assert_eq(stats().stitches, 1, "8 MiB made of four free 2 MiB chunks");
+    memset(s, 0x5a, 8 * MiB);
+    cr_assert_eq(cudaFreeAsync((char *)s + 4 * MiB, st), cudaErrorInvalidValue, "inside a stitched block");
+    cr_assert_eq(cudaFreeAsync(s, st), cudaSuccess, "a stitched block's stream-ordered free");
+    cr_assert_eq(cudaFreeAsync(s, st), cudaErrorInvalidValue, "double free of a stitched block");
+    CUdeviceptr d;
+    cr_assert_eq(cuMemAllocAsync(&d, 8 * MiB, (CUstream)st), CUDA_SUCCESS);
+    cr_assert_eq(stats().stitch_reuses, 1, "the cached stitched block served it again");
+    cr_assert_eq(cuMemFree_v2(d), CUDA_SUCCESS, "and a synchronous free through the driver");
+    cr_assert_eq(cuMemFree_v2(d), CUDA_ERROR_INVALID_VALUE);
+    cr_assert_eq(stats().live_allocations, 4);
+    cr_assert_eq(gmlake_check(0), GMLAKE_OK);
 }
 
 Test(routing, memory_pool_attributes_speak_of_gmlake)

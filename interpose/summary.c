@@ -1,0 +1,73 @@
+/*
+ * summary.c — what a process that gmlake served leaves at exit: one info line per device (peak
+ * active, peak reserved, utilization, stitches), the stats file (stats_file: one JSON object a
+ * line per device, gmlake_stats' fields and device calls by kind), the count of log lines not
+ * printed, and the trace flushed.  A process that served no allocation writes no stats file; a
+ * forked child writes nothing (the summary is the parent's).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "stitch/registry.h"
+#include "interpose.h"
+
+static char stats_path[GML_PATH_MAX];
+
+static void write_stats(FILE *f, int d, const gmlake_stats *s)
+{
+    fprintf(f, "{\"device\":%d,\"peak_active_bytes\":%lu,\"peak_reserved_bytes\":%lu,"
+               "\"active_bytes\":%lu,\"reserved_bytes\":%lu,\"utilization\":%.6f,"
+               "\"allocations\":%lu,\"frees\":%lu,\"failed_allocations\":%lu,\"stitches\":%lu,"
+               "\"stitch_reuses\":%lu,\"stitch_evictions\":%lu,\"device_calls\":{",
+            d, (unsigned long)s->peak_active_bytes, (unsigned long)s->peak_reserved_bytes,
+            (unsigned long)s->active_bytes, (unsigned long)s->reserved_bytes, s->utilization,
+            (unsigned long)s->allocations, (unsigned long)s->frees,
+            (unsigned long)s->failed_allocations, (unsigned long)s->stitches,
+            (unsigned long)s->stitch_reuses, (unsigned long)s->stitch_evictions);
+    for (int i = 0; i < GMLAKE_DC_COUNT; i++)
+        fprintf(f, "%s\"%s\":%lu", i ? "," : "", gmlake_devcall_name(i),
+                (unsigned long)s->device_calls[i]);
+    fprintf(f, "}}\n");
+}
+
+static void at_exit(void)
+{
+    if (gml_forked_child())
+        return; /* the summary and stats file are the parent's */
+    gml_depth++;
+    bool served = false;
+    for (int d = 0; d < GML_MAX_DEVICES; d++)
+        served = served || gml_registry_get(d) != NULL;
+    FILE *stats = stats_path[0] && served ? fopen(stats_path, "w") : NULL;
+    if (stats_path[0] && served && !stats)
+        gml_log(GML_LOG_ERROR, "cannot write stats_file %s", stats_path);
+    for (int d = 0; d < GML_MAX_DEVICES; d++) {
+        gml_pool *p = gml_registry_get(d);
+        if (!p)
+            continue;
+        gmlake_stats s;
+        gml_pool_stats(p, &s);
+        const double mib = 1024.0 * 1024.0;
+        gml_log(GML_LOG_INFO,
+                "device %d: peak active %.1f MiB, peak reserved %.1f MiB, utilization %.2f%%, "
+                "%lu allocations, %lu stitches (%lu reused)",
+                d, (double)s.peak_active_bytes / mib, (double)s.peak_reserved_bytes / mib,
+                100.0 * s.utilization, (unsigned long)s.allocations, (unsigned long)s.stitches,
+                (unsigned long)s.stitch_reuses);
+        if (stats)
+            write_stats(stats, d, &s);
+    }
+    if (stats)
+        fclose(stats);
+    if (gml_log_suppressed())
+        gml_log(GML_LOG_INFO, "%lu errors and warnings were not printed", gml_log_suppressed());
+    gml_trace_flush();
+    gml_depth--;
+}
+
+void gml_summary_setup(const char *stats_pattern)
+{
+    if (stats_pattern[0])
+        gml_file_name(stats_pattern, true, stats_path, sizeof stats_path);
+    atexit(at_exit);
+}

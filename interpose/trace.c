@@ -1,0 +1,95 @@
+/*
+ * trace.c — the trace recorder: with trace_file set, every allocation and free gmlake serves is
+ * appended as one gmlake-trace v1 line (core/trace_format.h), whole lines (readable while the
+ * job runs).  The file is created on the first event, so a process that served nothing leaves no
+ * trace file.  A free holds the trace lock across the pool free (gml_trace_free_begin/end), so a
+ * recorded `A X` never precedes the `F X` that freed X, whatever the threads.
+ */
+#include <pthread.h>
+#include <stdio.h>
+#include <time.h>
+
+#include "core/trace_format.h"
+#include "interpose.h"
+
+static FILE *trace_out;
+static char trace_path[GML_PATH_MAX];
+static pthread_mutex_t trace_mu = PTHREAD_MUTEX_INITIALIZER;
+
+void gml_trace_setup(const char *pattern)
+{
+    if (pattern[0])
+        gml_file_name(pattern, true, trace_path, sizeof trace_path);
+}
+
+/* Opens the trace file on the first event (trace_mu held); false when it cannot be written. */
+static bool trace_open(void)
+{
+    static bool failed;
+    if (trace_out || failed)
+        return trace_out != NULL;
+    trace_out = fopen(trace_path, "w");
+    if (!trace_out) {
+        failed = true;
+        gml_log(GML_LOG_ERROR, "cannot open trace_file %s; no trace is recorded", trace_path);
+        return false;
+    }
+    setvbuf(trace_out, NULL, _IOLBF, 0); /* whole lines, readable while the job runs */
+    gml_trace_write_header(trace_out, "recorded by libgmlake");
+    return true;
+}
+
+/* One trace line; trace_mu held and the file open. */
+static void trace_line(char op, uintptr_t ptr, size_t size, uintptr_t stream)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    gml_trace_rec r = {.op = op, .ptr = ptr, .size = size, .stream = stream,
+                       .t_us = (uint64_t)t.tv_sec * 1000000 + (uint64_t)t.tv_nsec / 1000};
+    gml_trace_write_line(trace_out, &r);
+}
+
+void gml_trace_event(char op, uintptr_t ptr, size_t size, uintptr_t stream)
+{
+    if (!trace_path[0])
+        return;
+    pthread_mutex_lock(&trace_mu);
+    if (trace_open())
+        trace_line(op, ptr, size, stream);
+    pthread_mutex_unlock(&trace_mu);
+}
+
+bool gml_trace_free_begin(void)
+{
+    if (!trace_path[0])
+        return false;
+    pthread_mutex_lock(&trace_mu);
+    if (!trace_open()) {
+        pthread_mutex_unlock(&trace_mu);
+        return false;
+    }
+    return true;
+}
+
+void gml_trace_free_end(bool tracing, bool freed, uintptr_t ptr, uintptr_t stream)
+{
+    if (!tracing)
+        return;
+    if (freed)
+        trace_line('F', ptr, 0, stream);
+    pthread_mutex_unlock(&trace_mu);
+}
+
+void gml_trace_flush(void)
+{
+    if (trace_out)
+        fflush(trace_out); /* at exit, without the lock (stdio locks the file itself) */
+}
+
+void gml_trace_hold(bool hold)
+{
+    if (hold)
+        pthread_mutex_lock(&trace_mu);
+    else
+        pthread_mutex_unlock(&trace_mu);
+}
