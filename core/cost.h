@@ -23,10 +23,9 @@
  *    (8%), the case that matters most, so the table itself is used.
  *  - cuMemMap of 512 MiB handles reads 0.00 ms per GiB in the table (two decimals): the model
  *    charges 0 there, and 0.01 ms per GiB at 128 MiB carries the same rounding.
- *  - Address reserve/free, events and synchronize: estimates of the order of a driver call that
- *    takes the context lock but touches no page table (see cost.c), not measured yet;
- *    bench/gpu/growth.c measures them on the GPU.  event_sync and synchronize are charged their
- *    call cost only: the time spent waiting for kernels is not the allocator's.
+ *  - Address reserve/free, events and synchronize: a fixed cost per call, measured by
+ *    bench/gpu/growth.c on the same H200 (see cost.c).  event_sync and synchronize are charged
+ *    their call cost only: the time spent waiting for kernels is not the allocator's.
  */
 #ifndef GML_COST_H
 #define GML_COST_H
