@@ -23,7 +23,7 @@ static const struct {
 };
 
 /* Microseconds per call of the kinds that do not depend on a handle, measured by
- * bench/gpu/growth.c on one H200 (driver 580, CUDA 13; median of 1000 calls, 2026-11-21):
+ * bench/gpu/growth.c on one H200 (driver 580, CUDA 13; mean of 1000 calls, 2026-11-21):
  * cuMemAddressReserve 1.96 (1 GiB; 1.77 for 256 GiB), cuMemAddressFree 1.50, cuEventCreate 0.22,
  * cuEventDestroy 0.10, cuEventRecord 0.34, cuEventQuery 1.29, cuEventSynchronize 1.31 and
  * cuCtxSynchronize 1.47 on an idle device (waiting for kernels is not the allocator's cost). */
