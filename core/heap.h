@@ -206,9 +206,14 @@ gml_bin *gml_bin_get(gml_heap *p, gml_stream s); /* NULL on host OOM */
  * synchronisation up to heap->synced_seq, or an event recorded and queried as needed).  Nothing
  * here waits for the device: the layer above synchronises without its lock first. */
 bool gml_bin_passed(gml_heap *p, gml_bin *bin, uint64_t seq);
-/* Moves blocks whose work has completed from every stream bin other than `except` to the ready
- * bin, and frees retired bins left empty.  Returns the number of blocks moved. */
-size_t gml_promote(gml_heap *p, gml_bin *except);
+/* Moves blocks whose work has completed from the stream bins other than `except` to the ready
+ * bin, and frees retired bins left empty; returns the number of blocks moved.  need == 0: every
+ * such block.  need > 0 (a miss of `space`): one such block >= need when there is one (the
+ * smallest of those known to have passed without a device call, else the first found by asking
+ * the bins holding one that large), the rest staying with its stream, where that stream's later
+ * frees merge with it; else every such block, asking each bin at most once and not asking bins
+ * holding no block of the large space nor of `space`. */
+size_t gml_promote(gml_heap *p, gml_bin *except, int space, size_t need);
 /* Counts a free block into / out of bin (keeps heap->holding). */
 static inline void gml_bin_count(gml_bin *bin, int delta)
 {

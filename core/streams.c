@@ -6,7 +6,14 @@
  * given before the free has completed.  gmlake records no event per free (a steady loop must make
  * no device calls); instead, when T misses and S's bin holds free blocks, the pool records one
  * event on S (covering every free on S so far, seq <= ev_seq) and queries it.  Once it has
- * completed, those blocks move to the ready bin, which every stream searches.
+ * completed, blocks may move to the ready bin, which every stream searches.  A miss moves only the
+ * one block it needs when one fits (gml_promote with need: the smallest block >= need among those
+ * known to have passed, else asking only the bins holding one that large), and every passed block
+ * only when none fits (for stitching, refills, release).  Moving more would strand S's memory in
+ * pieces: S's later frees never merge with a ready neighbour (blocks.c), so S's memory split
+ * between its bin and the ready bin no longer serves S's large requests whole.  On issue 10's
+ * two-stream offload trace, where a side stream's 16-64 KiB misses used to move all of the main
+ * stream's free memory, that cost 11 more stitches and 3,180 device calls in its second half.
  * A free with GML_STREAM_NONE (cudaFree, which synchronizes) goes straight to the ready bin.
  * Under memory pressure the pool synchronises the device without its lock (gml_pool_sync):
  * every free up to heap->synced_seq has then passed, on every stream.  Nothing here waits.
@@ -86,15 +93,18 @@ void gml_bin_record(gml_heap *p, gml_bin *bin)
         record(p, bin);
 }
 
+/* What is known without a device call: a device synchronisation covers every bin. */
+static inline uint64_t known_done(gml_heap *p, gml_bin *bin)
+{
+    if (p->synced_seq > bin->done_seq)
+        bin->done_seq = p->synced_seq;
+    return bin->done_seq;
+}
+
 bool gml_bin_passed(gml_heap *p, gml_bin *bin, uint64_t seq)
 {
-    if (bin == p->ready || bin->done_seq >= seq)
+    if (bin == p->ready || known_done(p, bin) >= seq)
         return true;
-    if (p->synced_seq > bin->done_seq) {
-        bin->done_seq = p->synced_seq;
-        if (bin->done_seq >= seq)
-            return true;
-    }
     /* an event recorded earlier may have completed: learn that before recording a newer one */
     if (bin->ev && bin->ev_seq > bin->done_seq &&
         gml_dev_event_query(p->dev, bin->ev) == GMLAKE_OK) {
@@ -157,23 +167,83 @@ bool gml_bins_hold_blocks(gml_heap *p)
     return false;
 }
 
-size_t gml_promote(gml_heap *p, gml_bin *except)
+/* The seq up to which bin's blocks may move to the ready bin (0: none), as far as is known
+ * (learning it first when `ask`: an event query, or a record and a query). */
+static uint64_t passed_upto(gml_heap *p, gml_bin *bin, bool ask)
 {
+    /* a retired bin's blocks all go once the work up to its retirement passed (moves inside the
+     * bin renumber blocks, but no stream can free into it any more) */
+    uint64_t upto = bin->retired ? bin->retire_seq : p->seq;
+    bool passed = ask ? gml_bin_passed(p, bin, upto) : known_done(p, bin) >= upto;
+    if (bin->retired)
+        return passed ? UINT64_MAX : 0;
+    return bin->done_seq;
+}
+
+static void to_ready(gml_heap *p, gml_block *f)
+{
+    gml_free_tree_remove(f);
+    gml_free_insert(p, f, p->ready);
+}
+
+static inline gml_block *nfind(gml_bin *bin, int space, size_t need)
+{
+    gml_block key = {.size = need, .addr = 0};
+    return RB_NFIND(gml_size_tree, &bin->free[space], &key);
+}
+
+/* The smallest block of bin's `space` >= need whose work is done up to `upto`, if smaller than
+ * `best` (else best). */
+static gml_block *passed_in(gml_bin *bin, int space, size_t need, uint64_t upto, gml_block *best)
+{
+    for (gml_block *f = nfind(bin, space, need); f && (!best || f->size < best->size);
+         f = RB_NEXT(gml_size_tree, NULL, f))
+        if (f->seq <= upto)
+            return f;
+    return best;
+}
+
+/* One block of `space` >= need, of a stream bin other than `except`, whose work has completed:
+ * the smallest of those known to have completed (no device call), else the first found by asking
+ * the bins that hold a block large enough (an event each), else NULL. */
+static gml_block *passed_fit(gml_heap *p, gml_bin *except, int space, size_t need)
+{
+    gml_block *best = NULL;
+    gml_bin *bin;
+    LIST_FOREACH(bin, &p->holding, holding)
+        if (bin != except && bin != p->ready)
+            best = passed_in(bin, space, need, passed_upto(p, bin, false), best);
+    if (best)
+        return best;
+    LIST_FOREACH(bin, &p->holding, holding)
+        if (bin != except && bin != p->ready && nfind(bin, space, need) &&
+            (best = passed_in(bin, space, need, passed_upto(p, bin, true), NULL)))
+            return best;
+    return NULL;
+}
+
+size_t gml_promote(gml_heap *p, gml_bin *except, int space, size_t need)
+{
+    if (need) {
+        gml_block *f = passed_fit(p, except, space, need);
+        if (f) {
+            gml_bin *from = f->bin;
+            to_ready(p, f);
+            retired_reap(p, from);
+            return 1;
+        }
+    }
     size_t moved = 0;
     GML_VEC(gml_block *) v = {0};
     gml_bin *bin, *tmp;
     LIST_FOREACH_SAFE(bin, &p->holding, holding, tmp) {
         if (bin == except || bin == p->ready)
             continue;
-        /* a retired bin's blocks all go once the work up to its retirement passed (moves inside
-         * the bin renumber blocks, but no stream can free into it any more) */
-        uint64_t upto;
-        if (bin->retired) {
-            upto = gml_bin_passed(p, bin, bin->retire_seq) ? UINT64_MAX : 0;
-        } else {
-            gml_bin_passed(p, bin, p->seq);
-            upto = bin->done_seq;
-        }
+        /* ask each bin once: passed_fit asked those holding a block >= need; a bin holding no
+         * block of the large space nor of `space` cannot help this request */
+        bool ask = !need || (!nfind(bin, space, need) &&
+                             (!RB_EMPTY(&bin->free[GML_SPACE_LARGE]) || !RB_EMPTY(&bin->free[space])));
+        uint64_t upto = passed_upto(p, bin, ask);
         if (upto == 0)
             continue;
         /* collect first: moving blocks merges and frees records */
@@ -184,10 +254,8 @@ size_t gml_promote(gml_heap *p, gml_bin *except)
                 if (f->seq <= upto && !gml_vec_push(&v, f))
                     goto out;
             }
-        for (size_t i = 0; i < v.n; i++) {
-            gml_free_tree_remove(v.v[i]);
-            gml_free_insert(p, v.v[i], p->ready);
-        }
+        for (size_t i = 0; i < v.n; i++)
+            to_ready(p, v.v[i]);
         moved += v.n;
         retired_reap(p, bin);
     }

@@ -6,7 +6,8 @@
  *
  * Fast path: lock, best fit in the bins that serve the stream, split, hash insert, unlock.
  * Slow path, in order (each step retries the best fit):
- *   1. move blocks of other streams whose work has completed to the ready bin (event query);
+ *   1. move a block of another stream whose work has completed to the ready bin: the one that
+ *      fits (known passed first, else an event query), else every passed block (gml_promote);
  *   2. small: move a free large chunk to the small space, else grow one chunk;
  *      large: give fully free small chunks back to the large space; then at defrag level 0
  *      stitch (a cached stitched block first; growth only by the deficit); else grow the large
@@ -178,7 +179,7 @@ __attribute__((noinline)) static int alloc_slow(gml_pool *p, gml_bin *bin, int s
 {
     gml_heap *h = &p->heap;
     int level = p->set.defrag_level, rc;
-    if (gml_promote(h, bin) && try_fit(p, bin, space, need, req, out))
+    if (gml_promote(h, bin, space, need) && try_fit(p, bin, space, need, req, out))
         return GMLAKE_OK;
     if (space == GML_SPACE_SMALL) {
         rc = gml_small_refill(h, bin);
@@ -208,7 +209,7 @@ __attribute__((noinline)) static int alloc_last_resort(gml_pool *p, gml_bin *bin
     gml_heap *h = &p->heap;
     int rc;
     /* out of memory: take what the synchronisation freed, drop cached stitches and free chunks */
-    gml_promote(h, NULL);
+    gml_promote(h, NULL, 0, 0);
     if (try_fit(p, bin, space, need, req, out))
         return GMLAKE_OK;
     gml_stitch_gc(&p->st, true);
@@ -351,7 +352,7 @@ int gml_pool_empty_cache(gml_pool *p)
 {
     int rc = gml_pool_sync(p);
     pthread_mutex_lock(&p->mu);
-    gml_promote(&p->heap, NULL);
+    gml_promote(&p->heap, NULL, 0, 0);
     gml_stitch_gc(&p->st, true);
     if (gml_release_free_chunks(&p->heap))
         p->cache_releases++;

@@ -49,15 +49,51 @@ Test(streams, promotion_waits_for_the_event_of_the_freeing_stream)
     hf_put(&f, a, s1);
     hf_put(&f, b, s1);
     cr_assert_eq(hf_calls(&f, GMLAKE_DC_EVENT_RECORD), 0, "no event per free");
-    cr_assert_eq(gml_promote(&f.h, s2), 0, "the work on S1 may still run");
+    cr_assert_eq(gml_promote(&f.h, s2, GML_SPACE_LARGE, 0), 0, "the work on S1 may still run");
     cr_assert_eq(hf_calls(&f, GMLAKE_DC_EVENT_RECORD), 1, "one event covers every free so far");
     cr_assert_null(gml_best_fit(&f.h, s2, GML_SPACE_LARGE, 2 * MiB));
     gml_sim_complete_events(f.dev);
-    cr_assert_eq(gml_promote(&f.h, s2), 1);
+    cr_assert_eq(gml_promote(&f.h, s2, GML_SPACE_LARGE, 0), 1);
     cr_assert_eq(hf_calls(&f, GMLAKE_DC_EVENT_RECORD), 1, "the recorded event was asked again");
     gml_block *x = gml_best_fit(&f.h, s2, GML_SPACE_LARGE, 4 * MiB);
     cr_assert_not_null(x);
     cr_assert_eq(x->bin, f.h.ready);
+    hf_check(&f, 0);
+    hf_free(&f);
+}
+
+Test(streams, a_miss_with_need_promotes_one_fitting_block_known_first)
+{
+    hfix f;
+    hf_make(&f, 32 * MiB);
+    gml_sim_set_manual_events(f.dev, true);
+    gml_bin *s1 = gml_bin_get(&f.h, S1), *s2 = gml_bin_get(&f.h, S2), *r = f.h.ready;
+    cr_assert_eq(gml_grow(&f.h, s1, GML_SPACE_LARGE, GML_GROW_BLOCK, 12 * MiB), GMLAKE_OK);
+    gml_block *a = hf_take(&f, s1, 4 * MiB), *keep1 = hf_take(&f, s1, 2 * MiB);
+    gml_block *b = hf_take(&f, s1, 2 * MiB), *keep2 = hf_take(&f, s1, 2 * MiB);
+    gml_block *c = hf_take(&f, s1, 2 * MiB);
+    uintptr_t c_addr = c->addr; /* taken from the tail: c is the lowest */
+    hf_put(&f, a, s1);
+    hf_put(&f, b, s1);
+    hf_put(&f, c, s1); /* S1: three free blocks of 4, 2 and 2 MiB, apart */
+    cr_assert_eq(gml_promote(&f.h, s2, GML_SPACE_LARGE, 2 * MiB), 0, "S1's work may still run");
+    cr_assert_eq(hf_calls(&f, GMLAKE_DC_EVENT_RECORD), 1, "asked with one event");
+    gml_sim_complete_events(f.dev);
+    cr_assert_eq(gml_promote(&f.h, s2, GML_SPACE_LARGE, 3 * MiB), 1, "only one block moves");
+    gml_block *x = gml_best_fit(&f.h, s2, GML_SPACE_LARGE, 3 * MiB);
+    cr_assert(x && x->bin == r && x->size == 4 * MiB, "the one that fits the request");
+    cr_assert_eq(s1->nfree, 2, "the rest stays with S1, where its later frees merge with it");
+    uint64_t q = hf_calls(&f, GMLAKE_DC_EVENT_QUERY), rec = hf_calls(&f, GMLAKE_DC_EVENT_RECORD);
+    cr_assert_eq(gml_promote(&f.h, s2, GML_SPACE_LARGE, 2 * MiB), 1);
+    cr_assert_eq(hf_calls(&f, GMLAKE_DC_EVENT_QUERY) + hf_calls(&f, GMLAKE_DC_EVENT_RECORD), q + rec,
+                 "a block known to have passed moves without a device call");
+    x = gml_best_fit(&f.h, s2, GML_SPACE_LARGE, 2 * MiB);
+    cr_assert(x && x->bin == r && x->addr == c_addr, "the smallest, lowest first");
+    cr_assert_eq(gml_promote(&f.h, s2, GML_SPACE_LARGE, 8 * MiB), 1,
+                 "no block fits: every block that passed moves (for stitching)");
+    cr_assert_eq(s1->nfree, 0);
+    hf_put(&f, keep1, s1);
+    hf_put(&f, keep2, s1);
     hf_check(&f, 0);
     hf_free(&f);
 }
@@ -96,9 +132,9 @@ Test(streams, a_retired_bin_leaves_the_name_and_goes_when_empty_and_let_go)
     gml_bin *fresh = gml_bin_get(&f.h, S1);
     cr_assert_neq(fresh, s1, "the handle names a new bin");
     cr_assert(!gml_bin_serves(&f.h, s1, fresh), "the old stream's blocks do not serve the new one");
-    cr_assert_eq(gml_promote(&f.h, NULL), 0, "its work may still run");
+    cr_assert_eq(gml_promote(&f.h, NULL, GML_SPACE_LARGE, 0), 0, "its work may still run");
     gml_sim_complete_events(f.dev);
-    cr_assert(gml_promote(&f.h, NULL) > 0, "then its blocks reach the ready bin");
+    cr_assert(gml_promote(&f.h, NULL, GML_SPACE_LARGE, 0) > 0, "then its blocks reach the ready bin");
     cr_assert_eq(hf_calls(&f, GMLAKE_DC_EVENT_DESTROY), 0, "a record still names the bin");
     hf_check(&f, 0);
     gml_bin_unhold(&f.h, s1);
@@ -258,5 +294,32 @@ Test(streams, a_failed_synchronisation_is_reported)
     cr_assert_eq(gml_pool_empty_cache(p), GMLAKE_OK);
     cr_assert_eq(stats_of(p).reserved_bytes, 0);
     CHECK_POOL(p);
+    fx_free(&f);
+}
+
+/* Issue 10's two-stream offload trace: a side stream's small miss moved every free block of the
+ * main stream to the ready bin, so the main stream's next frees beside them no longer merged (a
+ * ready block never joins a stream's block) and its large requests found its memory in pieces:
+ * stitches (device calls) in the steady state.  A miss now moves only the block it needs. */
+Test(streams, a_side_stream_miss_leaves_the_main_streams_memory_whole)
+{
+    fixture f = fx_make(64 * MiB, false, NULL);
+    gml_pool *p = f.pool;
+    const gml_stream main_s = 0x1000, side = 0x2000;
+    uintptr_t a = must_alloc(p, 4 * MiB, main_s), b = must_alloc(p, 4 * MiB, main_s);
+    cr_assert_eq(b, a + 4 * MiB, "two neighbours");
+    uintptr_t s = must_alloc(p, 64 * KiB, main_s);
+    must_free(p, s, main_s);
+    must_free(p, a, main_s);
+    uint64_t reserved = stats_of(p).reserved_bytes;
+    uintptr_t t = must_alloc(p, 64 * KiB, side); /* misses: the main stream's work has passed */
+    cr_assert_eq(stats_of(p).reserved_bytes, reserved, "served by the main stream's free memory");
+    must_free(p, b, main_s);
+    uint64_t calls = calls_of(p);
+    uintptr_t c = must_alloc(p, 8 * MiB, main_s);
+    cr_assert_eq(c, a, "the main stream's two frees made one block");
+    cr_assert_eq(calls_of(p), calls, "no stitch, no growth, no event");
+    must_free(p, c, main_s);
+    must_free(p, t, side);
     fx_free(&f);
 }
