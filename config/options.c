@@ -47,6 +47,8 @@ const gml_option gml_options[] = {
     {"pytorch_backend", NULL, GML_OPT_BOOL, "on", 0, 0, NULL,
      "when neither PYTORCH_ALLOC_CONF nor PYTORCH_CUDA_ALLOC_CONF names an allocator backend, "
      "set backend:cudaMallocAsync so that PyTorch hands every tensor to gmlake"},
+    {"extent_size", NULL, GML_OPT_SIZE, "2MiB", 2097152, 1073741824, NULL,
+     "largest physical extent (one CUDA handle) growth creates; rounded down to whole chunks"},
 };
 const int gml_option_count = (int)(sizeof gml_options / sizeof gml_options[0]);
 
@@ -70,6 +72,7 @@ static void *field_of(gml_config *c, int i)
     case 13: return c->stats_file;
     case 14: return c->trace_file;
     case 15: return &c->pytorch_backend;
+    case 16: return &c->pool.extent_size;
     default: return NULL;
     }
 }
