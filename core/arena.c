@@ -3,9 +3,14 @@
  * chunks between the large and the small space (tier 1, contract in heap.h).
  *
  * Growth (gml_grow; plan_growth owns the unit and the amount): the amount is counted in chunks
- * and made of extents of at most extent_chunks chunks, largest first (one handle, one create
- * and one map each; one set_access over the run), because the driver charges per handle.  A
- * small request gets one one-chunk extent.  A large request gets only the chunks it lacks: when a free block that
+ * and made of extents of `unit` chunks, the last one what is left (one handle, one create and one
+ * map each; one set_access over the run), because the driver charges per handle.  The unit
+ * (extent_unit) is the memory reserved so far divided by extent_share, at least one chunk and at
+ * most extent_chunks: a stitch maps whole extents only, so the free part of an extent that a live
+ * block shares is stranded for stitching (up to one extent at each end of a live block); an
+ * extent in proportion to the pool bounds what is stranded to a share of the pool, while a
+ * large pool still grows in few handles (docs/ARCHITECTURE.md, "Extents", has the measurements).
+ * A small request gets one one-chunk extent.  A large request gets only the chunks it lacks: when a free block that
  * its stream may use ends where empty slots begin, the fewest chunks that make it large enough are
  * mapped right after it so that the two merge (expandable-segments style); otherwise
  * ceil(need / chunk) chunks go at the lowest empty slots.  A stitch (GML_GROW_CHUNKS) gets the
@@ -61,6 +66,7 @@ int gml_heap_init(gml_heap *h, gml_device *dev, const gml_pool_settings *s, cons
     h->round = round;
     h->small_limit = s->small_limit;
     h->extent_chunks = s->extent_size / chunk ? s->extent_size / chunk : 1;
+    h->extent_share = s->extent_share;
     h->limit = s->limit_bytes ? s->limit_bytes : total;
     h->arena_size = GML_ROUND_UP(s->arena_bytes ? s->arena_bytes : 4 * total, chunk);
     h->nslots = h->arena_size >> h->chunk_shift;
@@ -166,10 +172,11 @@ static void link_neighbours(gml_heap *h, gml_block *b)
     }
 }
 
-/* Creates and maps k chunks as one free run of `space`: right after free block `extend` (in its
- * bin), or at the lowest empty slots in `bin`.  Returns the free block, or NULL with *rc set. */
-static gml_block *grow_run(gml_heap *h, int space, size_t k, gml_block *extend, gml_bin *bin,
-                           int *rc)
+/* Creates and maps k chunks, in extents of `unit` chunks, as one free run of `space`: right after
+ * free block `extend` (in its bin), or at the lowest empty slots in `bin`.  Returns the free
+ * block, or NULL with *rc set. */
+static gml_block *grow_run(gml_heap *h, int space, size_t k, size_t unit, gml_block *extend,
+                           gml_bin *bin, int *rc)
 {
     size_t s = extend ? gml_slot_of(h, extend->addr + extend->size) : find_run(h, k);
     if (s >= h->nslots || !run_empty(h, s, k)) {
@@ -187,8 +194,8 @@ static gml_block *grow_run(gml_heap *h, int space, size_t k, gml_block *extend, 
     }
     size_t done = 0;
     *rc = GMLAKE_OK;
-    while (done < k) { /* extents of extent_chunks, the last one what is left */
-        size_t len = k - done < h->extent_chunks ? k - done : h->extent_chunks;
+    while (done < k) { /* extents of unit chunks, the last one what is left */
+        size_t len = k - done < unit ? k - done : unit;
         gml_slot *sl = &h->slots[s + done];
         *rc = gml_dev_chunk_create(h->dev, len << h->chunk_shift, &sl->handle);
         if (*rc)
@@ -232,14 +239,25 @@ static gml_block *grow_run(gml_heap *h, int space, size_t k, gml_block *extend, 
     for (gml_block *f = RB_MIN(gml_size_tree, &sb_->free[space]); f;                              \
          f = RB_NEXT(gml_size_tree, NULL, f))
 
-/* Where growth goes: up to two places, tried in order (extend NULL: fresh slots). */
+/* Where growth goes: up to two places, tried in order (extend NULL: fresh slots), and the
+ * extent unit. */
 typedef struct growth {
     int n;
+    size_t unit; /* chunks per extent */
     struct growth_at {
         size_t k;
         gml_block *extend;
     } at[2];
 } growth;
+
+/* The extent unit in chunks: the chunks mapped now / extent_share, within [1, extent_chunks]. */
+static size_t extent_unit(const gml_heap *h)
+{
+    size_t u = h->extent_chunks;
+    if (h->extent_share && h->mapped_slots / h->extent_share < u)
+        u = h->mapped_slots / h->extent_share;
+    return u ? u : 1;
+}
 
 /* The growth plan: the one place that decides the unit and the amount (see the top of the file).
  * The plan lists where to try: an extension of a free block first when one fits, then fresh
@@ -247,7 +265,7 @@ typedef struct growth {
 static growth plan_growth(gml_heap *h, gml_bin *bin, int space, enum gml_grow_goal goal,
                           size_t need)
 {
-    growth g = {0};
+    growth g = {.unit = extent_unit(h)};
     size_t k_need = (need + h->chunk - 1) >> h->chunk_shift;
     if (space == GML_SPACE_SMALL) {
         g.at[g.n++].k = 1;
@@ -301,7 +319,7 @@ int gml_grow(gml_heap *h, gml_bin *bin, int space, enum gml_grow_goal goal, size
     growth g = plan_growth(h, bin, space, goal, need);
     int rc = GMLAKE_ERR_NOMEM;
     for (int i = 0; i < g.n; i++) {
-        if (grow_run(h, space, g.at[i].k, g.at[i].extend, bin, &rc))
+        if (grow_run(h, space, g.at[i].k, g.unit, g.at[i].extend, bin, &rc))
             return GMLAKE_OK;
         if (rc == GMLAKE_ERR_DEVICE && goal == GML_GROW_CHUNKS)
             break;

@@ -9,7 +9,8 @@
  *  extent         one physical allocation (one CUDA handle) of one or more consecutive chunks,
  *                 at most extent_size; the unit the device is asked for, released in and stitched
  *                 (CUDA maps a handle whole, only at offset 0).  The driver charges per handle, so
- *                 growth makes few large extents (see arena.c).
+ *                 growth makes few large extents, as large as the memory held allows without
+ *                 stranding much (see arena.c: the extent unit).
  *  home mapping   every extent held is mapped exactly once in the arena, a virtual range reserved
  *                 at creation, over its chunks' slots.
  *  block          a byte range of home mappings, one record (gml_block): FREE (in a bin), LIVE
@@ -127,6 +128,7 @@ typedef struct gml_heap {
     gml_device *dev;
     size_t chunk, small_limit, round, limit;
     size_t extent_chunks;            /* most chunks in one extent */
+    size_t extent_share;             /* an extent <= mapped slots / extent_share (0: no bound) */
     unsigned chunk_shift;
     uintptr_t arena;
     size_t arena_size, nslots, slot_hint, mapped_slots;

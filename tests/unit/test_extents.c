@@ -94,3 +94,89 @@ Test(extents, the_checker_finds_a_broken_extent)
     hf_check(&f, 0);
     hf_free(&f);
 }
+
+/* The extent lengths (chunks) of the run of slots starting at slot s, until an empty slot. */
+static size_t extent_lens(hfix *f, size_t s, size_t *lens, size_t max)
+{
+    size_t n = 0;
+    while (n < max && f->h.slots[s].state != GML_SLOT_EMPTY) {
+        cr_assert_eq(gml_extent_head(&f->h, s), s, "slot %zu starts no extent", s);
+        lens[n++] = gml_extent_len(&f->h, s);
+        s += lens[n - 1];
+    }
+    return n;
+}
+
+Test(extents, the_extent_unit_follows_the_memory_reserved)
+{
+    hfix f;
+    hf_make_shared(&f, 512 * MiB, 16 * MiB, 2); /* an extent <= reserved / 2, <= 16 MiB */
+    gml_bin *s1 = gml_bin_get(&f.h, S1);
+    /* each growth is taken at once, so the next one cannot extend a free block */
+    size_t grows[] = {8 * MiB, 8 * MiB, 40 * MiB, 64 * MiB};
+    uint64_t creates[] = {4, 2, 5, 4}; /* units of 1 (nothing reserved), 2, 4, then 8 chunks */
+    for (int i = 0; i < 4; i++) {
+        uint64_t c0 = hf_calls(&f, GMLAKE_DC_CHUNK_CREATE), a0 = hf_calls(&f, GMLAKE_DC_SET_ACCESS);
+        grow(&f, s1, grows[i]);
+        hf_take(&f, s1, grows[i]);
+        cr_assert_eq(hf_calls(&f, GMLAKE_DC_CHUNK_CREATE) - c0, creates[i], "growth %d", i);
+        cr_assert_eq(hf_calls(&f, GMLAKE_DC_SET_ACCESS) - a0, 1, "one set_access per run");
+        hf_check(&f, 0);
+    }
+    size_t lens[32], want[] = {1, 1, 1, 1, 2, 2, 4, 4, 4, 4, 4, 8, 8, 8, 8};
+    size_t n = extent_lens(&f, gml_slot_of(&f.h, f.h.arena), lens, 32);
+    cr_assert_eq(n, sizeof want / sizeof want[0]);
+    for (size_t i = 0; i < n; i++)
+        cr_assert_eq(lens[i], want[i], "extent %zu: %zu chunks, expected %zu", i, lens[i], want[i]);
+    cr_assert_eq(f.h.reserved, 120 * MiB);
+    /* every block freed: release returns each extent, one release per handle */
+    while (f.used.n)
+        hf_put(&f, f.used.v[0], f.h.ready);
+    uint64_t r0 = hf_calls(&f, GMLAKE_DC_CHUNK_RELEASE);
+    cr_assert_eq(gml_release_free_chunks(&f.h), 60);
+    cr_assert_eq(hf_calls(&f, GMLAKE_DC_CHUNK_RELEASE) - r0, n);
+    cr_assert_eq(f.h.reserved, 0);
+    cr_assert_eq(gml_sim_bytes_in_use(f.dev), 0);
+    hf_check(&f, 0);
+    hf_free(&f);
+}
+
+Test(extents, a_stitch_across_proportional_extents_and_release_after_it)
+{
+    hfix f;
+    hf_make_shared(&f, 512 * MiB, 64 * MiB, 4);
+    gml_bin *s1 = gml_bin_get(&f.h, S1);
+    /* runs of 1-, 2- and 4-chunk extents, separated by live blocks */
+    gml_block *v[6];
+    size_t sizes[] = {16 * MiB, 2 * MiB, 16 * MiB, 2 * MiB, 32 * MiB, 2 * MiB};
+    for (int i = 0; i < 6; i++) {
+        grow(&f, s1, sizes[i]);
+        v[i] = hf_take(&f, s1, sizes[i]);
+    }
+    for (int i = 0; i < 6; i += 2)
+        hf_put(&f, v[i], s1);
+    uint64_t reserved = f.h.reserved;
+    gml_block *b = NULL;
+    cr_assert_eq(gml_stitch_alloc(&f.st, s1, 60 * MiB, 60 * MiB, false, &b), GMLAKE_OK);
+    cr_assert_eq(f.h.reserved, reserved, "no growth");
+    cr_assert_eq(b->size, 60 * MiB, "32 + 16 + 12: the cut falls on extents of 2 and 4 MiB");
+    hf_check(&f, 1);
+    /* freed, the stitched block stays cached: its extents are pinned and release keeps them */
+    gml_stitch_free(&f.st, b, f.h.ready);
+    hf_check(&f, 0);
+    gml_promote(&f.h, NULL, true); /* the stream's free blocks to the ready bin */
+    gml_release_free_chunks(&f.h);
+    cr_assert_eq(f.h.reserved, reserved - 4 * MiB, "only the 16 MiB piece's unused 4 MiB went");
+    hf_check(&f, 0);
+    /* torn down, every free extent goes; the live 2 MiB ones last */
+    cr_assert_eq(gml_stitch_gc(&f.st, true), 1);
+    gml_release_free_chunks(&f.h);
+    cr_assert_eq(f.h.reserved, 6 * MiB);
+    for (int i = 1; i < 6; i += 2)
+        hf_put(&f, v[i], f.h.ready);
+    gml_release_free_chunks(&f.h);
+    cr_assert_eq(f.h.reserved, 0);
+    cr_assert_eq(gml_sim_bytes_in_use(f.dev), 0);
+    hf_check(&f, 0);
+    hf_free(&f);
+}
