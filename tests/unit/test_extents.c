@@ -10,6 +10,24 @@ static void grow(hfix *f, gml_bin *bin, size_t bytes)
     cr_assert_eq(gml_grow(&f->h, bin, GML_SPACE_LARGE, GML_GROW_BLOCK, bytes), GMLAKE_OK);
 }
 
+/* Grows by each size in turn and takes it at once (so no growth extends a free block). */
+static void grow_taken(hfix *f, gml_bin *bin, const size_t *sizes, int n, gml_block **v)
+{
+    for (int i = 0; i < n; i++) {
+        grow(f, bin, sizes[i]);
+        v[i] = hf_take(f, bin, sizes[i]);
+    }
+}
+
+/* Nothing is reserved or held on the device any more; the checkers agree; the fixture goes. */
+static void all_released(hfix *f)
+{
+    cr_assert_eq(f->h.reserved, 0);
+    cr_assert_eq(gml_sim_bytes_in_use(f->dev), 0);
+    hf_check(f, 0);
+    hf_free(f);
+}
+
 Test(extents, growth_makes_few_large_extents)
 {
     hfix f;
@@ -44,10 +62,7 @@ Test(extents, release_frees_whole_unpinned_extents_only)
     hf_check(&f, 0);
     hf_put(&f, l, f.h.ready);
     cr_assert_eq(gml_release_free_chunks(&f.h), 8);
-    cr_assert_eq(f.h.reserved, 0);
-    cr_assert_eq(gml_sim_bytes_in_use(f.dev), 0);
-    hf_check(&f, 0);
-    hf_free(&f);
+    all_released(&f);
 }
 
 Test(extents, a_stitch_maps_whole_extents_of_mixed_sizes)
@@ -58,10 +73,7 @@ Test(extents, a_stitch_maps_whole_extents_of_mixed_sizes)
     /* free extents of 8, 4 and 2 MiB, separated by live ones */
     size_t sizes[] = {8 * MiB, 2 * MiB, 4 * MiB, 2 * MiB, 2 * MiB, 2 * MiB};
     gml_block *v[6];
-    for (int i = 0; i < 6; i++) {
-        grow(&f, s1, sizes[i]);
-        v[i] = hf_take(&f, s1, sizes[i]);
-    }
+    grow_taken(&f, s1, sizes, 6, v);
     for (int i = 0; i < 6; i += 2)
         hf_put(&f, v[i], s1);
     hf_check(&f, 0);
@@ -135,10 +147,7 @@ Test(extents, the_extent_unit_follows_the_memory_reserved)
     uint64_t r0 = hf_calls(&f, GMLAKE_DC_CHUNK_RELEASE);
     cr_assert_eq(gml_release_free_chunks(&f.h), 60);
     cr_assert_eq(hf_calls(&f, GMLAKE_DC_CHUNK_RELEASE) - r0, n);
-    cr_assert_eq(f.h.reserved, 0);
-    cr_assert_eq(gml_sim_bytes_in_use(f.dev), 0);
-    hf_check(&f, 0);
-    hf_free(&f);
+    all_released(&f);
 }
 
 Test(extents, a_stitch_across_proportional_extents_and_release_after_it)
@@ -149,10 +158,7 @@ Test(extents, a_stitch_across_proportional_extents_and_release_after_it)
     /* runs of 1-, 2- and 4-chunk extents, separated by live blocks */
     gml_block *v[6];
     size_t sizes[] = {16 * MiB, 2 * MiB, 16 * MiB, 2 * MiB, 32 * MiB, 2 * MiB};
-    for (int i = 0; i < 6; i++) {
-        grow(&f, s1, sizes[i]);
-        v[i] = hf_take(&f, s1, sizes[i]);
-    }
+    grow_taken(&f, s1, sizes, 6, v);
     for (int i = 0; i < 6; i += 2)
         hf_put(&f, v[i], s1);
     uint64_t reserved = f.h.reserved;
@@ -176,8 +182,5 @@ Test(extents, a_stitch_across_proportional_extents_and_release_after_it)
     for (int i = 1; i < 6; i += 2)
         hf_put(&f, v[i], f.h.ready);
     gml_release_free_chunks(&f.h);
-    cr_assert_eq(f.h.reserved, 0);
-    cr_assert_eq(gml_sim_bytes_in_use(f.dev), 0);
-    hf_check(&f, 0);
-    hf_free(&f);
+    all_released(&f);
 }
