@@ -47,6 +47,11 @@ const gml_option gml_options[] = {
     {"pytorch_backend", NULL, GML_OPT_BOOL, "on", 0, 0, NULL,
      "when neither PYTORCH_ALLOC_CONF nor PYTORCH_CUDA_ALLOC_CONF names an allocator backend, "
      "set backend:cudaMallocAsync so that PyTorch hands every tensor to gmlake"},
+    {"extent_size", NULL, GML_OPT_SIZE, "64MiB", 2097152, 1073741824, NULL,
+     "largest physical extent (one CUDA handle) growth creates; rounded down to whole chunks"},
+    {"extent_share", NULL, GML_OPT_UINT, "640", 0, 1000000, NULL,
+     "an extent is at most 1/extent_share of the memory reserved when it is created (at least one "
+     "chunk; 0: no bound but extent_size)"},
 };
 const int gml_option_count = (int)(sizeof gml_options / sizeof gml_options[0]);
 
@@ -70,6 +75,8 @@ static void *field_of(gml_config *c, int i)
     case 13: return c->stats_file;
     case 14: return c->trace_file;
     case 15: return &c->pytorch_backend;
+    case 16: return &c->pool.extent_size;
+    case 17: return &c->pool.extent_share;
     default: return NULL;
     }
 }

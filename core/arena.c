@@ -2,8 +2,15 @@
  * arena.c — where chunks live: the heap's arena and slots, growth, release, and moving fully free
  * chunks between the large and the small space (tier 1, contract in heap.h).
  *
- * Growth (gml_grow; plan_growth owns the unit and the amount): the unit is the chunk.  A small
- * request gets one chunk.  A large request gets only the chunks it lacks: when a free block that
+ * Growth (gml_grow; plan_growth owns the unit and the amount): the amount is counted in chunks
+ * and made of extents of `unit` chunks, the last one what is left (one handle, one create and one
+ * map each; one set_access over the run), because the driver charges per handle.  The unit
+ * (extent_unit) is the memory reserved so far divided by extent_share, at least one chunk and at
+ * most extent_chunks: a stitch maps whole extents only, so the free part of an extent that a live
+ * block shares is stranded for stitching (up to one extent at each end of a live block); an
+ * extent in proportion to the pool bounds what is stranded to a share of the pool, while a
+ * large pool still grows in few handles (docs/ARCHITECTURE.md, "Extents", has the measurements).
+ * A small request gets one one-chunk extent.  A large request gets only the chunks it lacks: when a free block that
  * its stream may use ends where empty slots begin, the fewest chunks that make it large enough are
  * mapped right after it so that the two merge (expandable-segments style); otherwise
  * ceil(need / chunk) chunks go at the lowest empty slots.  A stitch (GML_GROW_CHUNKS) gets the
@@ -11,8 +18,8 @@
  * room.  New chunks go to the bin of the block they extend, or to the asking stream's bin: they
  * have no GPU history, but giving them to the ready bin would put them beside that stream's own
  * later frees, which never merge with ready blocks (blocks.c), splitting the stream's memory.
- * Release returns whole chunks of the ready bin's free blocks only (memory every stream may use;
- * the caller promotes or waits first), never a pinned chunk.
+ * Release returns whole extents of the ready bin's free blocks only (memory every stream may use;
+ * the caller promotes or waits first), never one with a pinned chunk.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -58,6 +65,8 @@ int gml_heap_init(gml_heap *h, gml_device *dev, const gml_pool_settings *s, cons
     h->chunk_shift = (unsigned)__builtin_ctzll(chunk);
     h->round = round;
     h->small_limit = s->small_limit;
+    h->extent_chunks = s->extent_size / chunk ? s->extent_size / chunk : 1;
+    h->extent_share = s->extent_share;
     h->limit = s->limit_bytes ? s->limit_bytes : total;
     h->arena_size = GML_ROUND_UP(s->arena_bytes ? s->arena_bytes : 4 * total, chunk);
     h->nslots = h->arena_size >> h->chunk_shift;
@@ -85,9 +94,9 @@ int gml_heap_init(gml_heap *h, gml_device *dev, const gml_pool_settings *s, cons
 void gml_heap_destroy(gml_heap *h)
 {
     for (size_t i = 0; h->slots && i < h->nslots; i++) {
-        if (h->slots[i].state == GML_SLOT_EMPTY)
+        if (h->slots[i].state == GML_SLOT_EMPTY || h->slots[i].head != i)
             continue;
-        gml_dev_unmap(h->dev, gml_slot_addr(h, i), h->chunk);
+        gml_dev_unmap(h->dev, gml_slot_addr(h, i), (size_t)h->slots[i].len << h->chunk_shift);
         gml_dev_chunk_release(h->dev, h->slots[i].handle);
     }
     if (h->arena)
@@ -127,22 +136,22 @@ static size_t find_run(gml_heap *h, size_t k)
     return h->nslots;
 }
 
-/* Unmaps and releases slots [s, s+k) (their records are the caller's business). */
+/* Unmaps and releases the whole extents on slots [s, s+k) (their records are the caller's
+ * business). */
 static int unmap_release(gml_heap *h, size_t s, size_t k)
 {
     int rc = GMLAKE_OK;
-    for (size_t i = s; i < s + k; i++) {
-        gml_slot *sl = &h->slots[i];
-        int r1 = gml_dev_unmap(h->dev, gml_slot_addr(h, i), h->chunk);
-        int r2 = gml_dev_chunk_release(h->dev, sl->handle);
+    for (size_t i = s; i < s + k;) {
+        size_t len = h->slots[i].len;
+        int r1 = gml_dev_unmap(h->dev, gml_slot_addr(h, i), len << h->chunk_shift);
+        int r2 = gml_dev_chunk_release(h->dev, h->slots[i].handle);
         if (r1 || r2)
             rc = GMLAKE_ERR_DEVICE;
-        sl->state = GML_SLOT_EMPTY;
-        sl->owner = NULL;
-        sl->handle = 0;
-        sl->pins = 0;
+        for (size_t j = i; j < i + len; j++)
+            h->slots[j] = (gml_slot){0};
         if (i < h->slot_hint)
             h->slot_hint = i;
+        i += len;
     }
     return rc;
 }
@@ -163,10 +172,11 @@ static void link_neighbours(gml_heap *h, gml_block *b)
     }
 }
 
-/* Creates and maps k chunks as one free run of `space`: right after free block `extend` (in its
- * bin), or at the lowest empty slots in `bin`.  Returns the free block, or NULL with *rc set. */
-static gml_block *grow_run(gml_heap *h, int space, size_t k, gml_block *extend, gml_bin *bin,
-                           int *rc)
+/* Creates and maps k chunks, in extents of `unit` chunks, as one free run of `space`: right after
+ * free block `extend` (in its bin), or at the lowest empty slots in `bin`.  Returns the free
+ * block, or NULL with *rc set. */
+static gml_block *grow_run(gml_heap *h, int space, size_t k, size_t unit, gml_block *extend,
+                           gml_bin *bin, int *rc)
 {
     size_t s = extend ? gml_slot_of(h, extend->addr + extend->size) : find_run(h, k);
     if (s >= h->nslots || !run_empty(h, s, k)) {
@@ -184,17 +194,24 @@ static gml_block *grow_run(gml_heap *h, int space, size_t k, gml_block *extend, 
     }
     size_t done = 0;
     *rc = GMLAKE_OK;
-    for (; done < k; done++) {
+    while (done < k) { /* extents of unit chunks, the last one what is left */
+        size_t len = k - done < unit ? k - done : unit;
         gml_slot *sl = &h->slots[s + done];
-        *rc = gml_dev_chunk_create(h->dev, h->chunk, &sl->handle);
+        *rc = gml_dev_chunk_create(h->dev, len << h->chunk_shift, &sl->handle);
         if (*rc)
             break;
-        *rc = gml_dev_map(h->dev, gml_slot_addr(h, s + done), h->chunk, sl->handle);
+        *rc = gml_dev_map(h->dev, gml_slot_addr(h, s + done), len << h->chunk_shift, sl->handle);
         if (*rc) {
             gml_dev_chunk_release(h->dev, sl->handle);
+            sl->handle = 0;
             break;
         }
-        sl->state = (uint8_t)(space == GML_SPACE_SMALL ? GML_SLOT_SMALL : GML_SLOT_LARGE);
+        sl->len = (uint32_t)len;
+        for (size_t j = s + done; j < s + done + len; j++) {
+            h->slots[j].head = (uint32_t)(s + done);
+            h->slots[j].state = (uint8_t)(space == GML_SPACE_SMALL ? GML_SLOT_SMALL : GML_SLOT_LARGE);
+        }
+        done += len;
     }
     if (*rc == GMLAKE_OK)
         *rc = gml_dev_set_access(h->dev, gml_slot_addr(h, s), k * h->chunk);
@@ -222,14 +239,25 @@ static gml_block *grow_run(gml_heap *h, int space, size_t k, gml_block *extend, 
     for (gml_block *f = RB_MIN(gml_size_tree, &sb_->free[space]); f;                              \
          f = RB_NEXT(gml_size_tree, NULL, f))
 
-/* Where growth goes: up to two places, tried in order (extend NULL: fresh slots). */
+/* Where growth goes: up to two places, tried in order (extend NULL: fresh slots), and the
+ * extent unit. */
 typedef struct growth {
     int n;
+    size_t unit; /* chunks per extent */
     struct growth_at {
         size_t k;
         gml_block *extend;
     } at[2];
 } growth;
+
+/* The extent unit in chunks: the chunks mapped now / extent_share, within [1, extent_chunks]. */
+static size_t extent_unit(const gml_heap *h)
+{
+    size_t u = h->extent_chunks;
+    if (h->extent_share && h->mapped_slots / h->extent_share < u)
+        u = h->mapped_slots / h->extent_share;
+    return u ? u : 1;
+}
 
 /* The growth plan: the one place that decides the unit and the amount (see the top of the file).
  * The plan lists where to try: an extension of a free block first when one fits, then fresh
@@ -237,7 +265,7 @@ typedef struct growth {
 static growth plan_growth(gml_heap *h, gml_bin *bin, int space, enum gml_grow_goal goal,
                           size_t need)
 {
-    growth g = {0};
+    growth g = {.unit = extent_unit(h)};
     size_t k_need = (need + h->chunk - 1) >> h->chunk_shift;
     if (space == GML_SPACE_SMALL) {
         g.at[g.n++].k = 1;
@@ -265,7 +293,7 @@ static growth plan_growth(gml_heap *h, gml_bin *bin, int space, enum gml_grow_go
     gml_block *next_to = NULL;
     FOR_USABLE(h, bin, GML_SPACE_LARGE, f) {
         uintptr_t lo, hi;
-        gml_whole_chunks(h, f, &lo, &hi);
+        gml_whole_extents(h, f, &lo, &hi);
         if (f->size >= h->chunk && hi > lo)
             have += (hi - lo) >> h->chunk_shift;
     }
@@ -274,7 +302,7 @@ static growth plan_growth(gml_heap *h, gml_bin *bin, int space, enum gml_grow_go
         return g;
     FOR_USABLE(h, bin, GML_SPACE_LARGE, f) {
         uintptr_t lo, hi, end = f->addr + f->size;
-        gml_whole_chunks(h, f, &lo, &hi);
+        gml_whole_extents(h, f, &lo, &hi);
         if (next_to || f->size < h->chunk || hi <= lo || ((end - h->arena) & (h->chunk - 1)))
             continue;
         if (run_empty(h, gml_slot_of(h, end), k))
@@ -291,7 +319,7 @@ int gml_grow(gml_heap *h, gml_bin *bin, int space, enum gml_grow_goal goal, size
     growth g = plan_growth(h, bin, space, goal, need);
     int rc = GMLAKE_ERR_NOMEM;
     for (int i = 0; i < g.n; i++) {
-        if (grow_run(h, space, g.at[i].k, g.at[i].extend, bin, &rc))
+        if (grow_run(h, space, g.at[i].k, g.unit, g.at[i].extend, bin, &rc))
             return GMLAKE_OK;
         if (rc == GMLAKE_ERR_DEVICE && goal == GML_GROW_CHUNKS)
             break;
@@ -367,6 +395,22 @@ size_t gml_small_reclaim(gml_heap *h)
     return moved;
 }
 
+/* Whether a chunk of the extent holding slot s is pinned. */
+static bool extent_pinned(const gml_heap *h, size_t s)
+{
+    size_t hd = gml_extent_head(h, s), len = gml_extent_len(h, s);
+    for (size_t i = hd; i < hd + len; i++)
+        if (h->slots[i].pins)
+            return true;
+    return false;
+}
+
+/* The start of the extent that ends at address e. */
+static uintptr_t extent_start(const gml_heap *h, uintptr_t e)
+{
+    return gml_slot_addr(h, gml_extent_head(h, gml_slot_of(h, e - h->chunk)));
+}
+
 size_t gml_release_free_chunks(gml_heap *h)
 {
     gml_small_reclaim(h);
@@ -377,16 +421,16 @@ size_t gml_release_free_chunks(gml_heap *h)
         for (size_t i = 0; i < v.n; i++) {
             gml_block *f = v.v[i];
             uintptr_t lo, hi;
-            gml_whole_chunks(h, f, &lo, &hi);
-            /* release maximal runs of unpinned chunks, from the top down so that f (which keeps
+            gml_whole_extents(h, f, &lo, &hi);
+            /* release maximal runs of unpinned extents, from the top down so that f (which keeps
              * the head of the range) stays valid */
             while (hi > lo) {
                 uintptr_t e = hi;
-                while (e > lo && h->slots[gml_slot_of(h, e - h->chunk)].pins)
-                    e -= h->chunk;
+                while (e > lo && extent_pinned(h, gml_slot_of(h, e - h->chunk)))
+                    e = extent_start(h, e);
                 uintptr_t s = e;
-                while (s > lo && !h->slots[gml_slot_of(h, s - h->chunk)].pins)
-                    s -= h->chunk;
+                while (s > lo && !extent_pinned(h, gml_slot_of(h, s - h->chunk)))
+                    s = extent_start(h, s);
                 if (e == s)
                     break;
                 gml_block *m = gml_carve(h, f, s, e - s);

@@ -256,3 +256,16 @@ void gml_whole_chunks(const gml_heap *h, const gml_block *b, uintptr_t *lo, uint
     *lo = h->arena + GML_ROUND_UP(b->addr - h->arena, h->chunk);
     *hi = h->arena + ((b->addr + b->size - h->arena) & ~(uintptr_t)(h->chunk - 1));
 }
+
+void gml_whole_extents(const gml_heap *h, const gml_block *b, uintptr_t *lo, uintptr_t *hi)
+{
+    gml_whole_chunks(h, b, lo, hi);
+    if (*hi <= *lo)
+        return;
+    size_t s = gml_slot_of(h, *lo), hd = gml_extent_head(h, s);
+    if (hd != s)
+        *lo = gml_slot_addr(h, hd + gml_extent_len(h, s));
+    size_t e = gml_slot_of(h, *hi) - 1, he = gml_extent_head(h, e);
+    if (he + gml_extent_len(h, e) != e + 1)
+        *hi = gml_slot_addr(h, he);
+}

@@ -4,10 +4,15 @@
  * with their lock held (the heap has none).
  *
  * Vocabulary
- *  chunk          one physical allocation of `chunk` bytes (2 MiB by default), its own handle, so
- *                 that it can be mapped on its own (CUDA maps a handle only at offset 0).
- *  home mapping   every chunk held is mapped exactly once in the arena, a virtual range reserved
- *                 at creation; slot i of the arena is arena + i * chunk.
+ *  chunk          the address grain: `chunk` bytes (2 MiB by default); slot i of the arena is
+ *                 arena + i * chunk.  Blocks of the small space live inside one chunk.
+ *  extent         one physical allocation (one CUDA handle) of one or more consecutive chunks,
+ *                 at most extent_size; the unit the device is asked for, released in and stitched
+ *                 (CUDA maps a handle whole, only at offset 0).  The driver charges per handle, so
+ *                 growth makes few large extents, as large as the memory held allows without
+ *                 stranding much (see arena.c: the extent unit).
+ *  home mapping   every extent held is mapped exactly once in the arena, a virtual range reserved
+ *                 at creation, over its chunks' slots.
  *  block          a byte range of home mappings, one record (gml_block): FREE (in a bin), LIVE
  *                 (handed out by gml_take), or HELD (carved out by gml_carve for an upper layer,
  *                 which links it through holder / held).  The home mappings are tiled by
@@ -20,7 +25,7 @@
  *                 stream.  Whether a bin's blocks may serve a stream is decided in one place:
  *                 gml_bin_serves (streams.c); every search goes through it.
  *  pin            a chunk mapped by a view an upper layer made of it (a stitched range) is pinned
- *                 (gml_chunk_pin); release never returns a pinned chunk.
+ *                 (gml_chunk_pin); release never returns an extent with a pinned chunk.
  *  VIEW           a record state the heap never tiles: an upper layer's allocation outside the
  *                 arena (a stitched block) kept in the same live map as LIVE blocks.
  *
@@ -31,7 +36,8 @@
  *  release             gml_release_free_chunks (arena.c): whole unpinned chunks of the ready bin.
  *
  * Invariants (gml_heap_check)
- *  H1 every mapped slot holds one chunk with exactly one home mapping; reserved = slots x chunk.
+ *  H1 every mapped slot lies in exactly one extent (its head slot holds the handle and the length)
+ *     with exactly one home mapping; reserved = mapped slots x chunk.
  *  H2 the home mappings are tiled by blocks without overlap; blocks of one space that touch are
  *     linked prev/next; a small block lies inside one small chunk; a large one on large chunks.
  *  H3 slot.owner is the block holding the slot's last byte.
@@ -111,7 +117,9 @@ LIST_HEAD(gml_bin_list, gml_bin);
 
 typedef struct gml_slot {
     gml_block *owner;                /* block holding the slot's last byte */
-    gml_handle handle;
+    gml_handle handle;               /* extent head: the extent's handle (0 elsewhere) */
+    uint32_t head;                   /* the first slot of the slot's extent */
+    uint32_t len;                    /* extent head: the extent's chunks */
     uint32_t pins;                   /* views of the chunk that upper layers hold */
     uint8_t state;
 } gml_slot;
@@ -119,6 +127,8 @@ typedef struct gml_slot {
 typedef struct gml_heap {
     gml_device *dev;
     size_t chunk, small_limit, round, limit;
+    size_t extent_chunks;            /* most chunks in one extent */
+    size_t extent_share;             /* an extent <= mapped slots / extent_share (0: no bound) */
     unsigned chunk_shift;
     uintptr_t arena;
     size_t arena_size, nslots, slot_hint, mapped_slots;
@@ -140,7 +150,7 @@ typedef struct gml_heap {
 typedef struct gml_heap_free {
     uint64_t free_bytes;             /* bytes in free blocks, every bin and space */
     uint64_t largest_free_bytes;     /* the largest free block */
-    uint64_t whole_chunk_bytes;      /* bytes of the whole chunks inside free blocks */
+    uint64_t whole_extent_bytes;     /* bytes of the whole extents inside free large blocks */
 } gml_heap_free;
 
 #define GML_ROUND_UP(x, a) (((x) + (a) - 1) / (a) * (a))
@@ -199,6 +209,11 @@ void gml_claim(gml_heap *h, gml_block *b, uintptr_t addr, size_t size);
 gml_block *gml_block_at(gml_heap *h, uintptr_t addr);
 /* The whole chunks inside block b: [*lo, *hi), empty when *hi <= *lo. */
 void gml_whole_chunks(const gml_heap *h, const gml_block *b, uintptr_t *lo, uintptr_t *hi);
+/* The whole extents inside free large block b: [*lo, *hi), empty when *hi <= *lo. */
+void gml_whole_extents(const gml_heap *h, const gml_block *b, uintptr_t *lo, uintptr_t *hi);
+/* The extent holding slot s: its first slot and its length in chunks. */
+static inline size_t gml_extent_head(const gml_heap *h, size_t s) { return h->slots[s].head; }
+static inline size_t gml_extent_len(const gml_heap *h, size_t s) { return h->slots[h->slots[s].head].len; }
 
 /* ---- streams.c: bins, events, promotion; the one rule of cross-stream reuse ---- */
 gml_bin *gml_bin_get(gml_heap *p, gml_stream s); /* NULL on host OOM */

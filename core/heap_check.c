@@ -114,12 +114,17 @@ int gml_heap_check(gml_heap *h, gml_block *const *used, size_t nused, char *why,
     }
     size_t mapped = 0;
     for (size_t s = 0; s < h->nslots; s++) {
-        if (h->slots[s].state == GML_SLOT_EMPTY) {
-            if (h->slots[s].pins || h->slots[s].owner)
-                FAIL("empty slot %zu still has an owner or pins", s);
+        const gml_slot *sl = &h->slots[s];
+        if (sl->state == GML_SLOT_EMPTY) {
+            if (sl->pins || sl->owner || sl->handle || sl->len)
+                FAIL("empty slot %zu still has an owner, pins or an extent", s);
             continue;
         }
         mapped++;
+        const gml_slot *hd = &h->slots[sl->head];
+        if (sl->head > s || hd->head != sl->head || hd->len == 0 || s >= sl->head + hd->len ||
+            !hd->handle || hd->state == GML_SLOT_EMPTY || (sl->head != s && (sl->handle || sl->len)))
+            FAIL("slot %zu is not inside a well-formed extent (head %u)", s, sl->head);
         if (covered[s] != h->chunk)
             FAIL("slot %zu: blocks cover %zu of %zu bytes", s, covered[s], h->chunk);
     }
@@ -143,10 +148,13 @@ void gml_heap_free_stats(gml_heap *h, gml_heap_free *o)
                 o->free_bytes += f->size;
                 if (f->size > o->largest_free_bytes)
                     o->largest_free_bytes = f->size;
-                uintptr_t lo, hi;
-                gml_whole_chunks(h, f, &lo, &hi);
+                uintptr_t lo = 0, hi = 0;
+                if (s == GML_SPACE_LARGE)
+                    gml_whole_extents(h, f, &lo, &hi);
+                else if (f->size == h->chunk && gml_extent_len(h, gml_slot_of(h, f->addr)) == 1)
+                    lo = f->addr, hi = f->addr + f->size; /* a free one-chunk small extent */
                 if (hi > lo)
-                    o->whole_chunk_bytes += hi - lo;
+                    o->whole_extent_bytes += hi - lo;
             }
         }
     }

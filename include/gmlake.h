@@ -77,8 +77,8 @@ typedef struct gmlake_stats {
     uint64_t largest_free_bytes;    /* the largest single free block (home, or a cached stitched
                                        block whose chunks are all free): the most one request can
                                        get without device calls */
-    uint64_t stitchable_bytes;      /* free bytes in whole free chunks, which stitching can combine
-                                       into one block without device memory growth */
+    uint64_t stitchable_bytes;      /* free bytes in whole free extents, which stitching can
+                                       combine into one block without device memory growth */
 } gmlake_stats;
 
 /* Fill *out with the pool of `device`. */

@@ -120,12 +120,9 @@ void gml_stitch_free(gml_stitch *st, gml_block *b, gml_bin *bin)
 static void evict(gml_stitch *st, gml_sblock *sb)
 {
     gml_heap *h = st->h;
-    bool ok = true;
-    for (uint32_t i = 0; i < sb->nchunks; i++) {
-        if (gml_dev_unmap(h->dev, sb->b.addr + ((size_t)i << h->chunk_shift), h->chunk))
-            ok = false;
+    bool ok = gml_stitch_unmap(h, sb->b.addr, sb->slots, sb->nchunks);
+    for (uint32_t i = 0; i < sb->nchunks; i++)
         gml_chunk_unpin(h, sb->slots[i]);
-    }
     if (!ok || gml_dev_va_free(h->dev, sb->b.addr, sb->b.size))
         fprintf(stderr, "gmlake: warning: tearing down a stitched range at %#lx failed; "
                         "its %zu virtual bytes stay reserved\n", (unsigned long)sb->b.addr, sb->b.size);
@@ -247,6 +244,16 @@ int gml_stitch_check(gml_stitch *st, size_t live_views, char *why, size_t whylen
                     FAIL("chunk %u is in two live stitched blocks", s);
                 owner[s] = sb;
             }
+        }
+        for (uint32_t i = 0; i < sb->nchunks;) {
+            uint32_t s = sb->slots[i], len = (uint32_t)gml_extent_len(h, s);
+            if (gml_extent_head(h, s) != s || i + len > sb->nchunks)
+                FAIL("stitched block %#lx maps part of an extent at slot %u",
+                     (unsigned long)sb->b.addr, s);
+            for (uint32_t j = 1; j < len; j++)
+                if (sb->slots[i + j] != s + j)
+                    FAIL("stitched block %#lx maps extent %u out of order", (unsigned long)sb->b.addr, s);
+            i += len;
         }
         if (!sb->live) {
             if (!STAILQ_EMPTY(&sb->parts))

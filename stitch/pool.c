@@ -403,7 +403,7 @@ void gml_pool_stats(gml_pool *p, gmlake_stats *o)
     pthread_mutex_unlock(&p->mu);
     o->free_bytes = hf.free_bytes;
     o->largest_free_bytes = hf.largest_free_bytes > cached ? hf.largest_free_bytes : cached;
-    o->stitchable_bytes = hf.whole_chunk_bytes;
+    o->stitchable_bytes = hf.whole_extent_bytes;
 }
 
 void gml_pool_reset_peaks(gml_pool *p)

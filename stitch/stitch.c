@@ -69,7 +69,7 @@ static bool collect_pieces(gml_heap *h, gml_bin *bin, piece_vec *v)
         gml_block *f;
         RB_FOREACH(f, gml_size_tree, &b->free[GML_SPACE_LARGE]) {
             uintptr_t lo, hi;
-            gml_whole_chunks(h, f, &lo, &hi);
+            gml_whole_extents(h, f, &lo, &hi);
             if (f->size < h->chunk || hi <= lo)
                 continue;
             if (!gml_vec_push(v, ((piece){.f = f, .lo = lo, .n = (hi - lo) >> h->chunk_shift})))
@@ -87,9 +87,20 @@ static int by_size_desc(const void *a, const void *b)
     return x->lo < y->lo ? -1 : (x->lo > y->lo);
 }
 
-/* Marks piece.use so that the used chunks add up to `chunks`; returns the number of pieces used
- * (they are moved to the front of v, in stitching order). */
-static size_t choose_pieces(piece *v, size_t n, size_t chunks, gml_stitch_strategy strategy)
+/* The chunks of the fewest whole extents at the top of piece p that hold `want` chunks. */
+static size_t whole_from_top(const gml_heap *h, const piece *p, size_t want)
+{
+    size_t top = gml_slot_of(h, p->lo) + p->n, got = 0;
+    while (got < want)
+        got = top - gml_extent_head(h, top - got - 1);
+    return got;
+}
+
+/* Marks piece.use (whole extents from the top of each piece) so that the used chunks add up to
+ * at least `chunks` (*total, the overshoot below one extent a piece); returns the number of
+ * pieces used (they are moved to the front of v, in stitching order). */
+static size_t choose_pieces(const gml_heap *h, piece *v, size_t n, size_t chunks,
+                            gml_stitch_strategy strategy, size_t *total)
 {
     if (n)
         qsort(v, n, sizeof *v, by_size_desc);
@@ -108,17 +119,24 @@ static size_t choose_pieces(piece *v, size_t n, size_t chunks, gml_stitch_strate
         for (size_t i = pick; i > used; i--)
             v[i] = v[i - 1];
         v[used] = t;
-        v[used].use = t.n < left ? t.n : left;
-        left -= v[used].use;
+        v[used].use = whole_from_top(h, &t, t.n < left ? t.n : left);
+        left -= v[used].use < left ? v[used].use : left;
+        *total += v[used].use;
         used++;
     }
     return left ? 0 : used;
 }
 
-static void unmap_stitched(gml_heap *h, uintptr_t va, size_t mapped)
+bool gml_stitch_unmap(gml_heap *h, uintptr_t va, const uint32_t *slots, size_t mapped)
 {
-    for (size_t i = 0; i < mapped; i++)
-        gml_dev_unmap(h->dev, va + (i << h->chunk_shift), h->chunk);
+    bool ok = true;
+    for (size_t i = 0; i < mapped;) {
+        size_t len = gml_extent_len(h, slots[i]);
+        if (gml_dev_unmap(h->dev, va + (i << h->chunk_shift), len << h->chunk_shift))
+            ok = false;
+        i += len;
+    }
+    return ok;
 }
 
 /* Device calls for a stitched range over `slots`; on failure nothing stays mapped or reserved. */
@@ -128,15 +146,19 @@ static int map_range(gml_heap *h, const uint32_t *slots, size_t n, uintptr_t *va
     size_t bytes = n << h->chunk_shift;
     if (gml_dev_va_reserve(h->dev, bytes, h->chunk, &va) != GMLAKE_OK)
         return GMLAKE_ERR_DEVICE;
-    size_t i = 0;
-    for (; i < n; i++)
-        if (gml_dev_map(h->dev, va + (i << h->chunk_shift), h->chunk, h->slots[slots[i]].handle))
+    size_t i = 0; /* one map per extent: slots holds whole extents, heads first */
+    while (i < n) {
+        size_t len = gml_extent_len(h, slots[i]);
+        if (gml_dev_map(h->dev, va + (i << h->chunk_shift), len << h->chunk_shift,
+                        h->slots[slots[i]].handle))
             break;
+        i += len;
+    }
     if (i == n && gml_dev_set_access(h->dev, va, bytes) == GMLAKE_OK) {
         *va_out = va;
         return GMLAKE_OK;
     }
-    unmap_stitched(h, va, i);
+    gml_stitch_unmap(h, va, slots, i);
     gml_dev_va_free(h->dev, va, bytes);
     return GMLAKE_ERR_DEVICE;
 }
@@ -190,7 +212,8 @@ int gml_stitch_alloc(gml_stitch *st, gml_bin *bin, size_t need, size_t req, bool
         if (!collect_pieces(h, bin, &v))
             goto out;
     }
-    size_t used = choose_pieces(v.v, v.n, chunks, st->strategy);
+    size_t total = 0, used = choose_pieces(h, v.v, v.n, chunks, st->strategy, &total);
+    chunks = total;
     gml_sblock *sb = used ? calloc(1, sizeof *sb) : NULL;
     uint32_t *slots = sb ? malloc(chunks * sizeof *slots) : NULL;
     if (!slots) {
@@ -207,7 +230,7 @@ int gml_stitch_alloc(gml_stitch *st, gml_bin *bin, size_t need, size_t req, bool
     uintptr_t va;
     rc = map_range(h, slots, chunks, &va);
     if (rc == GMLAKE_OK && !carve_parts(st, sb, v.v, used)) {
-        unmap_stitched(h, va, chunks);
+        gml_stitch_unmap(h, va, slots, chunks);
         gml_dev_va_free(h->dev, va, chunks << h->chunk_shift);
         rc = GMLAKE_ERR_NOMEM;
     }

@@ -7,8 +7,10 @@
  * carves and returns blocks, pins chunks and asks for growth through heap functions.
  *
  * Vocabulary
- *  piece           a run of whole chunks inside one free home block that the request's stream may
- *                  use (gml_bin_serves).
+ *  piece           a run of whole extents inside one free home block that the request's stream may
+ *                  use (gml_bin_serves); a stitch maps whole extents only (CUDA maps a handle
+ *                  whole), so a stitched block may exceed the request by less than an extent a
+ *                  piece.
  *  stitched block  a fresh virtual range onto which the chunks of several pieces are mapped in
  *                  order.  While it lives its chunks are carved out of their home blocks (HELD
  *                  parts, on its STAILQ), so nothing else can hand them out; their home
@@ -33,8 +35,8 @@
  *  block large enough); GMLAKE_ERR_NOMEM when stitching is off, the request is below frag_limit,
  *  or the free chunks (plus, with may_grow, the chunks the device can still give) cannot cover it;
  *  GMLAKE_ERR_DEVICE when the driver failed.  On failure everything done is undone: carved parts
- *  go back to the bins they came from.  Invariants (gml_stitch_check): S1 a chunk is part of at
- *  most one live stitched block, and the parts of a live block cover exactly its chunks; S2 a
+ *  go back to the bins they came from.  Invariants (gml_stitch_check): S1 a stitched block maps whole
+ *  extents, in order; a chunk is part of at most one live stitched block, and the parts of a live block cover exactly its chunks; S2 a
  *  chunk's pins = the stitched blocks (live or cached) that map it; S3 the counters, the LRU and
  *  the size index agree with the records.
  */
@@ -105,6 +107,9 @@ void gml_stitch_free(gml_stitch *st, gml_block *b, gml_bin *bin);
 /* Tears down cached stitched blocks: with all, every one (waiting for the GPU); otherwise until
  * the auto GC bounds hold.  Returns the number torn down. */
 size_t gml_stitch_gc(gml_stitch *st, bool all);
+/* Unmaps the first `mapped` chunks of a stitched range over `slots` (whole extents), one call per
+ * extent; false if the device refused one. */
+bool gml_stitch_unmap(gml_heap *h, uintptr_t va, const uint32_t *slots, size_t mapped);
 /* Whether ptr lies inside a stitched range. */
 bool gml_stitch_owns(gml_stitch *st, uintptr_t ptr);
 /* The largest cached stitched block whose chunks are all free (servable without device calls). */

@@ -19,7 +19,9 @@ typedef struct hfix {
     gml_block_vec used; /* LIVE blocks the test holds */
 } hfix;
 
-static inline void hf_make(hfix *f, size_t capacity)
+/* A heap whose extents reach extent_size, and at most 1/share of the memory reserved (0: no such
+ * bound). */
+static inline void hf_make_shared(hfix *f, size_t capacity, size_t extent_size, unsigned share)
 {
     *f = (hfix){0};
     gml_sim_config sc = {.capacity = capacity, .backed = false};
@@ -28,10 +30,20 @@ static inline void hf_make(hfix *f, size_t capacity)
     gml_pool_settings s;
     gml_pool_settings_default(&s);
     s.arena_bytes = capacity * 4;
+    s.extent_size = extent_size;
+    s.extent_share = share;
     const char *why = NULL;
     cr_assert_eq(gml_heap_init(&f->h, f->dev, &s, &why), GMLAKE_OK, "%s", why);
     cr_assert_eq(gml_stitch_init(&f->st, &f->h, &s, &why), GMLAKE_OK, "%s", why);
 }
+
+/* A heap whose extents all reach extent_size (uniform extents). */
+static inline void hf_make_ext(hfix *f, size_t capacity, size_t extent_size)
+{
+    hf_make_shared(f, capacity, extent_size, 0);
+}
+
+static inline void hf_make(hfix *f, size_t capacity) { hf_make_ext(f, capacity, 2 * MiB); }
 
 static inline void hf_free(hfix *f)
 {

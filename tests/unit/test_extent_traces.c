@@ -1,0 +1,58 @@
+/* test_extent_traces.c — the extent defaults on the shared traces (replayed through the pool on a
+ * sim device); skipped cleanly where ../shared is absent. */
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "helpers.h"
+#include "tools/trace.h"
+
+/* The shared traces (../shared/traces beside the worktree, not part of the repository): under the
+ * default settings each replays at >= 99% utilization with no device call in its second half,
+ * on extents larger than one chunk on average, for at most 3/4 of the estimated driver time of one
+ * chunk per extent.  Skipped where the traces are absent. */
+Test(extents, the_shared_traces_keep_99_percent_on_larger_extents)
+{
+#ifdef GML_CHECK_EVERY_OP
+    cr_skip_test("this build checks the pool after every operation: too slow for whole traces");
+#endif
+    static const char *const names[] = {"gpt2_ckpt_varlen", "llama_lora_ckpt", "mixtral_moe"};
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s", __FILE__);
+    char *slash = strrchr(dir, '/');
+    snprintf(slash ? slash + 1 : dir, sizeof dir - (size_t)(slash ? slash + 1 - dir : 0),
+             "../../../shared/traces");
+    for (int i = 0; i < 3; i++) {
+        char path[640], err[256];
+        snprintf(path, sizeof path, "%s/%s.trace.gz", dir, names[i]);
+        if (access(path, R_OK) != 0)
+            cr_skip_test("%s is absent", path);
+        gml_trace t;
+        cr_assert_eq(gml_trace_load(path, &t, err, sizeof err), 0, "%s", err);
+        double secs[2];
+        for (int one_chunk = 0; one_chunk < 2; one_chunk++) {
+            gml_pool_settings s;
+            gml_pool_settings_default(&s);
+            if (one_chunk)
+                s.extent_size = 2 * MiB;
+            const char *why = NULL;
+            gml_pool *p = gml_sim_pool_create((size_t)140 << 30, false, &s, &why);
+            cr_assert_not_null(p, "%s", why);
+            gml_replay_result r;
+            cr_assert_eq(gml_replay(p, &t, 0, &r, err, sizeof err), 0, "%s", err);
+            secs[one_chunk] = r.device_seconds;
+            if (!one_chunk) {
+                cr_assert_geq(r.stats.utilization, 0.99, "%s: %.4f", names[i], r.stats.utilization);
+                cr_assert_eq(r.calls_second_half, 0, "%s", names[i]);
+                double per_handle = (double)r.stats.peak_reserved_bytes /
+                                    (double)r.stats.device_calls[GMLAKE_DC_CHUNK_CREATE];
+                cr_assert_gt(per_handle, 2.5 * MiB, "%s: %.2f MiB per handle", names[i],
+                             per_handle / MiB);
+            }
+            gml_sim_pool_destroy(p);
+        }
+        cr_assert_lt(secs[0], 0.75 * secs[1], "%s: %.3f s, one chunk per extent %.3f s", names[i],
+                     secs[0], secs[1]);
+        gml_trace_free(&t);
+    }
+}

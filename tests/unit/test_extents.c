@@ -1,0 +1,184 @@
+/* test_extents.c — physical memory in extents of several sizes (one handle each): growth makes
+ * few large extents, release frees whole unpinned extents only, stitching maps whole extents
+ * across mixed sizes, the checkers know extents. */
+#include "heap_helpers.h"
+
+static const gml_stream S1 = 0x1000;
+
+static void grow(hfix *f, gml_bin *bin, size_t bytes)
+{
+    cr_assert_eq(gml_grow(&f->h, bin, GML_SPACE_LARGE, GML_GROW_BLOCK, bytes), GMLAKE_OK);
+}
+
+/* Grows by each size in turn and takes it at once (so no growth extends a free block). */
+static void grow_taken(hfix *f, gml_bin *bin, const size_t *sizes, int n, gml_block **v)
+{
+    for (int i = 0; i < n; i++) {
+        grow(f, bin, sizes[i]);
+        v[i] = hf_take(f, bin, sizes[i]);
+    }
+}
+
+/* Nothing is reserved or held on the device any more; the checkers agree; the fixture goes. */
+static void all_released(hfix *f)
+{
+    cr_assert_eq(f->h.reserved, 0);
+    cr_assert_eq(gml_sim_bytes_in_use(f->dev), 0);
+    hf_check(f, 0);
+    hf_free(f);
+}
+
+Test(extents, growth_makes_few_large_extents)
+{
+    hfix f;
+    hf_make_ext(&f, 64 * MiB, 8 * MiB);
+    gml_bin *s1 = gml_bin_get(&f.h, S1);
+    grow(&f, s1, 20 * MiB);
+    cr_assert_eq(hf_calls(&f, GMLAKE_DC_CHUNK_CREATE), 3, "8 + 8 + 4 MiB");
+    cr_assert_eq(hf_calls(&f, GMLAKE_DC_MAP), 3, "one map per extent");
+    cr_assert_eq(hf_calls(&f, GMLAKE_DC_SET_ACCESS), 1, "one set_access over the run");
+    size_t s0 = gml_slot_of(&f.h, f.h.arena);
+    cr_assert_eq(gml_extent_len(&f.h, s0), 4);
+    cr_assert_eq(gml_extent_head(&f.h, s0 + 5), s0 + 4);
+    cr_assert_eq(gml_extent_len(&f.h, s0 + 9), 2);
+    cr_assert_eq(gml_sim_bytes_in_use(f.dev), 20 * MiB);
+    hf_check(&f, 0);
+    hf_free(&f);
+}
+
+Test(extents, release_frees_whole_unpinned_extents_only)
+{
+    hfix f;
+    hf_make_ext(&f, 64 * MiB, 8 * MiB);
+    grow(&f, f.h.ready, 24 * MiB); /* extents [0, 8) [8, 16) [16, 24) */
+    gml_block *l = hf_take(&f, f.h.ready, 3 * MiB); /* [21, 24): the last extent is not whole */
+    size_t pinned = gml_slot_of(&f.h, f.h.arena + 2 * MiB);
+    gml_chunk_pin(&f.h, pinned); /* and the first one is pinned */
+    cr_assert_eq(gml_release_free_chunks(&f.h), 4, "only the middle extent");
+    cr_assert_eq(f.h.reserved, 16 * MiB);
+    cr_assert_eq(hf_calls(&f, GMLAKE_DC_CHUNK_RELEASE), 1, "one handle");
+    cr_assert_eq(hf_calls(&f, GMLAKE_DC_UNMAP), 1);
+    gml_chunk_unpin(&f.h, pinned);
+    hf_check(&f, 0);
+    hf_put(&f, l, f.h.ready);
+    cr_assert_eq(gml_release_free_chunks(&f.h), 8);
+    all_released(&f);
+}
+
+Test(extents, a_stitch_maps_whole_extents_of_mixed_sizes)
+{
+    hfix f;
+    hf_make_ext(&f, 128 * MiB, 64 * MiB);
+    gml_bin *s1 = gml_bin_get(&f.h, S1);
+    /* free extents of 8, 4 and 2 MiB, separated by live ones */
+    size_t sizes[] = {8 * MiB, 2 * MiB, 4 * MiB, 2 * MiB, 2 * MiB, 2 * MiB};
+    gml_block *v[6];
+    grow_taken(&f, s1, sizes, 6, v);
+    for (int i = 0; i < 6; i += 2)
+        hf_put(&f, v[i], s1);
+    hf_check(&f, 0);
+    uint64_t maps = hf_calls(&f, GMLAKE_DC_MAP), reserved = f.h.reserved;
+    gml_block *b = NULL;
+    cr_assert_eq(gml_stitch_alloc(&f.st, s1, 10 * MiB, 10 * MiB, false, &b), GMLAKE_OK);
+    cr_assert_eq(f.h.reserved, reserved, "no growth");
+    cr_assert_eq(b->size, 12 * MiB, "8 + 4: whole extents, the overshoot below one extent");
+    cr_assert_eq(hf_calls(&f, GMLAKE_DC_MAP) - maps, 2, "one map per extent");
+    hf_check(&f, 1);
+    gml_stitch_free(&f.st, b, s1);
+    uint64_t unmaps = hf_calls(&f, GMLAKE_DC_UNMAP);
+    cr_assert_eq(gml_stitch_gc(&f.st, true), 1);
+    cr_assert_eq(hf_calls(&f, GMLAKE_DC_UNMAP) - unmaps, 2, "one unmap per extent");
+    hf_check(&f, 0);
+    hf_free(&f);
+}
+
+Test(extents, the_checker_finds_a_broken_extent)
+{
+    hfix f;
+    hf_make_ext(&f, 64 * MiB, 8 * MiB);
+    grow(&f, f.h.ready, 8 * MiB);
+    size_t s0 = gml_slot_of(&f.h, f.h.arena);
+    f.h.slots[s0 + 2].head = (uint32_t)(s0 + 1);
+    char why[256];
+    cr_assert_eq(gml_heap_check(&f.h, NULL, 0, why, sizeof why), GMLAKE_ERR_CORRUPT);
+    cr_assert(strstr(why, "extent"), "%s", why);
+    f.h.slots[s0 + 2].head = (uint32_t)s0;
+    hf_check(&f, 0);
+    hf_free(&f);
+}
+
+/* The extent lengths (chunks) of the run of slots starting at slot s, until an empty slot. */
+static size_t extent_lens(hfix *f, size_t s, size_t *lens, size_t max)
+{
+    size_t n = 0;
+    while (n < max && f->h.slots[s].state != GML_SLOT_EMPTY) {
+        cr_assert_eq(gml_extent_head(&f->h, s), s, "slot %zu starts no extent", s);
+        lens[n++] = gml_extent_len(&f->h, s);
+        s += lens[n - 1];
+    }
+    return n;
+}
+
+Test(extents, the_extent_unit_follows_the_memory_reserved)
+{
+    hfix f;
+    hf_make_shared(&f, 512 * MiB, 16 * MiB, 2); /* an extent <= reserved / 2, <= 16 MiB */
+    gml_bin *s1 = gml_bin_get(&f.h, S1);
+    /* each growth is taken at once, so the next one cannot extend a free block */
+    size_t grows[] = {8 * MiB, 8 * MiB, 40 * MiB, 64 * MiB};
+    uint64_t creates[] = {4, 2, 5, 4}; /* units of 1 (nothing reserved), 2, 4, then 8 chunks */
+    for (int i = 0; i < 4; i++) {
+        uint64_t c0 = hf_calls(&f, GMLAKE_DC_CHUNK_CREATE), a0 = hf_calls(&f, GMLAKE_DC_SET_ACCESS);
+        grow(&f, s1, grows[i]);
+        hf_take(&f, s1, grows[i]);
+        cr_assert_eq(hf_calls(&f, GMLAKE_DC_CHUNK_CREATE) - c0, creates[i], "growth %d", i);
+        cr_assert_eq(hf_calls(&f, GMLAKE_DC_SET_ACCESS) - a0, 1, "one set_access per run");
+        hf_check(&f, 0);
+    }
+    size_t lens[32], want[] = {1, 1, 1, 1, 2, 2, 4, 4, 4, 4, 4, 8, 8, 8, 8};
+    size_t n = extent_lens(&f, gml_slot_of(&f.h, f.h.arena), lens, 32);
+    cr_assert_eq(n, sizeof want / sizeof want[0]);
+    for (size_t i = 0; i < n; i++)
+        cr_assert_eq(lens[i], want[i], "extent %zu: %zu chunks, expected %zu", i, lens[i], want[i]);
+    cr_assert_eq(f.h.reserved, 120 * MiB);
+    /* every block freed: release returns each extent, one release per handle */
+    while (f.used.n)
+        hf_put(&f, f.used.v[0], f.h.ready);
+    uint64_t r0 = hf_calls(&f, GMLAKE_DC_CHUNK_RELEASE);
+    cr_assert_eq(gml_release_free_chunks(&f.h), 60);
+    cr_assert_eq(hf_calls(&f, GMLAKE_DC_CHUNK_RELEASE) - r0, n);
+    all_released(&f);
+}
+
+Test(extents, a_stitch_across_proportional_extents_and_release_after_it)
+{
+    hfix f;
+    hf_make_shared(&f, 512 * MiB, 64 * MiB, 4);
+    gml_bin *s1 = gml_bin_get(&f.h, S1);
+    /* runs of 1-, 2- and 4-chunk extents, separated by live blocks */
+    gml_block *v[6];
+    size_t sizes[] = {16 * MiB, 2 * MiB, 16 * MiB, 2 * MiB, 32 * MiB, 2 * MiB};
+    grow_taken(&f, s1, sizes, 6, v);
+    for (int i = 0; i < 6; i += 2) /* freed with no stream: what release may return */
+        hf_put(&f, v[i], f.h.ready);
+    uint64_t reserved = f.h.reserved;
+    gml_block *b = NULL;
+    cr_assert_eq(gml_stitch_alloc(&f.st, s1, 60 * MiB, 60 * MiB, false, &b), GMLAKE_OK);
+    cr_assert_eq(f.h.reserved, reserved, "no growth");
+    cr_assert_eq(b->size, 60 * MiB, "32 + 16 + 12: the cut falls on extents of 2 and 4 MiB");
+    hf_check(&f, 1);
+    /* freed, the stitched block stays cached: its extents are pinned and release keeps them */
+    gml_stitch_free(&f.st, b, f.h.ready);
+    hf_check(&f, 0);
+    gml_release_free_chunks(&f.h);
+    cr_assert_eq(f.h.reserved, reserved - 4 * MiB, "only the 16 MiB piece's unused 4 MiB went");
+    hf_check(&f, 0);
+    /* torn down, every free extent goes; the live 2 MiB ones last */
+    cr_assert_eq(gml_stitch_gc(&f.st, true), 1);
+    gml_release_free_chunks(&f.h);
+    cr_assert_eq(f.h.reserved, 6 * MiB);
+    for (int i = 1; i < 6; i += 2)
+        hf_put(&f, v[i], f.h.ready);
+    gml_release_free_chunks(&f.h);
+    all_released(&f);
+}
