@@ -52,6 +52,7 @@ int gml_heap_init(gml_heap *h, gml_device *dev, const gml_pool_settings *s, cons
 {
     memset(h, 0, sizeof *h);
     h->dev = dev;
+    pthread_cond_init(&h->grown, NULL);
     size_t g = gml_dev_granularity(dev);
     size_t free_b = 0, total = 0;
     if (g == 0 || (g & (g - 1)) || gml_dev_mem_info(dev, &free_b, &total) != GMLAKE_OK) {
@@ -94,7 +95,8 @@ int gml_heap_init(gml_heap *h, gml_device *dev, const gml_pool_settings *s, cons
 void gml_heap_destroy(gml_heap *h)
 {
     for (size_t i = 0; h->slots && i < h->nslots; i++) {
-        if (h->slots[i].state == GML_SLOT_EMPTY || h->slots[i].head != i)
+        if (h->slots[i].state == GML_SLOT_EMPTY || h->slots[i].state == GML_SLOT_GROWING ||
+            h->slots[i].head != i)
             continue;
         gml_dev_unmap(h->dev, gml_slot_addr(h, i), (size_t)h->slots[i].len << h->chunk_shift);
         gml_dev_chunk_release(h->dev, h->slots[i].handle);
@@ -108,6 +110,12 @@ void gml_heap_destroy(gml_heap *h)
     free(h->slots);
     h->slots = NULL;
     h->arena = 0;
+    pthread_cond_destroy(&h->grown);
+}
+
+void gml_heap_set_lock(gml_heap *h, pthread_mutex_t *mu)
+{
+    h->mu = mu;
 }
 
 static bool run_empty(const gml_heap *h, size_t s, size_t k)
@@ -172,54 +180,92 @@ static void link_neighbours(gml_heap *h, gml_block *b)
     }
 }
 
+/* The driver calls of a growth of k chunks at slot s, in extents of `unit` chunks (one create and
+ * one map each, one set_access over the run), their handles to hs.  Touches no heap state but
+ * the read-only fields, so it runs without the lock on slots reserved GROWING; on failure nothing
+ * stays created or mapped. */
+static int grow_calls(const gml_heap *h, size_t s, size_t k, size_t unit, gml_handle *hs)
+{
+    size_t done = 0, n = 0;
+    int rc = GMLAKE_OK;
+    while (done < k) { /* extents of unit chunks, the last one what is left */
+        size_t len = k - done < unit ? k - done : unit;
+        rc = gml_dev_chunk_create(h->dev, len << h->chunk_shift, &hs[n]);
+        if (rc)
+            break;
+        rc = gml_dev_map(h->dev, gml_slot_addr(h, s + done), len << h->chunk_shift, hs[n]);
+        if (rc) {
+            gml_dev_chunk_release(h->dev, hs[n]);
+            break;
+        }
+        done += len;
+        n++;
+    }
+    if (rc == GMLAKE_OK)
+        rc = gml_dev_set_access(h->dev, gml_slot_addr(h, s), k * h->chunk);
+    if (rc == GMLAKE_OK)
+        return rc;
+    for (size_t i = 0, at = 0; i < n; i++, at += unit) { /* every extent but the last is whole */
+        size_t len = k - at < unit ? k - at : unit;
+        gml_dev_unmap(h->dev, gml_slot_addr(h, s + at), len << h->chunk_shift);
+        gml_dev_chunk_release(h->dev, hs[i]);
+    }
+    return rc == GMLAKE_ERR_NOMEM ? rc : GMLAKE_ERR_DEVICE;
+}
+
 /* Creates and maps k chunks, in extents of `unit` chunks, as one free run of `space`: right after
- * free block `extend` (in its bin), or at the lowest empty slots in `bin`.  Returns the free
- * block, or NULL with *rc set. */
+ * free block `extend` (in its bin), or at the lowest empty slots in `bin`.  The slots are
+ * reserved (GROWING) and the lock, if named, dropped during the driver calls; the run then joins
+ * the bin, merging with whatever free neighbour of that bin is there by then.  Returns the free
+ * block, or NULL with *rc set (*busy: the limit left no room while other growths are in flight). */
 static gml_block *grow_run(gml_heap *h, int space, size_t k, size_t unit, gml_block *extend,
-                           gml_bin *bin, int *rc)
+                           gml_bin *bin, int *rc, bool *busy)
 {
     size_t s = extend ? gml_slot_of(h, extend->addr + extend->size) : find_run(h, k);
-    if (s >= h->nslots || !run_empty(h, s, k)) {
-        *rc = GMLAKE_ERR_NOMEM; /* the arena is full */
-        return NULL;
-    }
-    if ((h->mapped_slots + k) * h->chunk > h->limit) {
-        *rc = GMLAKE_ERR_NOMEM;
+    *rc = GMLAKE_ERR_NOMEM;
+    if (s >= h->nslots || !run_empty(h, s, k))
+        return NULL; /* the arena is full */
+    if ((h->mapped_slots + h->growing_slots + k) * h->chunk > h->limit) {
+        *busy = h->growing_slots > 0;
         return NULL;
     }
     gml_block *b = gml_rec_get(h);
-    if (!b) {
-        *rc = GMLAKE_ERR_NOMEM;
+    gml_handle *hs = b ? malloc(((k + unit - 1) / unit) * sizeof *hs) : NULL;
+    if (!hs) {
+        if (b)
+            gml_rec_put(h, b);
         return NULL;
     }
-    size_t done = 0;
-    *rc = GMLAKE_OK;
-    while (done < k) { /* extents of unit chunks, the last one what is left */
-        size_t len = k - done < unit ? k - done : unit;
-        gml_slot *sl = &h->slots[s + done];
-        *rc = gml_dev_chunk_create(h->dev, len << h->chunk_shift, &sl->handle);
-        if (*rc)
-            break;
-        *rc = gml_dev_map(h->dev, gml_slot_addr(h, s + done), len << h->chunk_shift, sl->handle);
-        if (*rc) {
-            gml_dev_chunk_release(h->dev, sl->handle);
-            sl->handle = 0;
-            break;
-        }
-        sl->len = (uint32_t)len;
-        for (size_t j = s + done; j < s + done + len; j++) {
-            h->slots[j].head = (uint32_t)(s + done);
-            h->slots[j].state = (uint8_t)(space == GML_SPACE_SMALL ? GML_SLOT_SMALL : GML_SLOT_LARGE);
-        }
-        done += len;
+    gml_bin *to = extend ? extend->bin : bin;
+    for (size_t j = s; j < s + k; j++)
+        h->slots[j].state = GML_SLOT_GROWING;
+    h->growing_slots += k;
+    gml_bin_hold(to); /* a retired bin stays while its growth is in flight */
+    if (h->mu)
+        pthread_mutex_unlock(h->mu);
+    *rc = grow_calls(h, s, k, unit, hs);
+    if (h->mu) {
+        pthread_mutex_lock(h->mu);
+        pthread_cond_broadcast(&h->grown);
     }
-    if (*rc == GMLAKE_OK)
-        *rc = gml_dev_set_access(h->dev, gml_slot_addr(h, s), k * h->chunk);
+    h->growing_slots -= k;
+    for (size_t j = s, n = 0; j < s + k; j += unit, n++) {
+        size_t len = s + k - j < unit ? s + k - j : unit;
+        h->slots[j].handle = *rc ? 0 : hs[n];
+        h->slots[j].len = *rc ? 0 : (uint32_t)len;
+        for (size_t i = j; i < j + len; i++) {
+            h->slots[i].head = *rc ? 0 : (uint32_t)j;
+            h->slots[i].state = (uint8_t)(*rc ? GML_SLOT_EMPTY
+                                              : space == GML_SPACE_SMALL ? GML_SLOT_SMALL
+                                                                         : GML_SLOT_LARGE);
+        }
+    }
+    free(hs);
     if (*rc) {
-        if (*rc != GMLAKE_ERR_NOMEM)
-            *rc = GMLAKE_ERR_DEVICE;
-        unmap_release(h, s, done);
+        if (s < h->slot_hint)
+            h->slot_hint = s;
         gml_rec_put(h, b);
+        gml_bin_unhold(h, to);
         return NULL;
     }
     b->addr = gml_slot_addr(h, s);
@@ -230,7 +276,9 @@ static gml_block *grow_run(gml_heap *h, int space, size_t k, size_t unit, gml_bl
     if (space == GML_SPACE_LARGE)
         link_neighbours(h, b);
     gml_heap_reserved(h, (long)k);
-    return gml_free_insert(h, b, extend ? extend->bin : bin);
+    b = gml_free_insert(h, b, to);
+    gml_bin_unhold(h, to);
+    return b;
 }
 
 /* Calls the loop body on every free block of `space` that may serve bin. */
@@ -318,11 +366,19 @@ int gml_grow(gml_heap *h, gml_bin *bin, int space, enum gml_grow_goal goal, size
 {
     growth g = plan_growth(h, bin, space, goal, need);
     int rc = GMLAKE_ERR_NOMEM;
+    bool busy = false;
     for (int i = 0; i < g.n; i++) {
-        if (grow_run(h, space, g.at[i].k, g.unit, g.at[i].extend, bin, &rc))
+        /* only the first place may extend a block (a failed run may have dropped the lock) */
+        if (grow_run(h, space, g.at[i].k, g.unit, g.at[i].extend, bin, &rc, &busy))
             return GMLAKE_OK;
         if (rc == GMLAKE_ERR_DEVICE && goal == GML_GROW_CHUNKS)
             break;
+    }
+    if (busy && h->mu) {
+        /* other growths hold what the limit leaves: once one ends, its memory may serve (the
+         * caller looks again, and its later fallbacks may grow again) */
+        pthread_cond_wait(&h->grown, h->mu);
+        return GMLAKE_OK;
     }
     return rc;
 }

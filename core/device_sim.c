@@ -92,10 +92,24 @@ typedef struct sim {
     bool manual;
     uintptr_t fake_next;
     int fail_kind, fail_nth;
+    int hook_kind;                 /* tests: hook(hook_arg) runs before each call of hook_kind */
+    void (*hook)(void *);
+    void *hook_arg;
     double charged; /* estimated driver seconds of the successful calls so far */
 } sim;
 
 static sim *sim_of(gml_device *dev) { return (sim *)dev->ctx; }
+
+/* Runs the test hook of `kind`, if one is set, without the lock (it may block the call). */
+static void call_hook(sim *s, int kind)
+{
+    pthread_mutex_lock(&s->mu);
+    void (*fn)(void *) = s->hook_kind == kind ? s->hook : NULL;
+    void *arg = s->hook_arg;
+    pthread_mutex_unlock(&s->mu);
+    if (fn)
+        fn(arg);
+}
 
 /* Called with the lock held: true when this call is the injected failure. */
 static bool injected(sim *s, int kind)
@@ -136,6 +150,7 @@ static void release_units(sim *s, sim_chunk *c)
 static int sim_chunk_create(void *ctx, size_t size, gml_handle *out)
 {
     sim *s = ctx;
+    call_hook(s, GMLAKE_DC_CHUNK_CREATE);
     size_t g = s->cfg.granularity;
     if (size == 0 || size % g)
         return GMLAKE_ERR_DEVICE;
@@ -275,6 +290,7 @@ static int sim_va_free(void *ctx, uintptr_t va, size_t size)
 static int sim_map(void *ctx, uintptr_t va, size_t size, gml_handle h)
 {
     sim *s = ctx;
+    call_hook(s, GMLAKE_DC_MAP);
     size_t g = s->cfg.granularity;
     pthread_mutex_lock(&s->mu);
     int rc = GMLAKE_ERR_DEVICE;
@@ -362,6 +378,7 @@ out:
 static int sim_set_access(void *ctx, uintptr_t va, size_t size)
 {
     sim *s = ctx;
+    call_hook(s, GMLAKE_DC_SET_ACCESS);
     size_t g = s->cfg.granularity;
     pthread_mutex_lock(&s->mu);
     int rc = GMLAKE_ERR_DEVICE;
@@ -680,5 +697,15 @@ void gml_sim_fail_call(gml_device *dev, int kind, int nth)
     pthread_mutex_lock(&s->mu);
     s->fail_kind = kind;
     s->fail_nth = nth;
+    pthread_mutex_unlock(&s->mu);
+}
+
+void gml_sim_hook_call(gml_device *dev, int kind, void (*fn)(void *), void *arg)
+{
+    sim *s = sim_of(dev);
+    pthread_mutex_lock(&s->mu);
+    s->hook_kind = kind;
+    s->hook = fn;
+    s->hook_arg = arg;
     pthread_mutex_unlock(&s->mu);
 }

@@ -1,7 +1,8 @@
 /*
  * heap.h — tier 1, the heap mechanics: chunks, their home mappings, blocks, bins.  Built on the
  * device (device.h) only; it knows nothing of stitching or of the pool above it, which call it
- * with their lock held (the heap has none).
+ * with their lock held (the heap has none of its own).  Growth makes its driver calls without
+ * that lock when the layer above names it (gml_heap_set_lock): see gml_grow.
  *
  * Vocabulary
  *  chunk          the address grain: `chunk` bytes (2 MiB by default); slot i of the arena is
@@ -50,6 +51,8 @@
 #ifndef GML_HEAP_H
 #define GML_HEAP_H
 
+#include <pthread.h>
+
 #include <bsd/sys/queue.h>
 #include <bsd/sys/tree.h>
 #include <uthash.h>
@@ -70,7 +73,9 @@
 
 enum gml_space { GML_SPACE_LARGE = 0, GML_SPACE_SMALL = 1, GML_NSPACES = 2 };
 enum gml_state { GML_B_FREE = 0, GML_B_LIVE, GML_B_HELD, GML_B_VIEW };
-enum gml_slot_state { GML_SLOT_EMPTY = 0, GML_SLOT_LARGE, GML_SLOT_SMALL };
+/* GROWING: reserved by a growth whose driver calls are under way without the lock (no handle, no
+ * block, not counted as reserved yet); no one else grows there, and nothing else touches it. */
+enum gml_slot_state { GML_SLOT_EMPTY = 0, GML_SLOT_LARGE, GML_SLOT_SMALL, GML_SLOT_GROWING };
 
 typedef struct gml_bin gml_bin;
 
@@ -144,6 +149,10 @@ typedef struct gml_heap {
                                         (set by the layer that synchronised, without its lock) */
     uint64_t retired_bins;           /* bins retired so far (their keys) */
     uint64_t reserved, peak_reserved;
+    pthread_mutex_t *mu;             /* the caller's lock, dropped around growth's driver calls
+                                        (NULL: kept) */
+    pthread_cond_t grown;            /* broadcast (with mu) when a growth in flight ends */
+    size_t growing_slots;            /* slots in state GROWING (counted against the limit) */
 } gml_heap;
 
 /* Free-memory figures (gml_heap_free_stats). */
@@ -161,6 +170,8 @@ typedef struct gml_heap_free {
 int gml_heap_settings_check(const gml_pool_settings *s, size_t granularity, const char **why);
 /* Checks the heap fields of s, reserves the arena; GMLAKE_OK, or an error with *why set. */
 int gml_heap_init(gml_heap *h, gml_device *dev, const gml_pool_settings *s, const char **why);
+/* Growth drops *mu (the lock every heap call is made under) around its driver calls. */
+void gml_heap_set_lock(gml_heap *h, pthread_mutex_t *mu);
 /* Returns every chunk and the arena to the device; records and bins are freed. */
 void gml_heap_destroy(gml_heap *h);
 static inline size_t gml_slot_of(const gml_heap *h, uintptr_t a) { return (a - h->arena) >> h->chunk_shift; }
@@ -172,7 +183,11 @@ enum gml_grow_goal {
     GML_GROW_CHUNKS, /* whole free chunks usable by the bin adding up to `need` (to stitch) */
 };
 /* Grows `space` for a request of `need` bytes on `bin`: the one owner of the growth unit and
- * amount (see arena.c).  New chunks go to `bin`, or to the bin of the free block they extend. */
+ * amount (see arena.c).  New chunks go to `bin`, or to the bin of the free block they extend.
+ * With a lock named (gml_heap_set_lock) the driver calls run without it, on slots reserved
+ * GROWING, so any free block, cached record or plan of the caller may have changed on return
+ * (bins held with gml_bin_hold stay); `bin` must be held by the caller.  GMLAKE_OK also when the
+ * growth waited for other growths in flight to end instead (the limit left no room): look again. */
 int gml_grow(gml_heap *h, gml_bin *bin, int space, enum gml_grow_goal goal, size_t need);
 /* Gives the small space one more free chunk: a free large chunk `bin` may use, else a new one. */
 int gml_small_refill(gml_heap *h, gml_bin *bin);

@@ -236,8 +236,9 @@ int gml_stitch_check(gml_stitch *st, size_t live_views, char *why, size_t whylen
             FAIL("live stitched block %#lx has state %d", (unsigned long)sb->b.addr, sb->b.state);
         for (uint32_t i = 0; i < sb->nchunks; i++) {
             uint32_t s = sb->slots[i];
-            if (s >= h->nslots || h->slots[s].state == GML_SLOT_EMPTY)
-                FAIL("stitched block %#lx maps an empty slot %u", (unsigned long)sb->b.addr, s);
+            if (s >= h->nslots || h->slots[s].state == GML_SLOT_EMPTY ||
+                h->slots[s].state == GML_SLOT_GROWING)
+                FAIL("stitched block %#lx maps an unmapped slot %u", (unsigned long)sb->b.addr, s);
             refs[s]++;
             if (sb->live) {
                 if (owner[s])

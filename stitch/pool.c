@@ -83,6 +83,7 @@ gml_pool *gml_pool_create(gml_device *dev, const gml_pool_settings *settings, co
     p->set.round = p->heap.round;
     p->last_bin = p->heap.ready;
     pthread_mutex_init(&p->mu, NULL);
+    gml_heap_set_lock(&p->heap, &p->mu); /* growth's driver calls run without it */
     return p;
 fail:
     if (err)
@@ -245,16 +246,17 @@ int gml_pool_alloc(gml_pool *p, size_t size, gml_stream stream, uintptr_t *out)
     else if (__builtin_expect(bin->want_record, 0))
         gml_bin_record(&p->heap, bin);
     if (bin && !try_fit(p, bin, space, need, size, out)) {
+        gml_bin_hold(bin); /* growth drops the lock: the bin stays even if its stream retires */
         rc = alloc_slow(p, bin, space, need, size, out);
         if (rc != GMLAKE_OK) {
             if (gml_bins_hold_blocks(&p->heap)) {
                 pthread_mutex_unlock(&p->mu);
                 gml_pool_sync(p);
                 pthread_mutex_lock(&p->mu);
-                bin = bin_for(p, stream); /* the lock was dropped: look the bin up again */
             }
-            rc = bin ? alloc_last_resort(p, bin, space, need, size, out) : GMLAKE_ERR_NOMEM;
+            rc = alloc_last_resort(p, bin, space, need, size, out);
         }
+        gml_bin_unhold(&p->heap, bin);
     }
     if (rc == GMLAKE_OK) {
         p->allocations++;

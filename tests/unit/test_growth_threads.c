@@ -1,0 +1,168 @@
+/* test_growth_threads.c — growth makes its driver calls without the pool lock: while one thread's
+ * growth is held inside a driver call (a sim hook), other threads allocate, free and check the
+ * pool; a driver failure during that growth leaves the pool consistent. */
+#include <errno.h>
+#include <pthread.h>
+#include <time.h>
+
+#include "helpers.h"
+
+/* A gate the hooked driver call waits at until the test opens it. */
+typedef struct gate {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int entered;     /* hooked calls that reached the gate */
+    bool open;
+} gate;
+
+static gate g = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, false};
+
+static void hold(void *arg)
+{
+    gate *gt = arg;
+    pthread_mutex_lock(&gt->mu);
+    gt->entered++;
+    pthread_cond_broadcast(&gt->cv);
+    while (!gt->open)
+        pthread_cond_wait(&gt->cv, &gt->mu);
+    pthread_mutex_unlock(&gt->mu);
+}
+
+static void gate_open(void)
+{
+    pthread_mutex_lock(&g.mu);
+    g.open = true;
+    pthread_cond_broadcast(&g.cv);
+    pthread_mutex_unlock(&g.mu);
+}
+
+typedef struct job {
+    gml_pool *pool;
+    size_t size;
+    gml_stream stream;
+    bool free_after; /* free what was allocated */
+    uintptr_t ptr;
+    int rc;
+    bool done;
+} job;
+
+static void *run_job(void *arg)
+{
+    job *j = arg;
+    int rc = gml_pool_alloc(j->pool, j->size, j->stream, &j->ptr);
+    if (rc == GMLAKE_OK && j->free_after)
+        rc = gml_pool_free(j->pool, j->ptr, j->stream);
+    pthread_mutex_lock(&g.mu);
+    j->rc = rc;
+    j->done = true;
+    pthread_cond_broadcast(&g.cv);
+    pthread_mutex_unlock(&g.mu);
+    return NULL;
+}
+
+/* Waits up to `seconds` for *flag (under the gate's lock). */
+static bool wait_for(const bool *flag, const int *count, int want, int seconds)
+{
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += seconds;
+    pthread_mutex_lock(&g.mu);
+    int rc = 0;
+    while (rc != ETIMEDOUT && !(flag ? *flag : *count >= want))
+        rc = pthread_cond_timedwait(&g.cv, &g.mu, &until);
+    bool ok = flag ? *flag : *count >= want;
+    pthread_mutex_unlock(&g.mu);
+    return ok;
+}
+
+/* A pool with 8 MiB free on stream 1, and thread *grower (64 MiB on stream 1) held inside its
+ * growth's first call of `kind`. */
+static fixture held_growth(int kind, pthread_t *grower, job *a)
+{
+    fixture f = fx_make(512 * MiB, false, NULL);
+    must_free(f.pool, must_alloc(f.pool, 8 * MiB, 1), 1);
+    g.entered = 0;
+    g.open = false;
+    gml_sim_hook_call(f.dev, kind, hold, &g);
+    *a = (job){.pool = f.pool, .size = 64 * MiB, .stream = 1};
+    cr_assert_eq(pthread_create(grower, NULL, run_job, a), 0);
+    cr_assert(wait_for(NULL, &g.entered, 1, 10), "the growth never reached the driver");
+    return f;
+}
+
+Test(growth_threads, others_allocate_and_free_while_a_growth_is_in_flight, .timeout = 60)
+{
+    pthread_t ta, tb;
+    job a, b = {0};
+    fixture f = held_growth(GMLAKE_DC_CHUNK_CREATE, &ta, &a);
+    /* another thread allocates from the free 8 MiB and frees, on the growing stream */
+    b = (job){.pool = f.pool, .size = 4 * MiB, .stream = 1, .free_after = true};
+    cr_assert_eq(pthread_create(&tb, NULL, run_job, &b), 0);
+    bool b_done = wait_for(&b.done, NULL, 0, 3);
+    if (!b_done)
+        gate_open(); /* let the test end: the growth held the pool lock */
+    pthread_join(tb, NULL);
+    cr_assert(b_done, "an allocate and free waited for another thread's growth");
+    cr_assert_eq(b.rc, GMLAKE_OK);
+    /* a small allocation on another stream too, and the checker, with the growth still held */
+    uintptr_t s = must_alloc(f.pool, 4 * KiB, 2);
+    must_free(f.pool, s, 2);
+    cr_assert(!a.done, "the growth went on without its driver call");
+    gate_open();
+    pthread_join(ta, NULL);
+    cr_assert_eq(a.rc, GMLAKE_OK, "the grown allocation: %s", gmlake_strerror(a.rc));
+    CHECK_POOL(f.pool);
+    must_free(f.pool, a.ptr, 1);
+    gmlake_stats st = stats_of(f.pool);
+    cr_assert_eq(st.live_allocations, 0);
+    cr_assert_eq(st.reserved_bytes, gml_sim_bytes_in_use(f.dev));
+    cr_assert_eq(gml_pool_empty_cache(f.pool), GMLAKE_OK);
+    cr_assert_eq(gml_sim_bytes_in_use(f.dev), 0);
+    fx_free(&f);
+}
+
+Test(growth_threads, a_driver_failure_during_an_unlocked_growth_is_undone, .timeout = 60)
+{
+    pthread_t ta;
+    job a;
+    fixture f = held_growth(GMLAKE_DC_SET_ACCESS, &ta, &a);
+    /* the held growth's set_access fails: everything it created is released, the slow path goes
+     * on (another growth succeeds) */
+    gml_sim_fail_call(f.dev, GMLAKE_DC_SET_ACCESS, 1);
+    CHECK_POOL(f.pool);
+    gate_open();
+    pthread_join(ta, NULL);
+    cr_assert_eq(a.rc, GMLAKE_OK, "after the failed growth: %s", gmlake_strerror(a.rc));
+    CHECK_POOL(f.pool);
+    gmlake_stats st = stats_of(f.pool);
+    cr_assert_eq(st.reserved_bytes, gml_sim_bytes_in_use(f.dev), "a failed growth leaked chunks");
+    must_free(f.pool, a.ptr, 1);
+    cr_assert_eq(gml_pool_empty_cache(f.pool), GMLAKE_OK);
+    CHECK_POOL(f.pool);
+    cr_assert_eq(gml_sim_bytes_in_use(f.dev), 0);
+    cr_assert_eq(gml_sim_mapping_count(f.dev), 0);
+    fx_free(&f);
+}
+
+/* Two threads grow at once (each held in its chunk_create): both finish, each with its own slots. */
+Test(growth_threads, two_growths_in_flight_at_once, .timeout = 60)
+{
+    pthread_t ta, tc;
+    job a, c;
+    fixture f = held_growth(GMLAKE_DC_CHUNK_CREATE, &ta, &a);
+    c = (job){.pool = f.pool, .size = 32 * MiB, .stream = 2};
+    cr_assert_eq(pthread_create(&tc, NULL, run_job, &c), 0);
+    bool both = wait_for(NULL, &g.entered, 2, 3);
+    gate_open();
+    pthread_join(ta, NULL);
+    pthread_join(tc, NULL);
+    cr_assert(both, "the second growth waited for the first");
+    cr_assert_eq(a.rc, GMLAKE_OK);
+    cr_assert_eq(c.rc, GMLAKE_OK);
+    cr_assert(a.ptr + a.size <= c.ptr || c.ptr + c.size <= a.ptr, "the two blocks overlap");
+    CHECK_POOL(f.pool);
+    must_free(f.pool, a.ptr, 1);
+    must_free(f.pool, c.ptr, 2);
+    cr_assert_eq(stats_of(f.pool).reserved_bytes, gml_sim_bytes_in_use(f.dev));
+    fx_free(&f);
+}
