@@ -20,6 +20,9 @@
  * later frees, which never merge with ready blocks (blocks.c), splitting the stream's memory.
  * Release returns whole extents of the ready bin's free blocks only (memory every stream may use;
  * the caller promotes or waits first), never one with a pinned chunk.
+ * Growth's driver calls run without the caller's lock (gml_heap_set_lock): grow_run reserves the
+ * run's slots (GML_SLOT_GROWING) under it, grow_calls runs unlocked, and the run is published or
+ * undone once the lock is back (docs/ARCHITECTURE.md, "Locking").
  */
 #include <stdlib.h>
 #include <string.h>
