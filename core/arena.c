@@ -244,13 +244,10 @@ static gml_block *grow_run(gml_heap *h, int space, size_t k, size_t unit, gml_bl
         h->slots[j].state = GML_SLOT_GROWING;
     h->growing_slots += k;
     gml_bin_hold(to); /* a retired bin stays while its growth is in flight */
-    if (h->mu)
-        pthread_mutex_unlock(h->mu);
+    gml_heap_unlock(h);
     *rc = grow_calls(h, s, k, unit, hs);
-    if (h->mu) {
-        pthread_mutex_lock(h->mu);
-        pthread_cond_broadcast(&h->grown);
-    }
+    gml_heap_relock(h);
+    pthread_cond_broadcast(&h->grown);
     h->growing_slots -= k;
     for (size_t j = s, n = 0; j < s + k; j += unit, n++) {
         size_t len = s + k - j < unit ? s + k - j : unit;

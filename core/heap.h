@@ -170,8 +170,19 @@ typedef struct gml_heap_free {
 int gml_heap_settings_check(const gml_pool_settings *s, size_t granularity, const char **why);
 /* Checks the heap fields of s, reserves the arena; GMLAKE_OK, or an error with *why set. */
 int gml_heap_init(gml_heap *h, gml_device *dev, const gml_pool_settings *s, const char **why);
-/* Growth drops *mu (the lock every heap call is made under) around its driver calls. */
+/* Growth drops *mu (the lock every heap call is made under) around its driver calls, and so may
+ * the layers above on what they reserved (gml_heap_unlock / gml_heap_relock). */
 void gml_heap_set_lock(gml_heap *h, pthread_mutex_t *mu);
+static inline void gml_heap_unlock(gml_heap *h)
+{
+    if (h->mu)
+        pthread_mutex_unlock(h->mu);
+}
+static inline void gml_heap_relock(gml_heap *h)
+{
+    if (h->mu)
+        pthread_mutex_lock(h->mu);
+}
 /* Returns every chunk and the arena to the device; records and bins are freed. */
 void gml_heap_destroy(gml_heap *h);
 static inline size_t gml_slot_of(const gml_heap *h, uintptr_t a) { return (a - h->arena) >> h->chunk_shift; }

@@ -198,6 +198,10 @@ bool gml_stitch_parts(gml_stitch *st, gml_block_vec *parts)
         STAILQ_FOREACH(q, &sb->parts, held)
             if (!gml_vec_push(parts, q))
                 return false;
+    TAILQ_FOREACH(sb, &st->making, lru)
+        STAILQ_FOREACH(q, &sb->parts, held)
+            if (!gml_vec_push(parts, q))
+                return false;
     return true;
 }
 
@@ -279,6 +283,24 @@ int gml_stitch_check(gml_stitch *st, size_t live_views, char *why, size_t whylen
         if (covered != sb->nchunks)
             FAIL("stitched block %#lx: parts cover %zu of %u chunks", (unsigned long)sb->b.addr,
                  covered, sb->nchunks);
+    }
+    TAILQ_FOREACH(sb, &st->making, lru) { /* parts carved, driver calls under way */
+        size_t covered = 0;
+        gml_block *q;
+        STAILQ_FOREACH(q, &sb->parts, held) {
+            if (q->state != GML_B_HELD || q->holder != sb)
+                FAIL("part %#lx of a stitched block being made is not marked as its part",
+                     (unsigned long)q->addr);
+            for (uintptr_t a = q->addr; a < q->addr + q->size; a += h->chunk) {
+                size_t s = gml_slot_of(h, a);
+                if (owner[s])
+                    FAIL("chunk %zu is in a live stitched block and one being made", s);
+                owner[s] = sb;
+                covered++;
+            }
+        }
+        if (covered != sb->nchunks)
+            FAIL("a stitched block being made: parts cover %zu of %u chunks", covered, sb->nchunks);
     }
     if (count != st->count || bytes != st->bytes)
         FAIL("stitched counters %zu blocks / %zu bytes, list has %zu / %zu", st->count, st->bytes,

@@ -13,6 +13,8 @@
  *
  * Cost: reserving a range, one map per chunk and one set_access over the range (~25 us a chunk
  * on an H200), which is why stitched blocks are cached (cache.c) and never made on a steady path.
+ * Those driver calls run without the pool lock: the parts are carved (HELD) first, the block
+ * waits on st->making, and it is published, or its parts go home, once the lock is back.
  * Tier 2: only the heap's API below (contract in stitch.h).
  */
 #include <stdlib.h>
@@ -48,6 +50,7 @@ int gml_stitch_init(gml_stitch *st, gml_heap *h, const gml_pool_settings *s, con
     st->bytes_limit = s->stitch_bytes_limit;
     st->strategy = (gml_stitch_strategy)s->strategy;
     TAILQ_INIT(&st->lru);
+    TAILQ_INIT(&st->making);
     RB_INIT(&st->cached);
     return GMLAKE_OK;
 }
@@ -227,20 +230,26 @@ int gml_stitch_alloc(gml_stitch *st, gml_bin *bin, size_t need, size_t req, bool
         for (size_t j = 0; j < v.v[i].use; j++)
             slots[k++] = (uint32_t)gml_slot_of(h, a + (j << h->chunk_shift));
     }
+    sb->slots = slots;
+    sb->nchunks = (uint32_t)chunks;
     uintptr_t va;
-    rc = map_range(h, slots, chunks, &va);
-    if (rc == GMLAKE_OK && !carve_parts(st, sb, v.v, used)) {
-        gml_stitch_unmap(h, va, slots, chunks);
-        gml_dev_va_free(h->dev, va, chunks << h->chunk_shift);
-        rc = GMLAKE_ERR_NOMEM;
+    rc = carve_parts(st, sb, v.v, used) ? GMLAKE_OK : GMLAKE_ERR_NOMEM;
+    if (rc == GMLAKE_OK) {
+        /* the parts are HELD: nothing else hands them out, releases or rewrites their slots, so
+         * the driver calls run without the lock */
+        TAILQ_INSERT_TAIL(&st->making, sb, lru);
+        gml_heap_unlock(h);
+        rc = map_range(h, slots, chunks, &va);
+        gml_heap_relock(h);
+        TAILQ_REMOVE(&st->making, sb, lru);
+        if (rc != GMLAKE_OK)
+            gml_stitch_parts_home(st, sb, NULL);
     }
     if (rc != GMLAKE_OK) {
         free(slots);
         free(sb);
         goto out;
     }
-    sb->slots = slots;
-    sb->nchunks = (uint32_t)chunks;
     sb->b.addr = va;
     sb->b.size = chunks << h->chunk_shift;
     sb->b.req = req;

@@ -31,14 +31,17 @@
  * (gml_stitch_gc, cache.c).  Growth for a stitch is asked of the heap (gml_grow, GML_GROW_CHUNKS).
  *
  * Contract
- *  gml_stitch_alloc: GMLAKE_OK with *out (a VIEW record, or a LIVE heap block when growth made one
+ *  gml_stitch_alloc: drops the lock named to the heap (gml_heap_set_lock) around its driver calls
+ *  (a growth's, a new stitched block's), so `bin` must be held (gml_bin_hold) by the caller.
+ *  GMLAKE_OK with *out (a VIEW record, or a LIVE heap block when growth made one
  *  block large enough); GMLAKE_ERR_NOMEM when stitching is off, the request is below frag_limit,
  *  or the free chunks (plus, with may_grow, the chunks the device can still give) cannot cover it;
  *  GMLAKE_ERR_DEVICE when the driver failed.  On failure everything done is undone: carved parts
  *  go back to the bins they came from.  Invariants (gml_stitch_check): S1 a stitched block maps whole
  *  extents, in order; a chunk is part of at most one live stitched block, and the parts of a live block cover exactly its chunks; S2 a
  *  chunk's pins = the stitched blocks (live or cached) that map it; S3 the counters, the LRU and
- *  the size index agree with the records.
+ *  the size index agree with the records.  A stitched block being made (its driver calls run
+ *  without the pool lock) holds its parts already, is not pinned, counted nor on the LRU yet.
  */
 #ifndef GML_STITCH_H
 #define GML_STITCH_H
@@ -77,6 +80,8 @@ typedef struct gml_stitch {
     size_t bytes_limit;
     gml_stitch_strategy strategy;
     struct gml_sblock_list lru;      /* every stitched block mapped now */
+    struct gml_sblock_list making;   /* stitched blocks whose parts are carved and whose driver
+                                        calls are under way without the lock (linked by lru) */
     struct gml_sblock_tree cached;   /* cached ones by (size, most recently used first) */
     size_t count, bytes;             /* stitched blocks mapped now and their virtual bytes */
     uint64_t clock;
@@ -114,8 +119,8 @@ bool gml_stitch_unmap(gml_heap *h, uintptr_t va, const uint32_t *slots, size_t m
 bool gml_stitch_owns(gml_stitch *st, uintptr_t ptr);
 /* The largest cached stitched block whose chunks are all free (servable without device calls). */
 size_t gml_stitch_largest_available(gml_stitch *st);
-/* Appends every HELD part of the live stitched blocks to *parts (for the heap checker); false on
- * host out of memory. */
+/* Appends every HELD part of the live stitched blocks and of those being made to *parts (for the
+ * heap checker); false on host out of memory. */
 bool gml_stitch_parts(gml_stitch *st, gml_block_vec *parts);
 /* S1..S3; `live_views` is the number of VIEW records in the pool's live map. */
 int gml_stitch_check(gml_stitch *st, size_t live_views, char *why, size_t whylen);

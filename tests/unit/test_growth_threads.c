@@ -166,3 +166,80 @@ Test(growth_threads, two_growths_in_flight_at_once, .timeout = 60)
     cr_assert_eq(stats_of(f.pool).reserved_bytes, gml_sim_bytes_in_use(f.dev));
     fx_free(&f);
 }
+
+/* Free 16, 16 and 4 MiB blocks apart on stream 1 (2 and 4 MiB live between them), and thread
+ * *stitcher (32 MiB on stream 1: a stitch of the two 16 MiB blocks, no growth) held inside its
+ * first map. */
+static fixture held_stitch(pthread_t *stitcher, job *a, uintptr_t live[2])
+{
+    fixture f = fx_make(512 * MiB, false, NULL);
+    uintptr_t x = must_alloc(f.pool, 16 * MiB, 1);
+    live[0] = must_alloc(f.pool, 2 * MiB, 1);
+    uintptr_t z = must_alloc(f.pool, 16 * MiB, 1);
+    live[1] = must_alloc(f.pool, 4 * MiB, 1);
+    uintptr_t u = must_alloc(f.pool, 4 * MiB, 1);
+    must_free(f.pool, x, 1);
+    must_free(f.pool, z, 1);
+    must_free(f.pool, u, 1);
+    g.entered = 0;
+    g.open = false;
+    gml_sim_hook_call(f.dev, GMLAKE_DC_MAP, hold, &g);
+    *a = (job){.pool = f.pool, .size = 32 * MiB, .stream = 1};
+    cr_assert_eq(pthread_create(stitcher, NULL, run_job, a), 0);
+    cr_assert(wait_for(NULL, &g.entered, 1, 10), "the stitch never reached the driver");
+    return f;
+}
+
+Test(growth_threads, others_allocate_and_free_while_a_stitch_is_in_flight, .timeout = 60)
+{
+    pthread_t ta, tb;
+    job a, b;
+    uintptr_t live[2];
+    fixture f = held_stitch(&ta, &a, live);
+    uint64_t reserved = stats_of(f.pool).reserved_bytes;
+    b = (job){.pool = f.pool, .size = 2 * MiB, .stream = 1, .free_after = true};
+    cr_assert_eq(pthread_create(&tb, NULL, run_job, &b), 0);
+    bool b_done = wait_for(&b.done, NULL, 0, 3);
+    if (!b_done)
+        gate_open();
+    pthread_join(tb, NULL);
+    cr_assert(b_done, "an allocate and free waited for another thread's stitch");
+    cr_assert_eq(b.rc, GMLAKE_OK);
+    CHECK_POOL(f.pool);
+    gate_open();
+    pthread_join(ta, NULL);
+    cr_assert_eq(a.rc, GMLAKE_OK, "the stitched allocation: %s", gmlake_strerror(a.rc));
+    gmlake_stats st = stats_of(f.pool);
+    cr_assert_eq(st.stitches, 1);
+    cr_assert_eq(st.reserved_bytes, reserved, "the stitch grew");
+    CHECK_POOL(f.pool);
+    must_free(f.pool, a.ptr, 1);
+    must_free(f.pool, live[0], 1);
+    must_free(f.pool, live[1], 1);
+    fx_free(&f);
+}
+
+Test(growth_threads, a_driver_failure_during_an_unlocked_stitch_is_undone, .timeout = 60)
+{
+    pthread_t ta;
+    job a;
+    uintptr_t live[2];
+    fixture f = held_stitch(&ta, &a, live);
+    gml_sim_fail_call(f.dev, GMLAKE_DC_MAP, 1); /* the held map fails */
+    gate_open();
+    pthread_join(ta, NULL);
+    /* the parts went home; the slow path went on and grew a fresh block */
+    cr_assert_eq(a.rc, GMLAKE_OK, "after the failed stitch: %s", gmlake_strerror(a.rc));
+    CHECK_POOL(f.pool);
+    gmlake_stats st = stats_of(f.pool);
+    cr_assert_eq(st.stitches, 0);
+    cr_assert_eq(st.stitched_blocks, 0);
+    cr_assert_eq(gml_sim_reservation_count(f.dev), 1, "the stitched range stayed reserved");
+    must_free(f.pool, a.ptr, 1);
+    must_free(f.pool, live[0], 1);
+    must_free(f.pool, live[1], 1);
+    cr_assert_eq(gml_pool_empty_cache(f.pool), GMLAKE_OK);
+    cr_assert_eq(gml_sim_bytes_in_use(f.dev), 0);
+    cr_assert_eq(gml_sim_mapping_count(f.dev), 0);
+    fx_free(&f);
+}
