@@ -77,16 +77,22 @@ static bool wait_for(const bool *flag, const int *count, int want, int seconds)
 
 /* A pool with 8 MiB free on stream 1, and thread *grower (64 MiB on stream 1) held inside its
  * growth's first call of `kind`. */
+/* Starts thread *t allocating `size` on stream 1 and waits until it is held in a call of `kind`. */
+static void start_held(fixture *f, int kind, size_t size, pthread_t *t, job *a)
+{
+    g.entered = 0;
+    g.open = false;
+    gml_sim_hook_call(f->dev, kind, hold, &g);
+    *a = (job){.pool = f->pool, .size = size, .stream = 1};
+    cr_assert_eq(pthread_create(t, NULL, run_job, a), 0);
+    cr_assert(wait_for(NULL, &g.entered, 1, 10), "the allocation never reached the driver");
+}
+
 static fixture held_growth(int kind, pthread_t *grower, job *a)
 {
     fixture f = fx_make(512 * MiB, false, NULL);
     must_free(f.pool, must_alloc(f.pool, 8 * MiB, 1), 1);
-    g.entered = 0;
-    g.open = false;
-    gml_sim_hook_call(f.dev, kind, hold, &g);
-    *a = (job){.pool = f.pool, .size = 64 * MiB, .stream = 1};
-    cr_assert_eq(pthread_create(grower, NULL, run_job, a), 0);
-    cr_assert(wait_for(NULL, &g.entered, 1, 10), "the growth never reached the driver");
+    start_held(&f, kind, 64 * MiB, grower, a);
     return f;
 }
 
@@ -181,12 +187,7 @@ static fixture held_stitch(pthread_t *stitcher, job *a, uintptr_t live[2])
     must_free(f.pool, x, 1);
     must_free(f.pool, z, 1);
     must_free(f.pool, u, 1);
-    g.entered = 0;
-    g.open = false;
-    gml_sim_hook_call(f.dev, GMLAKE_DC_MAP, hold, &g);
-    *a = (job){.pool = f.pool, .size = 32 * MiB, .stream = 1};
-    cr_assert_eq(pthread_create(stitcher, NULL, run_job, a), 0);
-    cr_assert(wait_for(NULL, &g.entered, 1, 10), "the stitch never reached the driver");
+    start_held(&f, GMLAKE_DC_MAP, 32 * MiB, stitcher, a);
     return f;
 }
 
