@@ -53,6 +53,7 @@ typedef struct cuda_api {
     /* optional (NULL if the driver lacks them) */
     CUresult (*cuThreadExchangeStreamCaptureMode)(CUstreamCaptureMode *);
     CUresult (*cuStreamIsCapturing)(CUstream, CUstreamCaptureStatus *);
+    CUresult (*cuStreamGetCtx)(CUstream, CUcontext *);
 } cuda_api;
 
 typedef struct mapping {
@@ -275,6 +276,35 @@ static bool cu_stream_here(void *ctx, gml_stream s)
     return true;
 }
 
+/* The device of context c (pushed for the query), -1 if not known. */
+static int ctx_device(cuda_dev *d, CUcontext c)
+{
+    CUdevice dev = -1;
+    CUcontext popped;
+    if (!c || d->api.cuCtxPushCurrent_v2(c) != CUDA_SUCCESS)
+        return -1;
+    if (d->api.cuCtxGetDevice(&dev) != CUDA_SUCCESS)
+        dev = -1;
+    d->api.cuCtxPopCurrent_v2(&popped);
+    return (int)dev;
+}
+
+/* A per-thread stream is on the device its key names, a legacy stream on its context's device, a
+ * created stream on its context's device (cuStreamGetCtx); not known: this device. */
+static bool cu_stream_local(void *ctx, gml_stream s)
+{
+    cuda_dev *d = ctx;
+    CUcontext c = NULL;
+    if (gml_stream_is_ptds(s))
+        return (int)(s & 63) == d->ordinal;
+    if (gml_stream_is_legacy(s))
+        c = (CUcontext)(s & ~GML_STREAM_TAGS);
+    else if (!d->api.cuStreamGetCtx || d->api.cuStreamGetCtx((CUstream)s, &c) != CUDA_SUCCESS)
+        return true;
+    int dev = ctx_device(d, c);
+    return dev < 0 || dev == d->ordinal;
+}
+
 static int cu_event_record(void *ctx, gml_event ev, gml_stream s)
 {
     cuda_dev *d = ctx;
@@ -358,6 +388,7 @@ static const gml_device_ops cuda_ops = {
     .event_sync = cu_event_sync,
     .synchronize = cu_synchronize,
     .stream_here = cu_stream_here,
+    .stream_local = cu_stream_local,
     .granularity = cu_granularity,
     .mem_info = cu_mem_info,
     .destroy = cu_destroy,
@@ -405,6 +436,7 @@ gml_device *gml_cuda_device_create(int ordinal, gml_sym_resolver resolve, const 
     RESOLVE(cuCtxPopCurrent_v2);
     *(void **)&d->api.cuThreadExchangeStreamCaptureMode = resolve("cuThreadExchangeStreamCaptureMode");
     *(void **)&d->api.cuStreamIsCapturing = resolve("cuStreamIsCapturing");
+    *(void **)&d->api.cuStreamGetCtx = resolve("cuStreamGetCtx");
     pthread_mutex_init(&d->mu, NULL);
     d->ordinal = ordinal;
     d->prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
