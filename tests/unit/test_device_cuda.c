@@ -41,20 +41,20 @@ static CUresult primary_retain(CUcontext *c, CUdevice d)
 static CUresult push(CUcontext c) { (void)c; return CUDA_SUCCESS; }
 static CUresult pop(CUcontext *c) { *c = (CUcontext)&ctx_b; return CUDA_SUCCESS; }
 
+static const struct {
+    const char *name;
+    void *fn;
+} stubs[] = {
+    {"cuMemGetAllocationGranularity", (void *)granularity}, {"cuCtxGetCurrent", (void *)get_current},
+    {"cuCtxGetDevice", (void *)get_device}, {"cuDevicePrimaryCtxRetain", (void *)primary_retain},
+    {"cuCtxPushCurrent_v2", (void *)push}, {"cuCtxPopCurrent_v2", (void *)pop},
+};
+
 static void *stub(const char *name)
 {
-    if (!strcmp(name, "cuMemGetAllocationGranularity"))
-        return (void *)granularity;
-    if (!strcmp(name, "cuCtxGetCurrent"))
-        return (void *)get_current;
-    if (!strcmp(name, "cuCtxGetDevice"))
-        return (void *)get_device;
-    if (!strcmp(name, "cuDevicePrimaryCtxRetain"))
-        return (void *)primary_retain;
-    if (!strcmp(name, "cuCtxPushCurrent_v2"))
-        return (void *)push;
-    if (!strcmp(name, "cuCtxPopCurrent_v2"))
-        return (void *)pop;
+    for (size_t i = 0; i < sizeof stubs / sizeof stubs[0]; i++)
+        if (!strcmp(name, stubs[i].name))
+            return stubs[i].fn;
     if (!strncmp(name, "cuStream", 8) || !strcmp(name, "cuThreadExchangeStreamCaptureMode"))
         return NULL; /* optional */
     return (void *)ok_void; /* the rest are not called here */
