@@ -15,7 +15,9 @@
  *    (every stream of the device's context, whichever context is current on the calling thread).
  *  - Streams are named by keys (below).  A key of an implicit stream names one thread's or one
  *    context's stream: stream_here() says whether the calling thread can name it now, and only
- *    then may an event be created for it and recorded on it.
+ *    then may an event be created for it and recorded on it.  stream_local() says whether
+ *    synchronize() waits for a stream at all (a stream-ordered free may name a stream of another
+ *    device, whose work a synchronisation of this one does not wait for).
  *
  * Implementations: sim (device_sim.c, host memory, for tests and replay) and cuda (device_cuda.c,
  * the driver API resolved at run time).  Callers go through the gml_dev_* wrappers below, which
@@ -78,6 +80,8 @@ typedef struct gml_device_ops {
     int (*synchronize)(void *ctx);
     /* Whether the calling thread can name stream s now (NULL: always); see gml_dev_stream_here. */
     bool (*stream_here)(void *ctx, gml_stream s);
+    /* Whether s runs on this device, so that synchronize() waits for it (NULL: always). */
+    bool (*stream_local)(void *ctx, gml_stream s);
     size_t (*granularity)(void *ctx);
     int (*mem_info)(void *ctx, size_t *free_bytes, size_t *total_bytes);
     void (*destroy)(void *ctx);
@@ -130,6 +134,12 @@ static inline bool gml_dev_stream_here(gml_device *d, gml_stream s)
     if (gml_stream_is_ptds(s) && ((s & ~GML_STREAM_TAGS) >> 6) != gml_thread_id())
         return false;
     return !d->ops->stream_here || d->ops->stream_here(d->ctx, s);
+}
+/* Whether synchronize() waits for stream s's work: false for a stream of another device (asked
+ * once per stream, when its bin is made).  Not counted. */
+static inline bool gml_dev_stream_local(gml_device *d, gml_stream s)
+{
+    return s == GML_STREAM_NONE || !d->ops->stream_local || d->ops->stream_local(d->ctx, s);
 }
 /* granularity and mem_info are queries of fixed facts and are not counted. */
 static inline size_t gml_dev_granularity(gml_device *d) { return d->ops->granularity(d->ctx); }

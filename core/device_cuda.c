@@ -53,6 +53,7 @@ typedef struct cuda_api {
     /* optional (NULL if the driver lacks them) */
     CUresult (*cuThreadExchangeStreamCaptureMode)(CUstreamCaptureMode *);
     CUresult (*cuStreamIsCapturing)(CUstream, CUstreamCaptureStatus *);
+    CUresult (*cuStreamGetCtx)(CUstream, CUcontext *);
 } cuda_api;
 
 typedef struct mapping {
@@ -66,7 +67,8 @@ typedef struct cuda_dev {
     int ordinal;
     size_t granularity;
     CUmemAllocationProp prop;
-    CUcontext primary;
+    CUcontext primary;           /* retained once (primary_ctx), read without a lock */
+    pthread_mutex_t primary_mu;  /* the one retain */
     pthread_mutex_t mu; /* peers and maps */
     uint64_t peers;     /* bit i: device i may access this device's memory */
     mapping *maps;      /* every live mapping, by address */
@@ -74,14 +76,30 @@ typedef struct cuda_dev {
 
 /* The pool's driver calls need a current context; a thread that made none current gets the
  * device's primary context (the one the runtime uses). */
+/* The device's primary context, retained once for the device's life: threads get here without
+ * the pool lock (the pool synchronises outside it, cu_synchronize). */
+static CUresult primary_ctx(cuda_dev *d, CUcontext *out)
+{
+    CUresult r = CUDA_SUCCESS;
+    CUcontext c = __atomic_load_n(&d->primary, __ATOMIC_ACQUIRE);
+    if (!c) {
+        pthread_mutex_lock(&d->primary_mu);
+        c = __atomic_load_n(&d->primary, __ATOMIC_ACQUIRE);
+        if (!c && (r = d->api.cuDevicePrimaryCtxRetain(&c, d->ordinal)) == CUDA_SUCCESS)
+            __atomic_store_n(&d->primary, c, __ATOMIC_RELEASE);
+        pthread_mutex_unlock(&d->primary_mu);
+    }
+    *out = c;
+    return r;
+}
+
 static void ensure_ctx(cuda_dev *d)
 {
     CUcontext c = NULL;
     if (d->api.cuCtxGetCurrent(&c) == CUDA_SUCCESS && c)
         return;
-    if (!d->primary && d->api.cuDevicePrimaryCtxRetain(&d->primary, d->ordinal) != CUDA_SUCCESS)
-        return;
-    d->api.cuCtxSetCurrent(d->primary);
+    if (primary_ctx(d, &c) == CUDA_SUCCESS)
+        d->api.cuCtxSetCurrent(c);
 }
 
 static __thread CUresult last_error;
@@ -275,6 +293,35 @@ static bool cu_stream_here(void *ctx, gml_stream s)
     return true;
 }
 
+/* The device of context c (pushed for the query), -1 if not known. */
+static int ctx_device(cuda_dev *d, CUcontext c)
+{
+    CUdevice dev = -1;
+    CUcontext popped;
+    if (!c || d->api.cuCtxPushCurrent_v2(c) != CUDA_SUCCESS)
+        return -1;
+    if (d->api.cuCtxGetDevice(&dev) != CUDA_SUCCESS)
+        dev = -1;
+    d->api.cuCtxPopCurrent_v2(&popped);
+    return (int)dev;
+}
+
+/* A per-thread stream is on the device its key names, a legacy stream on its context's device, a
+ * created stream on its context's device (cuStreamGetCtx); not known: this device. */
+static bool cu_stream_local(void *ctx, gml_stream s)
+{
+    cuda_dev *d = ctx;
+    CUcontext c = NULL;
+    if (gml_stream_is_ptds(s))
+        return (int)(s & 63) == d->ordinal;
+    if (gml_stream_is_legacy(s))
+        c = (CUcontext)(s & ~GML_STREAM_TAGS);
+    else if (!d->api.cuStreamGetCtx || d->api.cuStreamGetCtx((CUstream)s, &c) != CUDA_SUCCESS)
+        return true;
+    int dev = ctx_device(d, c);
+    return dev < 0 || dev == d->ordinal;
+}
+
 static int cu_event_record(void *ctx, gml_event ev, gml_stream s)
 {
     cuda_dev *d = ctx;
@@ -308,12 +355,11 @@ static int cu_synchronize(void *ctx)
     ensure_ctx(d);
     if (d->api.cuCtxGetDevice(&cur) == CUDA_SUCCESS && cur == d->ordinal)
         return st(d->api.cuCtxSynchronize());
-    if (!d->primary) {
-        int rc = st(d->api.cuDevicePrimaryCtxRetain(&d->primary, d->ordinal));
-        if (rc != GMLAKE_OK)
-            return rc;
-    }
-    int rc = st(d->api.cuCtxPushCurrent_v2(d->primary));
+    CUcontext primary;
+    int rc = st(primary_ctx(d, &primary));
+    if (rc != GMLAKE_OK)
+        return rc;
+    rc = st(d->api.cuCtxPushCurrent_v2(primary));
     if (rc != GMLAKE_OK)
         return rc;
     rc = st(d->api.cuCtxSynchronize());
@@ -339,6 +385,7 @@ static void cu_destroy(void *ctx)
         free(m);
     }
     pthread_mutex_destroy(&d->mu);
+    pthread_mutex_destroy(&d->primary_mu);
     free(d);
 }
 
@@ -358,6 +405,7 @@ static const gml_device_ops cuda_ops = {
     .event_sync = cu_event_sync,
     .synchronize = cu_synchronize,
     .stream_here = cu_stream_here,
+    .stream_local = cu_stream_local,
     .granularity = cu_granularity,
     .mem_info = cu_mem_info,
     .destroy = cu_destroy,
@@ -405,7 +453,9 @@ gml_device *gml_cuda_device_create(int ordinal, gml_sym_resolver resolve, const 
     RESOLVE(cuCtxPopCurrent_v2);
     *(void **)&d->api.cuThreadExchangeStreamCaptureMode = resolve("cuThreadExchangeStreamCaptureMode");
     *(void **)&d->api.cuStreamIsCapturing = resolve("cuStreamIsCapturing");
+    *(void **)&d->api.cuStreamGetCtx = resolve("cuStreamGetCtx");
     pthread_mutex_init(&d->mu, NULL);
+    pthread_mutex_init(&d->primary_mu, NULL);
     d->ordinal = ordinal;
     d->prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
     d->prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;

@@ -108,6 +108,8 @@ struct gml_bin {
     uint64_t ev_seq;                 /* heap->seq when ev was recorded (0: never) */
     uint64_t done_seq;               /* work up to this seq is known complete */
     bool retired;                    /* its stream was destroyed: no event is recorded any more */
+    bool foreign;                    /* its stream is another device's: a synchronisation of this
+                                        device does not cover it (heap->synced_seq), only its event */
     uint64_t retire_seq;             /* retired: heap->seq at the retirement */
     bool want_record;                /* another thread needs an event only this stream's own thread
                                         (or context) can record: the next call on it records */

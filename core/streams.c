@@ -16,7 +16,10 @@
  * stream's free memory, that cost 11 more stitches and 3,180 device calls in its second half.
  * A free with GML_STREAM_NONE (cudaFree, which synchronizes) goes straight to the ready bin.
  * Under memory pressure the pool synchronises the device without its lock (gml_pool_sync):
- * every free up to heap->synced_seq has then passed, on every stream.  Nothing here waits.
+ * every free up to heap->synced_seq has then passed, on every stream of this device.  A bin of
+ * another device's stream (a stream-ordered free may name any stream; gml_dev_stream_local,
+ * asked once when the bin is made) is `foreign`: only its own event says its work passed.
+ * Nothing here waits.
  * The rule itself is gml_bin_serves, which every search of the heap (best fit, growth next to a
  * free block, small refill), of stitching and of release calls (tier 1, contract in heap.h).
  * A miss walks only the bins holding free blocks (heap->holding, kept by gml_bin_count).
@@ -62,6 +65,7 @@ gml_bin *gml_bin_get(gml_heap *p, gml_stream s)
     if (!b)
         return NULL;
     b->stream = s;
+    b->foreign = !gml_dev_stream_local(p->dev, s);
     b->heap = p;
     for (int i = 0; i < GML_NSPACES; i++)
         RB_INIT(&b->free[i]);
@@ -93,10 +97,11 @@ void gml_bin_record(gml_heap *p, gml_bin *bin)
         record(p, bin);
 }
 
-/* What is known without a device call: a device synchronisation covers every bin. */
+/* What is known without a device call: a device synchronisation covers every bin of a stream of
+ * this device. */
 static inline uint64_t known_done(gml_heap *p, gml_bin *bin)
 {
-    if (p->synced_seq > bin->done_seq)
+    if (!bin->foreign && p->synced_seq > bin->done_seq)
         bin->done_seq = p->synced_seq;
     return bin->done_seq;
 }

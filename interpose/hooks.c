@@ -113,22 +113,27 @@ static gml_stream stream_key(CUstream s, bool ptsz, int device)
 }
 
 /* Whether stream s (as named by the caller) captures a graph.  Asked only while a capture may be
- * under way in the process (capture.c counts them); a failed query counts as capturing. */
-static bool capturing(api a, CUstream s)
+ * under way in the process (capture.c counts them); a failed query counts as capturing and leaves
+ * its error in *err (CUresult numbering; else 0): the legacy stream while a blocking stream
+ * captures (CUDA_ERROR_STREAM_CAPTURE_IMPLICIT: CUDA refuses work on it until that capture ends),
+ * or a stream CUDA does not know. */
+static bool capturing(api a, CUstream s, int *err)
 {
+    *err = 0;
     if (!gml_capture_under_way())
         return false;
     if (a == RT) {
         enum cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
         if (!GML_REAL(rt_stream_is_capturing))
             return false;
-        return PASS(rt_stream_is_capturing, NO_RT, (cudaStream_t)s, &st) != cudaSuccess ||
-               st != cudaStreamCaptureStatusNone;
+        *err = (int)PASS(rt_stream_is_capturing, NO_RT, (cudaStream_t)s, &st);
+        return *err != cudaSuccess || st != cudaStreamCaptureStatusNone;
     }
     CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE;
     if (!GML_REAL(drv_stream_is_capturing))
         return false;
-    return PASS(drv_stream_is_capturing, NO_DRV, s, &st) != CUDA_SUCCESS || st != CU_STREAM_CAPTURE_STATUS_NONE;
+    *err = (int)PASS(drv_stream_is_capturing, NO_DRV, s, &st);
+    return *err != CUDA_SUCCESS || st != CU_STREAM_CAPTURE_STATUS_NONE;
 }
 
 /* ---- the runtime's last error ----
@@ -182,6 +187,8 @@ _Static_assert((int)CUDA_ERROR_NOT_INITIALIZED == (int)cudaErrorInitializationEr
 _Static_assert((int)CUDA_ERROR_UNKNOWN == (int)cudaErrorUnknown, "code map");
 _Static_assert((int)CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED == (int)cudaErrorStreamCaptureUnsupported, "code map");
 _Static_assert((int)CUDA_ERROR_STREAM_CAPTURE_INVALIDATED == (int)cudaErrorStreamCaptureInvalidated, "code map");
+_Static_assert((int)CUDA_ERROR_STREAM_CAPTURE_IMPLICIT == (int)cudaErrorStreamCaptureImplicit, "code map");
+_Static_assert((int)CUDA_ERROR_INVALID_HANDLE == (int)cudaErrorInvalidResourceHandle, "code map");
 _Static_assert((int)CUDA_ERROR_ILLEGAL_ADDRESS == (int)cudaErrorIllegalAddress, "code map");
 _Static_assert((int)CUDA_ERROR_LAUNCH_FAILED == (int)cudaErrorLaunchFailure, "code map");
 static cudaError_t rt_code(int driver_code) { return (cudaError_t)driver_code; }
@@ -314,9 +321,9 @@ static outcome alloc_op(api a, uintptr_t *out, size_t size, CUstream s, bool asy
 {
     if (!gml_serving() || size == 0)
         return PASS_THROUGH;
-    int device = -1;
-    if (async && (capturing(a, named(s, ptsz)) || custom_pool_of(device = current_device(a))))
-        return PASS_THROUGH;
+    int device = -1, query;
+    if (async && (capturing(a, named(s, ptsz), &query) || custom_pool_of(device = current_device(a))))
+        return PASS_THROUGH; /* a failed query: the real call answers as CUDA does */
     int sticky = rt_sticky(a);
     if (sticky != cudaSuccess)
         return (outcome){.code = sticky};
@@ -344,7 +351,9 @@ static int invalid_free(const char *name, uintptr_t ptr)
 /* CUDA_SUCCESS freed; FREE_PASS not gmlake's (pass through); otherwise the CUDA error to return,
  * the pool unchanged: CUDA_ERROR_INVALID_VALUE for gmlake memory that is not a live allocation
  * (double free, interior pointer), or the error of the synchronisation a synchronous free makes
- * (during graph capture CUDA refuses it, as it refuses cudaFree, and the capture is invalidated).
+ * (during graph capture CUDA refuses it, as it refuses cudaFree, and the capture is invalidated),
+ * or the error of a stream-ordered free's failed capture query (the legacy stream while a blocking
+ * stream captures, which CUDA refuses to use until the capture ends).
  * s, ptsz: the free's stream as in stream_key; sync: cudaFree / cuMemFree (no stream: waits for
  * the pointer's device).
  * The pool is picked from the pointer's address without a lock (gml_arena_owner) and the pointer
@@ -362,11 +371,17 @@ static int serve_free(api a, uintptr_t ptr, CUstream s, bool ptsz, const char *n
     }
     if (!p && !gml_owner(ptr, NULL))
         return FREE_PASS;
-    bool capture = !sync && p && capturing(a, named(s, ptsz));
+    int query = 0;
+    bool capture = !sync && p && capturing(a, named(s, ptsz), &query);
     if (p && !live_known && (sync || capture))
         live_known = gml_pool_alloc_size(p, ptr) != 0;
     if (!p || ((sync || capture) && !live_known))
         return invalid_free(name, ptr);
+    if (query) {
+        gml_log(GML_LOG_WARN, "%s(%#lx): the stream's capture status is unknown (CUDA error %d); "
+                "the block stays allocated", name, (unsigned long)ptr, query);
+        return query; /* as CUDA refuses work on that stream; the program may free it later */
+    }
     if (capture) {
         if (!atomic_exchange(&capture_warned, 1))
             gml_log(GML_LOG_WARN, "%s during graph capture: gmlake keeps such blocks allocated", name);

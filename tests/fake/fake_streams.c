@@ -335,6 +335,17 @@ EXPORT int fake_capture_status(void *h, int *st)
     return r;
 }
 
+EXPORT CUresult cuStreamGetCtx(CUstream h, CUcontext *out)
+{
+    GUARD();
+    pthread_mutex_lock(&mu);
+    fstream *s = resolve(h);
+    if (s)
+        *out = s->ctx;
+    pthread_mutex_unlock(&mu);
+    return s ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+}
+
 EXPORT CUresult cuStreamIsCapturing(CUstream s, CUstreamCaptureStatus *st)
 {
     GUARD();

@@ -16,31 +16,23 @@ OUT.stats.json, so that replaying the fixture can be checked against the real fi
 import json, os, sys
 import torch
 
+from tiny_transformer import build, train_step
+
 if len(sys.argv) != 2:
     sys.exit("usage: record_snapshot.py OUT.pickle")
 out = sys.argv[1]
 steps = int(os.environ.get("STEPS", "6"))
 max_entries = int(os.environ.get("MAX_ENTRIES", "20000"))
 
-torch.manual_seed(0)
 dev = "cuda"
-layer = torch.nn.TransformerEncoderLayer(d_model=256, nhead=8, dim_feedforward=1024, batch_first=True, dropout=0.0)
-model = torch.nn.Sequential(torch.nn.Embedding(1000, 256), torch.nn.TransformerEncoder(layer, num_layers=2),
-                            torch.nn.Linear(256, 1000)).to(dev)
-opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-g = torch.Generator(device="cpu").manual_seed(1)
+model, opt, g = build(num_layers=2, dev=dev)
 side = torch.cuda.Stream()
 
 
 def step(i):
     seq = 64 + 96 * (i % 4)  # varying length: requests of every size class, fragmentation
-    x = torch.randint(0, 1000, (8, seq), generator=g).to(dev)
-    y = torch.randint(0, 1000, (8, seq), generator=g).to(dev)
-    out = model(x)
-    loss = torch.nn.functional.cross_entropy(out.reshape(-1, 1000), y.reshape(-1))
-    opt.zero_grad(set_to_none=True)
-    loss.backward()
-    opt.step()
+    keep = {}  # the step's tensors live until it returns, across the side-stream work
+    loss = train_step(model, opt, g, seq, keep, dev)
     # some work on a second stream, so that the snapshot has two per-stream pools
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):

@@ -3,26 +3,16 @@ the memory figures PyTorch reports, plus gmlake's own when libgmlake is preloade
 import ctypes, json, os, sys
 import torch
 
-torch.manual_seed(0)
+from tiny_transformer import build, train_step
+
 torch.use_deterministic_algorithms(True)
 torch.backends.cudnn.benchmark = False
-dev = "cuda"
-layer = torch.nn.TransformerEncoderLayer(d_model=256, nhead=8, dim_feedforward=1024, batch_first=True, dropout=0.0)
-model = torch.nn.Sequential(torch.nn.Embedding(1000, 256), torch.nn.TransformerEncoder(layer, num_layers=4),
-                            torch.nn.Linear(256, 1000)).to(dev)
-opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-g = torch.Generator(device="cpu").manual_seed(1)
+model, opt, g = build(num_layers=4)
 losses = []
+keep = {}  # the last step's tensors, alive after the loop as before
 for step in range(int(os.environ.get("STEPS", "30"))):
     seq = 64 + 32 * (step % 5)  # varying length: fragmentation
-    x = torch.randint(0, 1000, (8, seq), generator=g).to(dev)
-    y = torch.randint(0, 1000, (8, seq), generator=g).to(dev)
-    out = model(x)
-    loss = torch.nn.functional.cross_entropy(out.reshape(-1, 1000), y.reshape(-1))
-    opt.zero_grad(set_to_none=True)
-    loss.backward()
-    opt.step()
-    losses.append(loss.item().hex())
+    losses.append(train_step(model, opt, g, seq, keep).item().hex())
 torch.cuda.synchronize()
 ms = torch.cuda.memory_stats()
 res = {"losses": losses,

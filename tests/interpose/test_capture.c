@@ -134,6 +134,30 @@ Test(capture, no_event_is_recorded_on_the_legacy_stream_during_capture)
     cr_assert_eq(capture_end(&c), cudaSuccess, "no implicit dependency on the capture");
 }
 
+/* While a blocking stream captures, the legacy stream cannot be used (its status query fails with
+ * cudaErrorStreamCaptureImplicit, and CUDA refuses stream-ordered work on it): a free on it fails
+ * with that error and the block stays the program's, to free once the capture ended (it used to
+ * answer success and keep the block allocated for good). */
+Test(capture, a_legacy_stream_free_during_a_blocking_capture_fails_and_keeps_the_block)
+{
+    make_streams();
+    void *a;
+    CUdeviceptr d;
+    cr_assert_eq(cudaMallocAsync(&a, MiB, 0), cudaSuccess);
+    cr_assert_eq(cuMemAllocAsync(&d, MiB, CU_STREAM_LEGACY), CUDA_SUCCESS);
+    cr_assert(!fake_cuda_owns((uintptr_t)a) && !fake_cuda_owns(d), "gmlake served both");
+    capturer c;
+    capture_start(&c, C, cudaStreamCaptureModeRelaxed); /* C is a blocking stream */
+    cr_assert_eq(cudaFreeAsync(a, 0), cudaErrorStreamCaptureImplicit, "as CUDA answers");
+    cr_assert_eq(cudaGetLastError(), cudaErrorStreamCaptureImplicit);
+    cr_assert_eq(cuMemFreeAsync(d, CU_STREAM_LEGACY), CUDA_ERROR_STREAM_CAPTURE_IMPLICIT);
+    cr_assert_eq(stats().live_allocations, 2, "both blocks stay allocated");
+    cr_assert_eq(capture_end(&c), cudaSuccess, "the capture is intact");
+    cr_assert_eq(cudaFreeAsync(a, 0), cudaSuccess);
+    cr_assert_eq(cuMemFreeAsync(d, CU_STREAM_LEGACY), CUDA_SUCCESS);
+    cr_assert_eq(stats().live_allocations, 0, "freed once the capture ended");
+}
+
 Test(capture, per_thread_allocations_check_this_threads_stream)
 {
     make_streams();

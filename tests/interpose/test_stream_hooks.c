@@ -200,6 +200,33 @@ Test(streams, a_failed_synchronisation_keeps_the_block)
     cr_assert_eq(stats().live_allocations, 0);
 }
 
+/* A stream-ordered free may name a stream of another device: synchronising the pointer's device
+ * (empty_cache here; memory pressure and cudaFree do the same) does not wait for that stream, so
+ * the block must not pass to another stream then (it used to: the synchronisation counted for
+ * every bin).  Its own stream still reuses it at once. */
+Test(streams, a_device_synchronisation_does_not_cover_another_devices_stream)
+{
+    void *p, *q;
+    cudaStream_t s0, s1;
+    cr_assert_eq(cudaSetDevice(0), cudaSuccess);
+    cr_assert_eq(cudaStreamCreate(&s0), cudaSuccess);
+    cr_assert_eq(cudaMallocAsync(&p, 4 * MiB, s0), cudaSuccess);
+    cr_assert_eq(cudaSetDevice(1), cudaSuccess);
+    cr_assert_eq(cudaStreamCreate(&s1), cudaSuccess);
+    cr_assert_eq(fake_cuda_launch((CUstream)s1), 0); /* device 1's work reads p */
+    cr_assert_eq(cudaFreeAsync(p, s1), cudaSuccess);
+    cr_assert_eq(cudaSetDevice(0), cudaSuccess);
+    cr_assert_eq(gmlake_empty_cache(0), GMLAKE_OK);
+    cr_assert_gt(fake_cuda_pending((CUstream)s1), 0, "s1's work is still running");
+    cr_assert_eq(cudaMallocAsync(&q, 4 * MiB, s0), cudaSuccess);
+    cr_assert_neq(q, p, "device 0's stream took a block device 1's stream still uses");
+    void *r;
+    cr_assert_eq(cudaMallocAsync(&r, 4 * MiB, s1), cudaSuccess);
+    cr_assert_eq(r, p, "the block's own stream reuses it at once");
+    cr_assert_eq(cudaFreeAsync(q, s0), cudaSuccess);
+    cr_assert_eq(cudaFreeAsync(r, s1), cudaSuccess);
+}
+
 /* ---- no device wait under the pool lock ---- */
 
 typedef struct job {
