@@ -23,8 +23,10 @@ void gml_arena_note(int device, gml_pool *p)
 {
     uintptr_t lo, hi;
     gml_pool_arena(p, &lo, &hi);
-    atomic_store(&arenas[device].lo, lo);
-    atomic_store(&arenas[device].hi, hi);
+    /* hi first, then lo with release: a reader that sees a non-zero lo (acquire) sees this hi,
+     * never the half-written range [0, hi) that would claim every lower pointer. */
+    atomic_store_explicit(&arenas[device].hi, hi, memory_order_relaxed);
+    atomic_store_explicit(&arenas[device].lo, lo, memory_order_release);
     int n = atomic_load(&ndevices);
     while (n < device + 1 && !atomic_compare_exchange_weak(&ndevices, &n, device + 1))
         ;
@@ -34,8 +36,8 @@ gml_pool *gml_arena_owner(uintptr_t ptr, int *device)
 {
     int n = atomic_load_explicit(&ndevices, memory_order_acquire);
     for (int d = 0; d < n; d++) {
-        if (ptr >= atomic_load_explicit(&arenas[d].lo, memory_order_relaxed) &&
-            ptr < atomic_load_explicit(&arenas[d].hi, memory_order_relaxed)) {
+        uintptr_t lo = atomic_load_explicit(&arenas[d].lo, memory_order_acquire);
+        if (lo && ptr >= lo && ptr < atomic_load_explicit(&arenas[d].hi, memory_order_relaxed)) {
             *device = d;
             return gml_registry_get(d);
         }
