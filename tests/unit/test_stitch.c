@@ -267,3 +267,85 @@ Test(stitch, empty_cache_tears_everything_down)
     cr_assert_eq(gml_sim_reservation_count(f.dev), 1, "only the arena stays reserved");
     fx_free(&f);
 }
+
+/* Near capacity, a cached stitched block freed on a stream whose work is pending pins the only
+ * memory a request could use.  Review suspected a spurious out-of-memory here: the last resort
+ * synchronises only when a stream bin holds free blocks.  These pin down why it cannot happen:
+ * while the block's parts sit in its stream's bin that bin holds blocks (the pool synchronises,
+ * then the block is torn down and its extents released); once they left it (live again, or
+ * freed with no stream into the ready bin), fitting, stitching and small refills use pinned
+ * chunks as they are (pins only keep release away). */
+static void fill_and_cache_stitch(gml_pool *p, uintptr_t v[16], uintptr_t *sb, gml_stream a)
+{
+    for (int i = 0; i < 16; i++) /* 32 MiB: the whole device */
+        v[i] = must_alloc(p, 2 * MiB, a);
+    for (int i = 0; i < 16; i += 2)
+        must_free(p, v[i], a);
+    *sb = must_alloc(p, 16 * MiB, a); /* the eight free chunks, stitched */
+    cr_assert_eq(stats_of(p).stitched_blocks, 1);
+    cr_assert_eq(stats_of(p).reserved_bytes, 32 * MiB, "the device is full");
+    must_free(p, *sb, a); /* cached; the GPU may still be using it */
+}
+
+Test(stitch, pending_cached_block_in_its_stream_bin_gives_way_under_pressure)
+{
+    fixture f = fx_make(32 * MiB, false, NULL);
+    gml_pool *p = f.pool;
+    gml_sim_set_manual_events(f.dev, true);
+    const gml_stream a = 0x1000, b = 0x2000;
+    uintptr_t v[16], sb;
+    fill_and_cache_stitch(p, v, &sb, a);
+    cr_assert_eq(gml_sim_launch(f.dev, a), GMLAKE_OK, "work pending on a");
+    uintptr_t x = must_alloc(p, 16 * MiB, b); /* only a's pending memory can serve b */
+    gmlake_stats st = stats_of(p);
+    cr_assert_geq(st.device_calls[GMLAKE_DC_SYNCHRONIZE], 1, "the pool waited");
+    cr_assert(!gml_pool_owns(p, sb) && st.stitch_evictions == 1, "then tore the cached block down");
+    cr_assert_eq(st.reserved_bytes, 32 * MiB);
+    uintptr_t y = 0;
+    cr_assert_eq(gml_pool_alloc(p, 2 * MiB, b, &y), GMLAKE_ERR_NOMEM, "the device is full");
+    CHECK_POOL(p);
+    must_free(p, x, b);
+    for (int i = 1; i < 16; i += 2)
+        must_free(p, v[i], a);
+    fx_free(&f);
+}
+
+Test(stitch, pending_cached_block_outside_stream_bins_still_serves)
+{
+    fixture f = fx_make(32 * MiB, false, NULL);
+    gml_pool *p = f.pool;
+    gml_sim_set_manual_events(f.dev, true);
+    const gml_stream a = 0x1000, b = 0x2000;
+    uintptr_t v[16], sb;
+    fill_and_cache_stitch(p, v, &sb, a);
+    cr_assert_eq(gml_sim_launch(f.dev, a), GMLAKE_OK, "work pending on a");
+    uintptr_t w[8];
+    for (int i = 0; i < 8; i++) /* a takes its chunks back at home, then frees them synchronously */
+        w[i] = must_alloc(p, 2 * MiB, a);
+    must_free(p, v[1], GML_STREAM_NONE);
+    must_free(p, v[3], GML_STREAM_NONE);
+    for (int i = 0; i < 8; i++)
+        must_free(p, w[i], GML_STREAM_NONE);
+    cr_assert(gml_pool_owns(p, sb), "still cached, its stream not known done");
+    gmlake_stats st = stats_of(p);
+    cr_assert_eq(st.reserved_bytes, 32 * MiB, "the device is full");
+    uint64_t syncs = st.device_calls[GMLAKE_DC_SYNCHRONIZE];
+    /* no stream bin holds a free block: nothing to wait for, the pinned chunks serve as they are */
+    uintptr_t x = must_alloc(p, 20 * MiB, b); /* a new stitch over the ten free chunks */
+    cr_assert_eq(stats_of(p).device_calls[GMLAKE_DC_SYNCHRONIZE], syncs, "no wait was needed");
+    cr_assert_eq(stats_of(p).reserved_bytes, 32 * MiB);
+    /* truly too large: fails, leaves the pool whole, and what fits still fits */
+    uintptr_t y = 0;
+    cr_assert_eq(gml_pool_alloc(p, 34 * MiB, b, &y), GMLAKE_ERR_NOMEM);
+    CHECK_POOL(p);
+    must_free(p, x, b);
+    cr_assert_eq(gml_pool_alloc(p, 22 * MiB, b, &y), GMLAKE_ERR_NOMEM, "12 chunks are live");
+    CHECK_POOL(p);
+    uintptr_t z = must_alloc(p, 16 * MiB, b); /* the cached block, or a stitch of ready chunks */
+    uintptr_t s = must_alloc(p, 4 * KiB, b);  /* a small chunk out of a pinned free chunk */
+    must_free(p, s, b);
+    must_free(p, z, b);
+    for (int i = 5; i < 16; i += 2)
+        must_free(p, v[i], a);
+    fx_free(&f);
+}
