@@ -275,7 +275,8 @@ Test(stitch, empty_cache_tears_everything_down)
  * then the block is torn down and its extents released); once they left it (live again, or
  * freed with no stream into the ready bin), fitting, stitching and small refills use pinned
  * chunks as they are (pins only keep release away). */
-static void fill_and_cache_stitch(gml_pool *p, uintptr_t v[16], uintptr_t *sb, gml_stream a)
+static void fill_and_cache_stitch(gml_pool *p, gml_device *dev, uintptr_t v[16], uintptr_t *sb,
+                                  gml_stream a)
 {
     for (int i = 0; i < 16; i++) /* 32 MiB: the whole device */
         v[i] = must_alloc(p, 2 * MiB, a);
@@ -284,6 +285,7 @@ static void fill_and_cache_stitch(gml_pool *p, uintptr_t v[16], uintptr_t *sb, g
     *sb = must_alloc(p, 16 * MiB, a); /* the eight free chunks, stitched */
     cr_assert_eq(stats_of(p).stitched_blocks, 1);
     cr_assert_eq(stats_of(p).reserved_bytes, 32 * MiB, "the device is full");
+    cr_assert_eq(gml_sim_launch(dev, a), GMLAKE_OK, "work on a, pending");
     must_free(p, *sb, a); /* cached; the GPU may still be using it */
 }
 
@@ -294,8 +296,7 @@ Test(stitch, pending_cached_block_in_its_stream_bin_gives_way_under_pressure)
     gml_sim_set_manual_events(f.dev, true);
     const gml_stream a = 0x1000, b = 0x2000;
     uintptr_t v[16], sb;
-    fill_and_cache_stitch(p, v, &sb, a);
-    cr_assert_eq(gml_sim_launch(f.dev, a), GMLAKE_OK, "work pending on a");
+    fill_and_cache_stitch(p, f.dev, v, &sb, a);
     uintptr_t x = must_alloc(p, 16 * MiB, b); /* only a's pending memory can serve b */
     gmlake_stats st = stats_of(p);
     cr_assert_geq(st.device_calls[GMLAKE_DC_SYNCHRONIZE], 1, "the pool waited");
@@ -317,8 +318,7 @@ Test(stitch, pending_cached_block_outside_stream_bins_still_serves)
     gml_sim_set_manual_events(f.dev, true);
     const gml_stream a = 0x1000, b = 0x2000;
     uintptr_t v[16], sb;
-    fill_and_cache_stitch(p, v, &sb, a);
-    cr_assert_eq(gml_sim_launch(f.dev, a), GMLAKE_OK, "work pending on a");
+    fill_and_cache_stitch(p, f.dev, v, &sb, a);
     uintptr_t w[8];
     for (int i = 0; i < 8; i++) /* a takes its chunks back at home, then frees them synchronously */
         w[i] = must_alloc(p, 2 * MiB, a);
