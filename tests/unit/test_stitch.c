@@ -275,28 +275,33 @@ Test(stitch, empty_cache_tears_everything_down)
  * then the block is torn down and its extents released); once they left it (live again, or
  * freed with no stream into the ready bin), fitting, stitching and small refills use pinned
  * chunks as they are (pins only keep release away). */
-static void fill_and_cache_stitch(gml_pool *p, gml_device *dev, uintptr_t v[16], uintptr_t *sb,
-                                  gml_stream a)
-{
-    for (int i = 0; i < 16; i++) /* 32 MiB: the whole device */
-        v[i] = must_alloc(p, 2 * MiB, a);
-    for (int i = 0; i < 16; i += 2)
-        must_free(p, v[i], a);
-    *sb = must_alloc(p, 16 * MiB, a); /* the eight free chunks, stitched */
-    cr_assert_eq(stats_of(p).stitched_blocks, 1);
-    cr_assert_eq(stats_of(p).reserved_bytes, 32 * MiB, "the device is full");
-    cr_assert_eq(gml_sim_launch(dev, a), GMLAKE_OK, "work on a, pending");
-    must_free(p, *sb, a); /* cached; the GPU may still be using it */
-}
+static const gml_stream pa = 0x1000, pb = 0x2000;
 
-Test(stitch, pending_cached_block_in_its_stream_bin_gives_way_under_pressure)
+/* A full 32 MiB device; v: its 16 chunks, the odd ones live and the even ones parts of stitched
+ * block *sb, cached after a free on pa whose work is pending (manual events). */
+static fixture full_with_pending_stitch(uintptr_t v[16], uintptr_t *sb)
 {
     fixture f = fx_make(32 * MiB, false, NULL);
     gml_pool *p = f.pool;
     gml_sim_set_manual_events(f.dev, true);
-    const gml_stream a = 0x1000, b = 0x2000;
+    for (int i = 0; i < 16; i++)
+        v[i] = must_alloc(p, 2 * MiB, pa);
+    for (int i = 0; i < 16; i += 2)
+        must_free(p, v[i], pa);
+    *sb = must_alloc(p, 16 * MiB, pa); /* the eight free chunks, stitched */
+    cr_assert_eq(stats_of(p).stitched_blocks, 1);
+    cr_assert_eq(stats_of(p).reserved_bytes, 32 * MiB, "the device is full");
+    cr_assert_eq(gml_sim_launch(f.dev, pa), GMLAKE_OK, "work on pa, pending");
+    must_free(p, *sb, pa); /* cached; the GPU may still be using it */
+    return f;
+}
+
+Test(stitch, pending_cached_block_in_its_stream_bin_gives_way_under_pressure)
+{
     uintptr_t v[16], sb;
-    fill_and_cache_stitch(p, f.dev, v, &sb, a);
+    fixture f = full_with_pending_stitch(v, &sb);
+    gml_pool *p = f.pool;
+    const gml_stream a = pa, b = pb;
     uintptr_t x = must_alloc(p, 16 * MiB, b); /* only a's pending memory can serve b */
     gmlake_stats st = stats_of(p);
     cr_assert_geq(st.device_calls[GMLAKE_DC_SYNCHRONIZE], 1, "the pool waited");
@@ -313,12 +318,10 @@ Test(stitch, pending_cached_block_in_its_stream_bin_gives_way_under_pressure)
 
 Test(stitch, pending_cached_block_outside_stream_bins_still_serves)
 {
-    fixture f = fx_make(32 * MiB, false, NULL);
-    gml_pool *p = f.pool;
-    gml_sim_set_manual_events(f.dev, true);
-    const gml_stream a = 0x1000, b = 0x2000;
     uintptr_t v[16], sb;
-    fill_and_cache_stitch(p, f.dev, v, &sb, a);
+    fixture f = full_with_pending_stitch(v, &sb);
+    gml_pool *p = f.pool;
+    const gml_stream a = pa, b = pb;
     uintptr_t w[8];
     for (int i = 0; i < 8; i++) /* a takes its chunks back at home, then frees them synchronously */
         w[i] = must_alloc(p, 2 * MiB, a);
