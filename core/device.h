@@ -189,5 +189,9 @@ gml_device *gml_cuda_device_create(int ordinal, gml_sym_resolver resolve, const 
 int gml_cuda_device_grant(gml_device *dev, int accessor);
 /* The CUresult of the calling thread's last failed driver call made by a cuda device (0: none). */
 int gml_cuda_last_error(void);
+/* Fork handlers: takes (hold) or releases every lock of every cuda device (its mappings and peer
+ * grants, its primary context), so that no thread that does not exist in a forked child holds
+ * one there.  Hold with no device lock held; release in the parent and in the child. */
+void gml_cuda_fork_hold(bool hold);
 
 #endif /* GML_DEVICE_H */

@@ -72,7 +72,31 @@ typedef struct cuda_dev {
     pthread_mutex_t mu; /* peers and maps */
     uint64_t peers;     /* bit i: device i may access this device's memory */
     mapping *maps;      /* every live mapping, by address */
+    struct cuda_dev *next, **prev; /* in the list of live devices (devs, under devs_mu) */
 } cuda_dev;
+
+/* Every live cuda device, for gml_cuda_fork_hold.  devs_mu is taken with no device lock held. */
+static cuda_dev *devs;
+static pthread_mutex_t devs_mu = PTHREAD_MUTEX_INITIALIZER;
+
+/* The lock order, which every thread follows: devs_mu, then per device (in list order) mu, then
+ * primary_mu (a grant holds mu across ensure_ctx).  The list stays held until release. */
+void gml_cuda_fork_hold(bool hold)
+{
+    if (hold) {
+        pthread_mutex_lock(&devs_mu);
+        for (cuda_dev *d = devs; d; d = d->next) {
+            pthread_mutex_lock(&d->mu);
+            pthread_mutex_lock(&d->primary_mu);
+        }
+        return;
+    }
+    for (cuda_dev *d = devs; d; d = d->next) {
+        pthread_mutex_unlock(&d->primary_mu);
+        pthread_mutex_unlock(&d->mu);
+    }
+    pthread_mutex_unlock(&devs_mu);
+}
 
 /* The pool's driver calls need a current context; a thread that made none current gets the
  * device's primary context (the one the runtime uses). */
@@ -379,6 +403,13 @@ static int cu_mem_info(void *ctx, size_t *free_bytes, size_t *total_bytes)
 static void cu_destroy(void *ctx)
 {
     cuda_dev *d = ctx;
+    pthread_mutex_lock(&devs_mu);
+    if (d->prev) {
+        *d->prev = d->next;
+        if (d->next)
+            d->next->prev = d->prev;
+    }
+    pthread_mutex_unlock(&devs_mu);
     mapping *m, *tmp;
     HASH_ITER(hh, d->maps, m, tmp) {
         HASH_DEL(d->maps, m);
@@ -474,6 +505,14 @@ gml_device *gml_cuda_device_create(int ordinal, gml_sym_resolver resolve, const 
         free(d);
         if (err)
             *err = "out of host memory";
+        return NULL;
     }
+    pthread_mutex_lock(&devs_mu);
+    d->next = devs;
+    d->prev = &devs;
+    if (devs)
+        devs->prev = &d->next;
+    devs = d;
+    pthread_mutex_unlock(&devs_mu);
     return dev;
 }

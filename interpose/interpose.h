@@ -212,6 +212,9 @@ extern __thread const void *gml_caller;
 
 /* The real driver symbol `name` (for the cuda device), NULL if missing. */
 void *gml_driver_symbol(const char *name);
+/* Fork handlers: takes (hold) or releases the resolver's locks (the libcuda handle, the
+ * caller-scope cache); a thread holds neither while taking another gmlake lock. */
+void gml_resolve_hold(bool hold);
 /* The hook for a real function pointer, or the pointer itself (entry-point resolvers). */
 void *gml_hook_for(const char *symbol, void *real);
 

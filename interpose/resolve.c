@@ -330,6 +330,20 @@ static void *global_one(void **slot, const char *name)
     return p;
 }
 
+/* Neither lock is taken while the other is held (each guards a dlopen and lookups in the real
+ * dynamic linker only); a thread may hold the pool-creation lock around them (a device resolves
+ * its driver functions), so the fork handlers take them last. */
+void gml_resolve_hold(bool hold)
+{
+    if (hold) {
+        pthread_mutex_lock(&cuda_mu);
+        pthread_mutex_lock(&local_mu);
+    } else {
+        pthread_mutex_unlock(&local_mu);
+        pthread_mutex_unlock(&cuda_mu);
+    }
+}
+
 void *gml_resolve_one(void **slot, const char *name)
 {
     void *p = global_one(slot, name);

@@ -11,8 +11,8 @@
  *    before the file's extension (stats.json -> stats.rank3.json).  log_file is shared (log.c).
  *
  * Fork: CUDA cannot be used in a forked child (its calls fail there).  Handlers registered with
- * the settings take every gmlake lock around fork (pool creation, trace, each pool, log: the
- * order in which threads take them), so that no lock is left held by a thread that does not
+ * the settings take every gmlake lock around fork (pool creation, trace, each pool, the cuda
+ * devices', log, the resolver's: the order in which threads take them), so that no lock is left held by a thread that does not
  * exist in the child; the child then serves nothing (gml_serving is false): its calls reach CUDA,
  * which fails them as it does for any child, and no pointer of the parent's pools is handed out
  * or freed there.
@@ -84,7 +84,9 @@ void gml_file_name(const char *pattern, bool per_process, char *out, size_t len)
 }
 
 /* The locks in the order every thread takes them: pool creation, trace (a free holds it across
- * the pool's lock: gml_trace_free_begin), each pool, log. */
+ * the pool's lock: gml_trace_free_begin), each pool, the cuda devices' (a pool's driver calls
+ * take them under its lock; a pool creation, under the creation lock), log, the resolver's (a
+ * device resolves its driver functions under the creation lock; nothing is locked under them). */
 static void fork_prepare(void)
 {
     gml_pools_hold_creation(true);
@@ -92,12 +94,16 @@ static void fork_prepare(void)
     for (int d = 0; d < GML_MAX_DEVICES; d++)
         if (gml_registry_get(d))
             gml_pool_hold(gml_registry_get(d), true);
+    gml_cuda_fork_hold(true);
     gml_log_hold(true);
+    gml_resolve_hold(true);
 }
 
 static void fork_release(void)
 {
+    gml_resolve_hold(false);
     gml_log_hold(false);
+    gml_cuda_fork_hold(false);
     for (int d = GML_MAX_DEVICES - 1; d >= 0; d--)
         if (gml_registry_get(d))
             gml_pool_hold(gml_registry_get(d), false);
