@@ -461,12 +461,6 @@ static bool extent_pinned(const gml_heap *h, size_t s)
     return false;
 }
 
-/* The start of the extent that ends at address e. */
-static uintptr_t extent_start(const gml_heap *h, uintptr_t e)
-{
-    return gml_slot_addr(h, gml_extent_head(h, gml_slot_of(h, e - h->chunk)));
-}
-
 size_t gml_release_free_chunks(gml_heap *h)
 {
     gml_small_reclaim(h);
@@ -483,10 +477,10 @@ size_t gml_release_free_chunks(gml_heap *h)
             while (hi > lo) {
                 uintptr_t e = hi;
                 while (e > lo && extent_pinned(h, gml_slot_of(h, e - h->chunk)))
-                    e = extent_start(h, e);
+                    e = gml_extent_lo(h, e - 1);
                 uintptr_t s = e;
                 while (s > lo && !extent_pinned(h, gml_slot_of(h, s - h->chunk)))
-                    s = extent_start(h, s);
+                    s = gml_extent_lo(h, s - 1);
                 if (e == s)
                     break;
                 gml_block *m = gml_carve(h, f, s, e - s);
@@ -504,14 +498,4 @@ size_t gml_release_free_chunks(gml_heap *h)
     }
     gml_vec_free(&v);
     return released;
-}
-
-gml_block *gml_chunk_free_block(gml_heap *h, size_t slot)
-{
-    if (h->slots[slot].state != GML_SLOT_LARGE)
-        return NULL;
-    gml_block *o = h->slots[slot].owner;
-    if (o->state != GML_B_FREE || o->addr > gml_slot_addr(h, slot))
-        return NULL;
-    return o;
 }

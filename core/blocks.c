@@ -269,3 +269,11 @@ void gml_whole_extents(const gml_heap *h, const gml_block *b, uintptr_t *lo, uin
     if (he + gml_extent_len(h, e) != e + 1)
         *hi = gml_slot_addr(h, he);
 }
+
+bool gml_extent_bounds(const gml_heap *h, const gml_block *b, uintptr_t *b1, uintptr_t *b2)
+{
+    uintptr_t a = b->addr, e = b->addr + b->size;
+    *b1 = gml_extent_lo(h, a) == a ? a : gml_extent_hi(h, a);
+    *b2 = gml_extent_hi(h, e - 1) == e ? e : gml_extent_lo(h, e - 1);
+    return *b1 <= *b2;
+}

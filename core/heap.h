@@ -211,8 +211,6 @@ size_t gml_small_reclaim(gml_heap *h);
 size_t gml_release_free_chunks(gml_heap *h);
 static inline void gml_chunk_pin(gml_heap *h, size_t slot) { h->slots[slot].pins++; }
 static inline void gml_chunk_unpin(gml_heap *h, size_t slot) { h->slots[slot].pins--; }
-/* The free block that covers large chunk `slot` entirely, or NULL. */
-gml_block *gml_chunk_free_block(gml_heap *h, size_t slot);
 
 /* ---- blocks.c: records, trees, best fit, split / merge / carve ---- */
 gml_block *gml_rec_get(gml_heap *h); /* NULL on host out of memory */
@@ -242,6 +240,20 @@ void gml_whole_extents(const gml_heap *h, const gml_block *b, uintptr_t *lo, uin
 /* The extent holding slot s: its first slot and its length in chunks. */
 static inline size_t gml_extent_head(const gml_heap *h, size_t s) { return h->slots[s].head; }
 static inline size_t gml_extent_len(const gml_heap *h, size_t s) { return h->slots[h->slots[s].head].len; }
+/* The first byte of the extent holding byte a of a mapped slot, and the byte after its last. */
+static inline uintptr_t gml_extent_lo(const gml_heap *h, uintptr_t a)
+{
+    return gml_slot_addr(h, gml_extent_head(h, gml_slot_of(h, a)));
+}
+static inline uintptr_t gml_extent_hi(const gml_heap *h, uintptr_t a)
+{
+    size_t s = gml_slot_of(h, a);
+    return gml_slot_addr(h, gml_extent_head(h, s) + gml_extent_len(h, s));
+}
+/* The first and the last extent boundary (an extent's first byte, or the byte after its last)
+ * inside [b->addr, b->addr + b->size] of large block b; false when b lies strictly inside one
+ * extent.  [*b1, *b2) are the whole extents inside b. */
+bool gml_extent_bounds(const gml_heap *h, const gml_block *b, uintptr_t *b1, uintptr_t *b2);
 
 /* ---- streams.c: bins, events, promotion; the one rule of cross-stream reuse ---- */
 gml_bin *gml_bin_get(gml_heap *p, gml_stream s); /* NULL on host OOM */

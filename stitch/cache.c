@@ -28,6 +28,11 @@ RB_GENERATE(gml_sblock_tree, gml_sblock, cnode, cached_cmp)
 
 static gml_sblock *sb_of(gml_block *b) { return (gml_sblock *)((char *)b - offsetof(gml_sblock, b)); }
 
+static size_t va_bytes(const gml_stitch *st, const gml_sblock *sb)
+{
+    return (size_t)sb->nchunks << st->h->chunk_shift;
+}
+
 /* Moves sb to the front of the LRU (the most recently used). */
 static void touch(gml_stitch *st, gml_sblock *sb, bool linked)
 {
@@ -41,18 +46,104 @@ void gml_stitch_link_new(gml_stitch *st, gml_sblock *sb)
 {
     touch(st, sb, false);
     st->count++;
-    st->bytes += sb->b.size;
+    st->bytes += va_bytes(st, sb);
 }
 
-/* Whether every chunk of sb is free at home and (bin != NULL) may serve bin's stream. */
-static bool available(gml_stitch *st, const gml_sblock *sb, const gml_bin *bin)
+/* The free large block holding home byte a, or NULL. */
+static gml_block *free_at(gml_heap *h, uintptr_t a)
 {
-    for (uint32_t i = 0; i < sb->nchunks; i++) {
-        gml_block *f = gml_chunk_free_block(st->h, sb->slots[i]);
-        if (!f || (bin && !gml_usable(st->h, f, bin)))
+    if (h->slots[gml_slot_of(h, a)].state != GML_SLOT_LARGE)
+        return NULL;
+    gml_block *f = gml_block_at(h, a);
+    return f && f->state == GML_B_FREE ? f : NULL;
+}
+
+/* Calls fn on each home byte range sb hands out (its virtual range [b.addr, b.addr + b.size)
+ * through its chunks, cut where its chunks stop being consecutive), in virtual order; false as
+ * soon as fn says false. */
+static bool for_each_range(gml_stitch *st, const gml_sblock *sb,
+                           bool (*fn)(gml_stitch *, const gml_sblock *, uintptr_t, uintptr_t, void *),
+                           void *arg)
+{
+    gml_heap *h = st->h;
+    size_t vlo = sb->head_off, vhi = va_bytes(st, sb) - sb->tail_cut;
+    for (uint32_t i = 0; i < sb->nchunks;) {
+        uint32_t s = sb->slots[i], m = 1;
+        while (i + m < sb->nchunks && sb->slots[i + m] == s + m)
+            m++;
+        size_t r0 = (size_t)i << h->chunk_shift, r1 = (size_t)(i + m) << h->chunk_shift;
+        size_t lo = r0 > vlo ? r0 : vlo, hi = r1 < vhi ? r1 : vhi;
+        uintptr_t a = gml_slot_addr(h, s) + (lo - r0);
+        if (lo < hi && !fn(st, sb, a, a + (hi - lo), arg))
             return false;
+        i += m;
     }
     return true;
+}
+
+typedef struct part_walk {
+    bool (*fn)(gml_stitch *, const gml_sblock *, gml_block *, uintptr_t, size_t, void *);
+    void *arg;
+} part_walk;
+
+/* A range cut where free blocks end: fn on each free block and its part; false on one not free. */
+static bool range_parts(gml_stitch *st, const gml_sblock *sb, uintptr_t a, uintptr_t e, void *arg)
+{
+    const part_walk *w = arg;
+    while (a < e) {
+        gml_block *f = free_at(st->h, a);
+        if (!f)
+            return false;
+        size_t len = (f->addr + f->size < e ? f->addr + f->size : e) - a;
+        if (!w->fn(st, sb, f, a, len, w->arg))
+            return false;
+        a += len;
+    }
+    return true;
+}
+
+/* Calls fn on each free home block holding bytes sb hands out and on the part of it, in virtual
+ * order; false when a byte is not free (fn is not called for it) or fn says false. */
+static bool for_each_part(gml_stitch *st, const gml_sblock *sb,
+                          bool (*fn)(gml_stitch *, const gml_sblock *, gml_block *, uintptr_t,
+                                     size_t, void *),
+                          void *arg)
+{
+    part_walk w = {fn, arg};
+    return for_each_range(st, sb, range_parts, &w);
+}
+
+static bool usable_part(gml_stitch *st, const gml_sblock *sb, gml_block *f, uintptr_t a, size_t len,
+                        void *bin)
+{
+    (void)sb, (void)a, (void)len;
+    return !bin || gml_usable(st->h, f, bin);
+}
+
+/* Whether every byte sb hands out is free at home and (bin != NULL) may serve bin's stream. */
+static bool available(gml_stitch *st, const gml_sblock *sb, const gml_bin *bin)
+{
+    return for_each_part(st, sb, usable_part, (void *)bin);
+}
+
+static bool carve_part(gml_stitch *st, const gml_sblock *sb, gml_block *f, uintptr_t a, size_t len,
+                       void *arg)
+{
+    (void)arg;
+    gml_block *part = gml_carve(st->h, f, a, len);
+    if (!part)
+        return false;
+    part->holder = (void *)sb;
+    STAILQ_INSERT_TAIL(&((gml_sblock *)sb)->parts, part, held);
+    return true;
+}
+
+bool gml_stitch_carve(gml_stitch *st, gml_sblock *sb)
+{
+    if (for_each_part(st, sb, carve_part, NULL))
+        return true;
+    gml_stitch_parts_home(st, sb, NULL);
+    return false;
 }
 
 void gml_stitch_parts_home(gml_stitch *st, gml_sblock *sb, gml_bin *bin)
@@ -76,22 +167,8 @@ int gml_stitch_cache_take(gml_stitch *st, gml_bin *bin, size_t need, size_t req,
             break;
     if (!sb || (double)sb->b.size > cap)
         return GMLAKE_ERR_NOMEM;
-    for (uint32_t i = 0; i < sb->nchunks;) {
-        uint32_t s = sb->slots[i];
-        gml_block *f = gml_chunk_free_block(h, s);
-        uint32_t m = 1;
-        while (i + m < sb->nchunks && sb->slots[i + m] == s + m &&
-               f->addr + f->size >= gml_slot_addr(h, s + m + 1))
-            m++;
-        gml_block *part = gml_carve(h, f, gml_slot_addr(h, s), (size_t)m << h->chunk_shift);
-        if (!part) { /* host out of memory: undo the parts carved so far */
-            gml_stitch_parts_home(st, sb, NULL);
-            return GMLAKE_ERR_NOMEM;
-        }
-        part->holder = sb;
-        STAILQ_INSERT_TAIL(&sb->parts, part, held);
-        i += m;
-    }
+    if (!gml_stitch_carve(st, sb))
+        return GMLAKE_ERR_NOMEM; /* host out of memory: the parts carved went home */
     RB_REMOVE(gml_sblock_tree, &st->cached, sb);
     gml_bin_unhold(h, sb->bin);
     sb->bin = NULL;
@@ -120,17 +197,18 @@ void gml_stitch_free(gml_stitch *st, gml_block *b, gml_bin *bin)
 static void evict(gml_stitch *st, gml_sblock *sb)
 {
     gml_heap *h = st->h;
-    bool ok = gml_stitch_unmap(h, sb->b.addr, sb->slots, sb->nchunks);
+    uintptr_t va = sb->b.addr - sb->head_off;
+    bool ok = gml_stitch_unmap(h, va, sb->slots, sb->nchunks);
     for (uint32_t i = 0; i < sb->nchunks; i++)
         gml_chunk_unpin(h, sb->slots[i]);
-    if (!ok || gml_dev_va_free(h->dev, sb->b.addr, sb->b.size))
+    if (!ok || gml_dev_va_free(h->dev, va, va_bytes(st, sb)))
         fprintf(stderr, "gmlake: warning: tearing down a stitched range at %#lx failed; "
-                        "its %zu virtual bytes stay reserved\n", (unsigned long)sb->b.addr, sb->b.size);
+                        "its %zu virtual bytes stay reserved\n", (unsigned long)va, va_bytes(st, sb));
     TAILQ_REMOVE(&st->lru, sb, lru);
     RB_REMOVE(gml_sblock_tree, &st->cached, sb);
     gml_bin_unhold(h, sb->bin);
     st->count--;
-    st->bytes -= sb->b.size;
+    st->bytes -= va_bytes(st, sb);
     st->evictions++;
     free(sb->slots);
     free(sb);
@@ -205,11 +283,45 @@ bool gml_stitch_parts(gml_stitch *st, gml_block_vec *parts)
     return true;
 }
 
+/* The checker's walk over the parts of one stitched block against its ranges. */
+typedef struct part_cursor {
+    gml_block *q;   /* the next part to match */
+    const char *bad;
+} part_cursor;
+
+static bool match_range(gml_stitch *st, const gml_sblock *sb, uintptr_t a, uintptr_t e, void *arg)
+{
+    (void)st;
+    part_cursor *c = arg;
+    while (a < e) {
+        gml_block *q = c->q;
+        if (!q || q->addr != a || q->size > e - a) {
+            c->bad = "parts do not tile what it hands out, in order";
+            return false;
+        }
+        if (q->state != GML_B_HELD || q->holder != sb) {
+            c->bad = "a part is not marked as its part";
+            return false;
+        }
+        a += q->size;
+        c->q = STAILQ_NEXT(q, held);
+    }
+    return true;
+}
+
+/* NULL when the parts of sb tile the home ranges it hands out, in order; else what is wrong. */
+static const char *parts_tile(gml_stitch *st, const gml_sblock *sb)
+{
+    part_cursor c = {STAILQ_FIRST(&sb->parts), NULL};
+    if (!for_each_range(st, sb, match_range, &c))
+        return c.bad;
+    return c.q ? "it holds parts beyond what it hands out" : NULL;
+}
+
 #define FAIL(...)                                                                                 \
     do {                                                                                          \
         snprintf(why, whylen, __VA_ARGS__);                                                       \
         free(refs);                                                                               \
-        free(owner);                                                                              \
         return GMLAKE_ERR_CORRUPT;                                                                \
     } while (0)
 
@@ -217,8 +329,7 @@ int gml_stitch_check(gml_stitch *st, size_t live_views, char *why, size_t whylen
 {
     gml_heap *h = st->h;
     uint32_t *refs = calloc(h->nslots, sizeof *refs);
-    gml_sblock **owner = calloc(h->nslots, sizeof *owner);
-    if (!refs || !owner)
+    if (!refs)
         FAIL("out of host memory in the checker");
     size_t count = 0, bytes = 0, live = 0, cached = 0;
     gml_sblock *sb;
@@ -229,13 +340,15 @@ int gml_stitch_check(gml_stitch *st, size_t live_views, char *why, size_t whylen
     }
     TAILQ_FOREACH(sb, &st->lru, lru) {
         count++;
-        bytes += sb->b.size;
+        bytes += va_bytes(st, sb);
         gml_sblock *nx = TAILQ_NEXT(sb, lru);
         if (nx && nx->last_use >= sb->last_use)
             FAIL("stitched LRU list out of order at %#lx", (unsigned long)sb->b.addr);
-        if (sb->b.size != (size_t)sb->nchunks << h->chunk_shift)
-            FAIL("stitched block %#lx: size %zu for %u chunks", (unsigned long)sb->b.addr,
-                 sb->b.size, sb->nchunks);
+        if (!sb->nchunks || sb->b.size + sb->head_off + sb->tail_cut != va_bytes(st, sb) ||
+            sb->head_off >= gml_extent_len(h, sb->slots[0]) << h->chunk_shift ||
+            sb->tail_cut >= gml_extent_len(h, sb->slots[sb->nchunks - 1]) << h->chunk_shift)
+            FAIL("stitched block %#lx: size %zu, %zu bytes before and %zu after it in %u chunks",
+                 (unsigned long)sb->b.addr, sb->b.size, sb->head_off, sb->tail_cut, sb->nchunks);
         if (sb->live && sb->b.state != GML_B_VIEW)
             FAIL("live stitched block %#lx has state %d", (unsigned long)sb->b.addr, sb->b.state);
         for (uint32_t i = 0; i < sb->nchunks; i++) {
@@ -244,11 +357,6 @@ int gml_stitch_check(gml_stitch *st, size_t live_views, char *why, size_t whylen
                 h->slots[s].state == GML_SLOT_GROWING)
                 FAIL("stitched block %#lx maps an unmapped slot %u", (unsigned long)sb->b.addr, s);
             refs[s]++;
-            if (sb->live) {
-                if (owner[s])
-                    FAIL("chunk %u is in two live stitched blocks", s);
-                owner[s] = sb;
-            }
         }
         for (uint32_t i = 0; i < sb->nchunks;) {
             uint32_t s = sb->slots[i], len = (uint32_t)gml_extent_len(h, s);
@@ -266,41 +374,14 @@ int gml_stitch_check(gml_stitch *st, size_t live_views, char *why, size_t whylen
             continue;
         }
         live++;
-        size_t covered = 0;
-        gml_block *q;
-        STAILQ_FOREACH(q, &sb->parts, held) {
-            if (q->state != GML_B_HELD || q->holder != sb)
-                FAIL("part %#lx of stitched block %#lx is not marked as its part",
-                     (unsigned long)q->addr, (unsigned long)sb->b.addr);
-            for (uintptr_t a = q->addr; a < q->addr + q->size; a += h->chunk) {
-                size_t s = gml_slot_of(h, a);
-                if (owner[s] != sb)
-                    FAIL("part chunk %zu is not a chunk of stitched block %#lx", s,
-                         (unsigned long)sb->b.addr);
-                covered++;
-            }
-        }
-        if (covered != sb->nchunks)
-            FAIL("stitched block %#lx: parts cover %zu of %u chunks", (unsigned long)sb->b.addr,
-                 covered, sb->nchunks);
+        const char *bad = parts_tile(st, sb);
+        if (bad)
+            FAIL("stitched block %#lx: %s", (unsigned long)sb->b.addr, bad);
     }
     TAILQ_FOREACH(sb, &st->making, lru) { /* parts carved, driver calls under way */
-        size_t covered = 0;
-        gml_block *q;
-        STAILQ_FOREACH(q, &sb->parts, held) {
-            if (q->state != GML_B_HELD || q->holder != sb)
-                FAIL("part %#lx of a stitched block being made is not marked as its part",
-                     (unsigned long)q->addr);
-            for (uintptr_t a = q->addr; a < q->addr + q->size; a += h->chunk) {
-                size_t s = gml_slot_of(h, a);
-                if (owner[s])
-                    FAIL("chunk %zu is in a live stitched block and one being made", s);
-                owner[s] = sb;
-                covered++;
-            }
-        }
-        if (covered != sb->nchunks)
-            FAIL("a stitched block being made: parts cover %zu of %u chunks", covered, sb->nchunks);
+        const char *bad = parts_tile(st, sb);
+        if (bad)
+            FAIL("a stitched block being made: %s", bad);
     }
     if (count != st->count || bytes != st->bytes)
         FAIL("stitched counters %zu blocks / %zu bytes, list has %zu / %zu", st->count, st->bytes,
@@ -313,6 +394,5 @@ int gml_stitch_check(gml_stitch *st, size_t live_views, char *why, size_t whylen
             FAIL("slot %zu: %u pins, stitched blocks map it %u times", s, h->slots[s].pins,
                  refs[s]);
     free(refs);
-    free(owner);
     return GMLAKE_OK;
 }

@@ -17,6 +17,7 @@
  * waits on st->making, and it is published, or its parts go home, once the lock is back.
  * Tier 2: only the heap's API below (contract in stitch.h).
  */
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -56,78 +57,195 @@ int gml_stitch_init(gml_stitch *st, gml_heap *h, const gml_pool_settings *s, con
 }
 
 typedef struct piece {
-    gml_block *f;   /* the free block */
-    uintptr_t lo;   /* first whole chunk inside it */
-    size_t n;       /* whole chunks inside it */
-    size_t use;     /* chunks taken (from the top) */
+    gml_block *f;     /* the free block */
+    uintptr_t a, e;   /* its range */
+    uintptr_t b1, b2; /* its first and last extent boundary: [b1, b2) are whole extents */
+    uintptr_t lo, hi; /* what the stitch takes: [lo, hi) (empty: not used) */
+    unsigned rank;    /* its place in the stitched range */
 } piece;
 
 typedef GML_VEC(piece) piece_vec;
 
-/* The pieces the request's stream may use, in search order; false on host out of memory. */
+/* A block's head [a, b1) is the free tail of an extent that a live block starts: it can only
+ * begin a stitched range (its extent is mapped whole and entered at an offset).  Its tail
+ * [b2, e) can only end one.  Whole extents go anywhere. */
+static size_t head_of(const piece *p) { return p->b1 - p->a; }
+static size_t tail_of(const piece *p) { return p->e - p->b2; }
+static size_t whole_of(const piece *p) { return p->b2 - p->b1; }
+
+/* The free large blocks the request's stream may use that have an extent boundary inside;
+ * false on host out of memory. */
 static bool collect_pieces(gml_heap *h, gml_bin *bin, piece_vec *v)
 {
     v->n = 0;
     GML_FOR_SERVING_BINS(h, bin, b) {
         gml_block *f;
         RB_FOREACH(f, gml_size_tree, &b->free[GML_SPACE_LARGE]) {
-            uintptr_t lo, hi;
-            gml_whole_extents(h, f, &lo, &hi);
-            if (f->size < h->chunk || hi <= lo)
-                continue;
-            if (!gml_vec_push(v, ((piece){.f = f, .lo = lo, .n = (hi - lo) >> h->chunk_shift})))
+            piece p = {.f = f, .a = f->addr, .e = f->addr + f->size};
+            if (gml_extent_bounds(h, f, &p.b1, &p.b2) && !gml_vec_push(v, p))
                 return false;
         }
     }
     return true;
 }
 
-static int by_size_desc(const void *a, const void *b)
+/* The first and the last piece: the largest head and the largest tail of two different blocks. */
+static void pick_ends(const piece *v, size_t n, size_t *first, size_t *last)
+{
+    size_t h1 = 0, h2 = 1, t1 = 0, t2 = 1; /* n >= 2: the two largest heads, the two largest tails */
+    if (head_of(&v[1]) > head_of(&v[0]))
+        h1 = 1, h2 = 0;
+    if (tail_of(&v[1]) > tail_of(&v[0]))
+        t1 = 1, t2 = 0;
+    for (size_t i = 2; i < n; i++) {
+        if (head_of(&v[i]) > head_of(&v[h1]))
+            h2 = h1, h1 = i;
+        else if (head_of(&v[i]) > head_of(&v[h2]))
+            h2 = i;
+        if (tail_of(&v[i]) > tail_of(&v[t1]))
+            t2 = t1, t1 = i;
+        else if (tail_of(&v[i]) > tail_of(&v[t2]))
+            t2 = i;
+    }
+    *first = h1, *last = t1;
+    if (h1 == t1) {
+        if (head_of(&v[h1]) + tail_of(&v[t2]) >= head_of(&v[h2]) + tail_of(&v[t1]))
+            *last = t2;
+        else
+            *first = h2;
+    }
+}
+
+/* The run of whole extents to take next: the largest not taken yet; with bestfit, the smallest
+ * that brings `want` bytes when one does.  n when none is left. */
+static size_t pick_run(const piece *v, size_t n, const bool *taken, size_t want,
+                       gml_stitch_strategy strategy)
+{
+    size_t best = n;
+    for (size_t i = 0; i < n; i++) {
+        size_t w = whole_of(&v[i]);
+        if (taken[i] || !w)
+            continue;
+        if (best == n) {
+            best = i;
+            continue;
+        }
+        size_t bw = whole_of(&v[best]);
+        bool fits = strategy == GML_STITCH_BESTFIT && w >= want, bfits = strategy == GML_STITCH_BESTFIT && bw >= want;
+        if (fits ? !bfits || w < bw : !bfits && w > bw)
+            best = i;
+    }
+    return best;
+}
+
+static int by_rank(const void *a, const void *b)
 {
     const piece *x = a, *y = b;
-    if (x->n != y->n)
-        return x->n > y->n ? -1 : 1;
-    return x->lo < y->lo ? -1 : (x->lo > y->lo);
+    return (x->rank > y->rank) - (x->rank < y->rank);
 }
 
-/* The chunks of the fewest whole extents at the top of piece p that hold `want` chunks. */
-static size_t whole_from_top(const gml_heap *h, const piece *p, size_t want)
+/* Chooses what each piece gives so that they add up to exactly `need` bytes, spending the bytes
+ * no other stitch could use first: the largest head begins the range, the largest tail (of
+ * another block) ends it, and whole extents fill the rest, from the largest runs (with bestfit
+ * the tightest that completes it), as few as bring what is left within the tail's reach (a head
+ * grows upwards by its block's whole extents, a tail downwards, another run gives its top
+ * extents).  The pieces used are moved to the front of v in virtual order; returns their number,
+ * or 0 with *lack the bytes v cannot cover (0 when it is another reason).  *partial: the bytes
+ * of the head and tail, which growth (counting whole extents) does not see. */
+static size_t choose_pieces(const gml_heap *h, piece *v, size_t n, size_t need,
+                            gml_stitch_strategy strategy, bool ends, size_t *lack, size_t *partial)
 {
-    size_t top = gml_slot_of(h, p->lo) + p->n, got = 0;
-    while (got < want)
-        got = top - gml_extent_head(h, top - got - 1);
-    return got;
-}
-
-/* Marks piece.use (whole extents from the top of each piece) so that the used chunks add up to
- * at least `chunks` (*total, the overshoot below one extent a piece); returns the number of
- * pieces used (they are moved to the front of v, in stitching order). */
-static size_t choose_pieces(const gml_heap *h, piece *v, size_t n, size_t chunks,
-                            gml_stitch_strategy strategy, size_t *total)
-{
-    if (n)
-        qsort(v, n, sizeof *v, by_size_desc);
-    size_t left = chunks, used = 0;
-    while (left && used < n) {
-        size_t pick = used; /* largest unused (v[used..] is sorted descending) */
-        if (strategy == GML_STITCH_BESTFIT) {
-            for (size_t i = n; i-- > used;)
-                if (v[i].n >= left) {
-                    pick = i;
-                    break;
-                }
-        }
-        piece t = v[pick];
-        /* keep v[used+1..] sorted: shift the ones in between up by one */
-        for (size_t i = pick; i > used; i--)
-            v[i] = v[i - 1];
-        v[used] = t;
-        v[used].use = whole_from_top(h, &t, t.n < left ? t.n : left);
-        left -= v[used].use < left ? v[used].use : left;
-        *total += v[used].use;
-        used++;
+    *lack = need;
+    *partial = 0;
+    if (n < 2)
+        return 0;
+    size_t fi, li;
+    pick_ends(v, n, &fi, &li);
+    piece *F = &v[fi], *L = &v[li];
+    size_t head = ends ? head_of(F) : 0, tail = ends ? tail_of(L) : 0;
+    size_t left = need - head; /* a block is smaller than need */
+    *partial = head + tail;
+    bool *taken = calloc(n, sizeof *taken);
+    if (!taken)
+        return *lack = 0;
+    for (size_t i = 0; i < n; i++) {
+        v[i].lo = v[i].hi = v[i].b1;
+        v[i].rank = UINT_MAX;
     }
-    return left ? 0 : used;
+    F->lo = F->b1 - head;
+    F->rank = 0;
+    L->lo = L->hi = L->b2;
+    unsigned rank = 1;
+    bool cut = false;
+    size_t i;
+    while (left > tail && (i = pick_run(v, n, taken, left - tail, strategy)) < n) {
+        piece *p = &v[i];
+        taken[i] = true;
+        if (p == F) { /* upwards from the head; an overshoot moves its start up */
+            uintptr_t x = p->b1;
+            while (x < p->b2 && x - p->b1 < left && left - (x - p->b1) > tail)
+                x = gml_extent_hi(h, x);
+            p->hi = x;
+            if (x - p->b1 > left) {
+                p->lo += (x - p->b1) - left;
+                left = 0;
+            } else {
+                left -= x - p->b1;
+            }
+            continue;
+        }
+        uintptr_t y = p->b2; /* downwards from the top: the tail's own run, or a middle */
+        while (y > p->b1 && p->b2 - y < left && left - (p->b2 - y) > tail)
+            y = gml_extent_lo(h, y - 1);
+        p->lo = y;
+        p->hi = p->b2;
+        if (p->b2 - y > left) { /* an overshoot ends the range here */
+            p->hi = y + left;
+            p->rank = UINT_MAX - 1;
+            left = 0;
+            cut = true;
+        } else {
+            left -= p->b2 - y;
+            if (p != L)
+                p->rank = rank++;
+        }
+    }
+    free(taken);
+    if (left > tail) {
+        *lack = left - tail;
+        return 0;
+    }
+    *lack = 0;
+    if (!cut) {
+        L->hi = L->b2 + left;
+        if (L->hi > L->lo)
+            L->rank = UINT_MAX - 1;
+    } else if (L->hi > L->lo && L->rank == UINT_MAX) {
+        L->rank = UINT_MAX - 2; /* its run, before the cut one */
+    }
+    if (F->hi <= F->lo)
+        F->rank = UINT_MAX; /* no head and none of its run */
+    qsort(v, n, sizeof *v, by_rank);
+    size_t used = 0;
+    while (used < n && v[used].rank != UINT_MAX && v[used].hi > v[used].lo)
+        used++;
+    return used >= 2 ? used : 0;
+}
+
+/* Whole extents alone first (as few partly used extents mapped as can be); the free ends of
+ * partly used extents only when whole extents cannot cover the request. */
+static size_t choose(const gml_heap *h, piece_vec *v, size_t need, gml_stitch_strategy strategy,
+                     size_t *lack, size_t *partial)
+{
+    size_t used = choose_pieces(h, v->v, v->n, need, strategy, false, lack, partial);
+    return used ? used : choose_pieces(h, v->v, v->n, need, strategy, true, lack, partial);
+}
+
+/* The chunks of the extents covering [lo, hi) appended to slots at *k. */
+static void add_extents(const gml_heap *h, uintptr_t lo, uintptr_t hi, uint32_t *slots, size_t *k)
+{
+    for (size_t s = gml_slot_of(h, gml_extent_lo(h, lo)); s < gml_slot_of(h, gml_extent_hi(h, hi - 1)); s++)
+        slots[(*k)++] = (uint32_t)s;
 }
 
 bool gml_stitch_unmap(gml_heap *h, uintptr_t va, const uint32_t *slots, size_t mapped)
@@ -166,24 +284,6 @@ static int map_range(gml_heap *h, const uint32_t *slots, size_t n, uintptr_t *va
     return GMLAKE_ERR_DEVICE;
 }
 
-/* Carves the chosen pieces out of their home blocks as sb's parts; false (nothing carved) on host
- * out of memory. */
-static bool carve_parts(gml_stitch *st, gml_sblock *sb, const piece *v, size_t used)
-{
-    gml_heap *h = st->h;
-    for (size_t i = 0; i < used; i++) {
-        uintptr_t a = v[i].lo + ((v[i].n - v[i].use) << h->chunk_shift);
-        gml_block *part = gml_carve(h, v[i].f, a, v[i].use << h->chunk_shift);
-        if (!part) {
-            gml_stitch_parts_home(st, sb, NULL);
-            return false;
-        }
-        part->holder = sb;
-        STAILQ_INSERT_TAIL(&sb->parts, part, held);
-    }
-    return true;
-}
-
 int gml_stitch_alloc(gml_stitch *st, gml_bin *bin, size_t need, size_t req, bool may_grow,
                      gml_block **out)
 {
@@ -192,16 +292,17 @@ int gml_stitch_alloc(gml_stitch *st, gml_bin *bin, size_t need, size_t req, bool
         return GMLAKE_ERR_NOMEM;
     if (gml_stitch_cache_take(st, bin, need, req, out) == GMLAKE_OK)
         return GMLAKE_OK;
-    size_t chunks = (need + h->chunk - 1) >> h->chunk_shift;
     piece_vec v = {0};
     int rc = GMLAKE_ERR_NOMEM;
+    size_t lack, partial, used = 0;
     if (!collect_pieces(h, bin, &v))
         goto out;
-    size_t have = 0;
-    for (size_t i = 0; i < v.n; i++)
-        have += v.v[i].n;
-    if (have < chunks) {
-        rc = may_grow ? gml_grow(h, bin, GML_SPACE_LARGE, GML_GROW_CHUNKS, need) : GMLAKE_ERR_NOMEM;
+    used = choose(h, &v, need, st->strategy, &lack, &partial);
+    if (!used) {
+        if (!may_grow || !lack)
+            goto out;
+        /* grow what the pieces lack, as whole chunks (growth counts the whole extents itself) */
+        rc = gml_grow(h, bin, GML_SPACE_LARGE, GML_GROW_CHUNKS, need - partial);
         if (rc != GMLAKE_OK)
             goto out;
         /* the new chunks may have made one block large enough */
@@ -214,10 +315,14 @@ int gml_stitch_alloc(gml_stitch *st, gml_bin *bin, size_t need, size_t req, bool
         rc = GMLAKE_ERR_NOMEM;
         if (!collect_pieces(h, bin, &v))
             goto out;
+        used = choose(h, &v, need, st->strategy, &lack, &partial);
+        if (!used)
+            goto out;
     }
-    size_t total = 0, used = choose_pieces(h, v.v, v.n, chunks, st->strategy, &total);
-    chunks = total;
-    gml_sblock *sb = used ? calloc(1, sizeof *sb) : NULL;
+    size_t chunks = 0;
+    for (size_t i = 0; i < used; i++)
+        chunks += (gml_extent_hi(h, v.v[i].hi - 1) - gml_extent_lo(h, v.v[i].lo)) >> h->chunk_shift;
+    gml_sblock *sb = calloc(1, sizeof *sb);
     uint32_t *slots = sb ? malloc(chunks * sizeof *slots) : NULL;
     if (!slots) {
         free(sb);
@@ -225,15 +330,15 @@ int gml_stitch_alloc(gml_stitch *st, gml_bin *bin, size_t need, size_t req, bool
     }
     STAILQ_INIT(&sb->parts);
     size_t k = 0;
-    for (size_t i = 0; i < used; i++) {
-        uintptr_t a = v.v[i].lo + ((v.v[i].n - v.v[i].use) << h->chunk_shift);
-        for (size_t j = 0; j < v.v[i].use; j++)
-            slots[k++] = (uint32_t)gml_slot_of(h, a + (j << h->chunk_shift));
-    }
+    for (size_t i = 0; i < used; i++)
+        add_extents(h, v.v[i].lo, v.v[i].hi, slots, &k);
     sb->slots = slots;
     sb->nchunks = (uint32_t)chunks;
+    sb->head_off = v.v[0].lo - gml_extent_lo(h, v.v[0].lo);
+    sb->tail_cut = gml_extent_hi(h, v.v[used - 1].hi - 1) - v.v[used - 1].hi;
+    sb->b.size = need;
     uintptr_t va;
-    rc = carve_parts(st, sb, v.v, used) ? GMLAKE_OK : GMLAKE_ERR_NOMEM;
+    rc = gml_stitch_carve(st, sb) ? GMLAKE_OK : GMLAKE_ERR_NOMEM;
     if (rc == GMLAKE_OK) {
         /* the parts are HELD: nothing else hands them out, releases or rewrites their slots, so
          * the driver calls run without the lock */
@@ -250,8 +355,7 @@ int gml_stitch_alloc(gml_stitch *st, gml_bin *bin, size_t need, size_t req, bool
         free(sb);
         goto out;
     }
-    sb->b.addr = va;
-    sb->b.size = chunks << h->chunk_shift;
+    sb->b.addr = va + sb->head_off;
     sb->b.req = req;
     sb->b.state = GML_B_VIEW;
     sb->live = true;

@@ -56,8 +56,10 @@ typedef enum gml_stitch_strategy {
 
 typedef struct gml_sblock {
     gml_block b;                     /* VIEW: its record in the pool's live map while live */
-    uint32_t *slots;                 /* the chunks, in virtual order */
+    uint32_t *slots;                 /* the chunks mapped, whole extents in virtual order */
     uint32_t nchunks;
+    size_t head_off;                 /* bytes of the first extent mapped before b.addr */
+    size_t tail_cut;                 /* bytes of the last extent mapped after b.addr + b.size */
     bool live;
     STAILQ_HEAD(gml_part_list, gml_block) parts; /* live: home parts carved for it */
     gml_bin *bin;                    /* cached: bin of the last free (held: gml_bin_hold) */
@@ -102,6 +104,10 @@ int gml_stitch_alloc(gml_stitch *st, gml_bin *bin, size_t need, size_t req, bool
                      gml_block **out);
 /* Takes a cached stitched block for the request (no device call); GMLAKE_ERR_NOMEM if none fits. */
 int gml_stitch_cache_take(gml_stitch *st, gml_bin *bin, size_t need, size_t req, gml_block **out);
+/* Carves what sb hands out (its range through its chunks) out of the free home blocks as its HELD
+ * parts, in virtual order; false (nothing carved) when a byte of it is not free or on host out of
+ * memory. */
+bool gml_stitch_carve(gml_stitch *st, gml_sblock *sb);
 /* Puts a new live stitched block on the LRU. */
 void gml_stitch_link_new(gml_stitch *st, gml_sblock *sb);
 /* Returns the parts of live stitched block sb home: to `bin`, or with bin NULL each to the bin it

@@ -20,11 +20,12 @@ typedef struct hfix {
 } hfix;
 
 /* A heap whose extents reach extent_size, and at most 1/share of the memory reserved (0: no such
- * bound). */
-static inline void hf_make_shared(hfix *f, size_t capacity, size_t extent_size, unsigned share)
+ * bound); with `backed`, host memory behind the chunks (the simulated device's backed mode). */
+static inline void hf_make_dev(hfix *f, size_t capacity, size_t extent_size, unsigned share,
+                               bool backed)
 {
     *f = (hfix){0};
-    gml_sim_config sc = {.capacity = capacity, .backed = false};
+    gml_sim_config sc = {.capacity = capacity, .backed = backed};
     f->dev = gml_sim_create(&sc);
     cr_assert_not_null(f->dev);
     gml_pool_settings s;
@@ -35,6 +36,11 @@ static inline void hf_make_shared(hfix *f, size_t capacity, size_t extent_size, 
     const char *why = NULL;
     cr_assert_eq(gml_heap_init(&f->h, f->dev, &s, &why), GMLAKE_OK, "%s", why);
     cr_assert_eq(gml_stitch_init(&f->st, &f->h, &s, &why), GMLAKE_OK, "%s", why);
+}
+
+static inline void hf_make_shared(hfix *f, size_t capacity, size_t extent_size, unsigned share)
+{
+    hf_make_dev(f, capacity, extent_size, share, false);
 }
 
 /* A heap whose extents all reach extent_size (uniform extents). */

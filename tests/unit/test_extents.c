@@ -1,6 +1,8 @@
 /* test_extents.c — physical memory in extents of several sizes (one handle each): growth makes
  * few large extents, release frees whole unpinned extents only, stitching maps whole extents
  * across mixed sizes, the checkers know extents. */
+#include <string.h>
+
 #include "heap_helpers.h"
 
 static const gml_stream S1 = 0x1000;
@@ -81,13 +83,104 @@ Test(extents, a_stitch_maps_whole_extents_of_mixed_sizes)
     gml_block *b = NULL;
     cr_assert_eq(gml_stitch_alloc(&f.st, s1, 10 * MiB, 10 * MiB, false, &b), GMLAKE_OK);
     cr_assert_eq(f.h.reserved, reserved, "no growth");
-    cr_assert_eq(b->size, 12 * MiB, "8 + 4: whole extents, the overshoot below one extent");
+    cr_assert_eq(b->size, 10 * MiB, "8 + 2 of the 4 MiB extent: exactly the request");
     cr_assert_eq(hf_calls(&f, GMLAKE_DC_MAP) - maps, 2, "one map per extent");
+    gml_block *rest = gml_block_at(&f.h, v[2]->addr + 2 * MiB);
+    cr_assert_eq(rest->state, GML_B_FREE, "the rest of the 4 MiB extent stays free at home");
+    cr_assert_eq(rest->size, 2 * MiB);
     hf_check(&f, 1);
     gml_stitch_free(&f.st, b, s1);
     uint64_t unmaps = hf_calls(&f, GMLAKE_DC_UNMAP);
     cr_assert_eq(gml_stitch_gc(&f.st, true), 1);
     cr_assert_eq(hf_calls(&f, GMLAKE_DC_UNMAP) - unmaps, 2, "one unmap per extent");
+    hf_check(&f, 0);
+    hf_free(&f);
+}
+
+/* Extents E1 [0, 8) live at [0, 3); a 2 MiB extent, live; E2 [10, 18) live at [15, 18): the free
+ * tail of E1 and the free head of E2 (5 MiB each) are the only free memory, no whole extent. */
+static void two_partly_used_extents(hfix *f, gml_bin *bin, gml_block **live)
+{
+    grow(f, bin, 8 * MiB);
+    gml_block *top = hf_take(f, bin, 5 * MiB); /* a take cuts from the top: [3, 8) */
+    live[0] = hf_take(f, bin, 3 * MiB);        /* [0, 3) */
+    grow(f, bin, 2 * MiB);
+    live[1] = hf_take(f, bin, 2 * MiB);        /* [8, 10) */
+    grow(f, bin, 8 * MiB);
+    live[2] = hf_take(f, bin, 3 * MiB);        /* [15, 18) */
+    hf_put(f, top, bin);
+    cr_assert_eq(live[0]->addr, f->h.arena);
+    cr_assert_eq(live[2]->addr, f->h.arena + 15 * MiB);
+}
+
+Test(extents, a_stitch_enters_partly_used_extents_at_its_ends)
+{
+    hfix f;
+    hf_make_dev(&f, 64 * MiB, 8 * MiB, 0, true);
+    gml_bin *s1 = gml_bin_get(&f.h, S1);
+    gml_block *live[3];
+    two_partly_used_extents(&f, s1, live);
+    memset((void *)live[0]->addr, 0x11, live[0]->size);
+    memset((void *)live[2]->addr, 0x22, live[2]->size);
+    hf_check(&f, 0);
+    uint64_t maps = hf_calls(&f, GMLAKE_DC_MAP), reserved = f.h.reserved;
+    gml_block *b = NULL;
+    cr_assert_eq(gml_stitch_alloc(&f.st, s1, 10 * MiB, 10 * MiB, false, &b), GMLAKE_OK);
+    cr_assert_eq(f.h.reserved, reserved, "no growth");
+    cr_assert_eq(b->size, 10 * MiB);
+    cr_assert_eq(hf_calls(&f, GMLAKE_DC_MAP) - maps, 2, "E1 and E2, each mapped whole");
+    cr_assert_eq(b->addr % (2 * MiB), 1 * MiB, "entered 3 MiB into E1 (mapped at a chunk boundary)");
+    hf_check(&f, 1);
+    /* the stitched range is E1's tail then E2's head, and nothing of the live blocks */
+    memset((void *)b->addr, 0xab, b->size);
+    const unsigned char *e1 = (const unsigned char *)f.h.arena, *e2 = e1 + 10 * MiB;
+    for (size_t i = 0; i < 8 * MiB; i += 4096) {
+        cr_assert_eq(e1[i], i < 3 * MiB ? 0x11 : 0xab, "E1 at %zu", i);
+        cr_assert_eq(e2[i], i < 5 * MiB ? 0xab : 0x22, "E2 at %zu", i);
+    }
+    /* freed, it is cached and serves the same request again without a device call */
+    uintptr_t addr = b->addr;
+    gml_stitch_free(&f.st, b, s1);
+    hf_check(&f, 0);
+    uint64_t calls = hf_calls(&f, GMLAKE_DC_MAP) + hf_calls(&f, GMLAKE_DC_VA_RESERVE);
+    cr_assert_eq(gml_stitch_alloc(&f.st, s1, 10 * MiB, 10 * MiB, false, &b), GMLAKE_OK);
+    cr_assert_eq(b->addr, addr);
+    cr_assert_eq(hf_calls(&f, GMLAKE_DC_MAP) + hf_calls(&f, GMLAKE_DC_VA_RESERVE), calls);
+    hf_check(&f, 1);
+    gml_stitch_free(&f.st, b, s1);
+    /* once a block takes part of E1's tail, the cached range is stale and nothing is left */
+    gml_block *l = hf_take(&f, s1, 4 * MiB);
+    cr_assert_eq(gml_stitch_alloc(&f.st, s1, 10 * MiB, 10 * MiB, false, &b), GMLAKE_ERR_NOMEM);
+    hf_check(&f, 0);
+    hf_put(&f, l, s1);
+    cr_assert_eq(gml_stitch_gc(&f.st, true), 1, "its mapping is torn down");
+    hf_check(&f, 0);
+    for (int i = 0; i < 3; i++)
+        hf_put(&f, live[i], s1);
+    cr_assert_eq(gml_release_free_chunks(&f.h), 0, "the blocks are s1's, not ready");
+    hf_free(&f);
+}
+
+Test(extents, whole_extents_come_before_the_ends_of_partly_used_ones)
+{
+    hfix f;
+    hf_make_ext(&f, 64 * MiB, 8 * MiB);
+    gml_bin *s1 = gml_bin_get(&f.h, S1);
+    gml_block *live[3];
+    two_partly_used_extents(&f, s1, live);
+    /* two whole free extents, 8 and 4 MiB, kept apart by live ones */
+    size_t sizes[] = {8 * MiB, 2 * MiB, 4 * MiB, 2 * MiB};
+    gml_block *v[4];
+    grow_taken(&f, s1, sizes, 4, v);
+    hf_put(&f, v[0], s1);
+    hf_put(&f, v[2], s1);
+    gml_block *b = NULL;
+    cr_assert_eq(gml_stitch_alloc(&f.st, s1, 10 * MiB, 10 * MiB, false, &b), GMLAKE_OK);
+    hf_check(&f, 1);
+    cr_assert_eq(gml_block_at(&f.h, f.h.arena + 3 * MiB)->state, GML_B_FREE, "E1's tail unused");
+    cr_assert_eq(gml_block_at(&f.h, f.h.arena + 10 * MiB)->state, GML_B_FREE, "E2's head unused");
+    cr_assert_eq(gml_block_at(&f.h, v[0]->addr)->state, GML_B_HELD, "the whole 8 MiB extent");
+    gml_stitch_free(&f.st, b, s1);
     hf_check(&f, 0);
     hf_free(&f);
 }
