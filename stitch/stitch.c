@@ -144,14 +144,15 @@ static int by_rank(const void *a, const void *b)
     return (x->rank > y->rank) - (x->rank < y->rank);
 }
 
-/* Chooses what each piece gives so that they add up to exactly `need` bytes, spending the bytes
- * no other stitch could use first: the largest head begins the range, the largest tail (of
- * another block) ends it, and whole extents fill the rest, from the largest runs (with bestfit
- * the tightest that completes it), as few as bring what is left within the tail's reach (a head
+/* Chooses what each piece gives so that they cover `need` bytes.  With `ends`, the largest head
+ * begins the range and the largest tail (of another block) ends it, giving what is left exactly;
+ * without, both are empty.  Whole extents fill the rest, from the largest runs (with bestfit the
+ * tightest run that completes it), as few as bring what is left within the tail's reach (a head
  * grows upwards by its block's whole extents, a tail downwards, another run gives its top
- * extents).  The pieces used are moved to the front of v in virtual order; returns their number,
- * or 0 with *lack the bytes v cannot cover (0 when it is another reason).  *partial: the bytes
- * of the head and tail, which growth (counting whole extents) does not see. */
+ * extents); a run that overshoots ends the range with it (the overshoot below one extent).  The
+ * pieces used are moved to the front of v in virtual order; returns their number, or 0 with
+ * *lack the bytes v cannot cover (0 when it is another reason).  *partial: the bytes of the head
+ * and tail, which growth (counting whole extents) does not see. */
 static size_t choose_pieces(const gml_heap *h, piece *v, size_t n, size_t need,
                             gml_stitch_strategy strategy, bool ends, size_t *lack, size_t *partial)
 {
@@ -186,8 +187,7 @@ static size_t choose_pieces(const gml_heap *h, piece *v, size_t n, size_t need,
             while (x < p->b2 && x - p->b1 < left && left - (x - p->b1) > tail)
                 x = gml_extent_hi(h, x);
             p->hi = x;
-            if (x - p->b1 > left) {
-                p->lo += (x - p->b1) - left;
+            if (x - p->b1 > left) { /* the overshoot stays in the range, below one extent */
                 left = 0;
             } else {
                 left -= x - p->b1;
@@ -199,8 +199,7 @@ static size_t choose_pieces(const gml_heap *h, piece *v, size_t n, size_t need,
             y = gml_extent_lo(h, y - 1);
         p->lo = y;
         p->hi = p->b2;
-        if (p->b2 - y > left) { /* an overshoot ends the range here */
-            p->hi = y + left;
+        if (p->b2 - y > left) { /* the overshoot (below one extent) ends the range */
             p->rank = UINT_MAX - 1;
             left = 0;
             cut = true;
@@ -336,7 +335,9 @@ int gml_stitch_alloc(gml_stitch *st, gml_bin *bin, size_t need, size_t req, bool
     sb->nchunks = (uint32_t)chunks;
     sb->head_off = v.v[0].lo - gml_extent_lo(h, v.v[0].lo);
     sb->tail_cut = gml_extent_hi(h, v.v[used - 1].hi - 1) - v.v[used - 1].hi;
-    sb->b.size = need;
+    sb->b.size = 0;
+    for (size_t i = 0; i < used; i++)
+        sb->b.size += v.v[i].hi - v.v[i].lo;
     uintptr_t va;
     rc = gml_stitch_carve(st, sb) ? GMLAKE_OK : GMLAKE_ERR_NOMEM;
     if (rc == GMLAKE_OK) {
