@@ -13,9 +13,10 @@ rows = [("one chunk: `extent_size=2MiB`", ["extent_size=2MiB"]),
         ("uniform 16 MiB: `extent_share=0 extent_size=16MiB`", ["extent_share=0", "extent_size=16MiB"]),
         ("uniform 64 MiB: `extent_share=0 extent_size=64MiB`", ["extent_share=0", "extent_size=64MiB"]),
         ("share 320: `extent_share=320`", ["extent_share=320"]),
-        ("share 480: `extent_share=480`", ["extent_share=480"]),
+        ("share 400: `extent_share=400`", ["extent_share=400"]),
+        ("**share 480 (default)**", []),
         ("share 512: `extent_share=512`", ["extent_share=512"]),
-        ("**share 640 (default)**", []),
+        ("share 640: `extent_share=640`", ["extent_share=640"]),
         ("share 768: `extent_share=768`", ["extent_share=768"])]
 for name, sets in rows:
     args = ["build/tools/gmlake-replay", "--json", "--policy", "gmlake"]

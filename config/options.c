@@ -49,7 +49,7 @@ const gml_option gml_options[] = {
      "set backend:cudaMallocAsync so that PyTorch hands every tensor to gmlake"},
     {"extent_size", NULL, GML_OPT_SIZE, "64MiB", 2097152, 1073741824, NULL,
      "largest physical extent (one CUDA handle) growth creates; rounded down to whole chunks"},
-    {"extent_share", NULL, GML_OPT_UINT, "640", 0, 1000000, NULL,
+    {"extent_share", NULL, GML_OPT_UINT, "480", 0, 1000000, NULL,
      "an extent is at most 1/extent_share of the memory reserved when it is created (at least one "
      "chunk; 0: no bound but extent_size)"},
 };

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # tests/gpu/run.sh — the GPU tests: builds the C/CUDA tests with nvcc (if build/gpu lacks them),
 # runs gpu_hooks under libgmlake (shared and static cudart), multi_gpu, streams_gpu (streams,
-# cudaFree, empty_cache, fork), then the pytest suite.  Skips where no GPU is present.
+# cudaFree, empty_cache, fork), stitch_ends (stitched ranges entering partly used extents), then
+# the pytest suite.  Skips where no GPU is present.
 # Usage: tests/gpu/run.sh [OUTDIR]   (logs go to OUTDIR, default build/gpu)
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -30,6 +31,9 @@ fi
 if [ ! -x "$g/streams_gpu" ]; then
   nvcc -O2 -arch=sm_90 -I "$root/include" -cudart shared -o "$g/streams_gpu" "$root/tests/gpu/streams_gpu.cu" -ldl || exit 1
 fi
+if [ ! -x "$g/stitch_ends" ]; then
+  nvcc -O2 -arch=sm_90 -I "$root/include" -cudart shared -o "$g/stitch_ends" "$root/tests/gpu/stitch_ends.cu" -ldl || exit 1
+fi
 if [ ! -x "$g/rtld_local_main" ]; then
   nvcc -O2 -arch=sm_90 -cudart shared -shared -Xcompiler -fPIC -o "$g/rtld_local_plugin.so" "$root/tests/gpu/rtld_local_plugin.cu" || exit 1
   cc -O2 -I "$root/include" -o "$g/rtld_local_main" "$root/tests/gpu/rtld_local_main.c" -ldl || exit 1
@@ -42,6 +46,7 @@ run semantics_peers LD_PRELOAD=$lib "$g/semantics" peers
 run rtld_local LD_PRELOAD=$lib "$g/rtld_local_main" "$g/rtld_local_plugin.so"
 run rtld_local_off LD_PRELOAD=$lib GMLAKE_ENABLE=0 "$g/rtld_local_main" "$g/rtld_local_plugin.so"
 run streams_gpu LD_PRELOAD=$lib "$g/streams_gpu"
+run stitch_ends LD_PRELOAD=$lib GMLAKE_EXTENT_SHARE=0 GMLAKE_EXTENT_SIZE=8MiB "$g/stitch_ends"
 echo "== pytest"
 LIBGMLAKE=$lib python3 -m pytest -q "$root/tests/gpu/test_gpu.py" "$root/tests/gpu/test_pytorch_route.py" 2>&1 | tee "$out/pytest.log"
 [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
