@@ -21,6 +21,12 @@ def lines(path):
     return out
 
 
+def median(xs):
+    xs = sorted(xs)
+    n = len(xs)
+    return xs[n // 2] if n % 2 else (xs[n // 2 - 1] + xs[n // 2]) / 2
+
+
 def mib(b):
     return f"{b / MIB:,.0f}" if b else "-"
 
@@ -48,6 +54,22 @@ def training(rows, stats):
                 out.append(f"| {r['allocator']} | {r.get('order', '-')} | {r['first17_s_per_step']:.4f} | "
                            f"{rel('first17_s_per_step')} | {r['steady_s_per_step']:.4f} | "
                            f"{rel('steady_s_per_step')} | {nv} | {mib(r['torch_peak_allocated'])} | {calls} |")
+            allocs = list(dict.fromkeys(r["allocator"] for r in runs))
+            if any(sum(r["allocator"] == a for r in runs) > 1 for a in allocs):
+                med = {a: {k: median([r[k] for r in runs if r["allocator"] == a])
+                           for k in ("first17_s_per_step", "steady_s_per_step")} for a in allocs}
+                mbest = {k: min((med[a][k] for a in allocs if a != "gmlake"), default=None)
+                         for k in ("first17_s_per_step", "steady_s_per_step")}
+                out.append("\nMedians over the runs of each allocator:\n")
+                out.append("| allocator | runs | first 17 steps, s/step (median) | vs best PyTorch | "
+                           "after warm-up, s/step (median) | vs best PyTorch |")
+                out.append("|---|---|---|---|---|---|")
+                for a in allocs:
+                    m = med[a]
+                    rel = lambda k: f"{m[k] / mbest[k]:.3f}" if mbest[k] else "-"
+                    out.append(f"| {a} | {sum(r['allocator'] == a for r in runs)} | "
+                               f"{m['first17_s_per_step']:.4f} | {rel('first17_s_per_step')} | "
+                               f"{m['steady_s_per_step']:.4f} | {rel('steady_s_per_step')} |")
             s = stats.get(w)
             if s:
                 calls = s.get("device_calls", {})

@@ -13,7 +13,8 @@
 # each, default 150) is recorded in train.jsonl as an error and the rest go on; runs that would
 # start after BUDGET seconds (default 450) are skipped and recorded so.
 # Settings: WORKLOADS, ALLOCATORS, TRACE_WORKLOADS (default offload), WARMUP, STEADY, WARMUP_RUNS
-# (untimed runs before each workload, default 1).
+# (untimed runs before each workload, default 1), REPEATS (rounds of the allocators per workload,
+# each round starting one allocator later; default 1; report.md then gives the medians too).
 # Uses build/interpose/libgmlake.so and build/bench/gpu_growth as carried; builds with meson
 # (into build-gpu/) only where they are absent.
 set -uo pipefail
@@ -93,11 +94,14 @@ for i in "${!workloads[@]}"; do
       --workload "${workloads[$i]}" --allocator warmup --out "$out/warmup.jsonl" >>"$log" 2>&1 ||
       say "warm-up of ${workloads[$i]} failed (rc $?)"
   done
-  for j in $(seq 0 $((n - 1))); do
-    a=${allocators[$(((i + j) % n))]}
-    extra=()
-    [ "$a" = gmlake ] && extra=(GMLAKE_STATS_FILE="$out/gmlake_stats_${workloads[$i]}.json")
-    run_one "${workloads[$i]}" "$a" "$j" "${extra[@]}"
+  # REPEATS rounds; the first allocator of a round moves on by one each round (and each workload)
+  for r in $(seq 0 $((${REPEATS:-1} - 1))); do
+    for j in $(seq 0 $((n - 1))); do
+      a=${allocators[$(((i + j + r) % n))]}
+      extra=()
+      [ "$a" = gmlake ] && extra=(GMLAKE_STATS_FILE="$out/gmlake_stats_${workloads[$i]}.json")
+      run_one "${workloads[$i]}" "$a" "$((r * n + j))" "${extra[@]}"
+    done
   done
 done
 
