@@ -42,8 +42,7 @@ Test(growth_threads, others_allocate_and_free_while_a_growth_is_in_flight, .time
     gmlake_stats st = stats_of(f.pool);
     cr_assert_eq(st.live_allocations, 0);
     cr_assert_eq(st.reserved_bytes, gml_sim_bytes_in_use(f.dev));
-    cr_assert_eq(gml_pool_empty_cache(f.pool), GMLAKE_OK);
-    cr_assert_eq(gml_sim_bytes_in_use(f.dev), 0);
+    empty_to_bare(&f);
     fx_free(&f);
 }
 
@@ -63,10 +62,7 @@ Test(growth_threads, a_driver_failure_during_an_unlocked_growth_is_undone, .time
     gmlake_stats st = stats_of(f.pool);
     cr_assert_eq(st.reserved_bytes, gml_sim_bytes_in_use(f.dev), "a failed growth leaked chunks");
     must_free(f.pool, a.ptr, 1);
-    cr_assert_eq(gml_pool_empty_cache(f.pool), GMLAKE_OK);
-    CHECK_POOL(f.pool);
-    cr_assert_eq(gml_sim_bytes_in_use(f.dev), 0);
-    cr_assert_eq(gml_sim_mapping_count(f.dev), 0);
+    empty_to_bare(&f);
     fx_free(&f);
 }
 
@@ -154,8 +150,6 @@ Test(growth_threads, a_driver_failure_during_an_unlocked_stitch_is_undone, .time
     must_free(f.pool, a.ptr, 1);
     must_free(f.pool, live[0], 1);
     must_free(f.pool, live[1], 1);
-    cr_assert_eq(gml_pool_empty_cache(f.pool), GMLAKE_OK);
-    cr_assert_eq(gml_sim_bytes_in_use(f.dev), 0);
-    cr_assert_eq(gml_sim_mapping_count(f.dev), 0);
+    empty_to_bare(&f);
     fx_free(&f);
 }

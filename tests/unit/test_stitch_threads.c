@@ -60,9 +60,7 @@ Test(stitch, others_allocate_and_free_while_an_eviction_is_in_flight, .timeout =
     cr_assert_eq(gml_sim_reservation_count(f.dev), resv - 1, "the stitched range was freed");
     must_free(f.pool, live[0], 1);
     must_free(f.pool, live[1], 1);
-    cr_assert_eq(gml_pool_empty_cache(f.pool), GMLAKE_OK);
-    cr_assert_eq(gml_sim_bytes_in_use(f.dev), 0);
-    cr_assert_eq(gml_sim_mapping_count(f.dev), 0);
+    empty_to_bare(&f);
     fx_free(&f);
 }
 
@@ -133,9 +131,6 @@ Test(stitch, a_new_stitch_evicts_without_the_lock, .timeout = 60)
         must_free(f.pool, live[i], 1);
         must_free(f.pool, lv[i], 1);
     }
-    cr_assert_eq(gml_pool_empty_cache(f.pool), GMLAKE_OK);
-    CHECK_POOL(f.pool);
-    cr_assert_eq(gml_sim_bytes_in_use(f.dev), 0);
-    cr_assert_eq(gml_sim_mapping_count(f.dev), 0);
+    empty_to_bare(&f);
     fx_free(&f);
 }
