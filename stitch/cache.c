@@ -200,9 +200,15 @@ void gml_stitch_free(gml_stitch *st, gml_block *b, gml_bin *bin)
     RB_INSERT(gml_sblock_tree, &st->cached, sb);
 }
 
-static bool over_bounds(const gml_stitch *st, size_t extra, size_t extra_bytes)
+/* Whether the stitched blocks mapped now and those being made exceed the auto GC bounds. */
+static bool over_bounds(const gml_stitch *st)
 {
-    size_t count = st->count + extra, bytes = st->bytes + extra_bytes;
+    size_t count = st->count, bytes = st->bytes;
+    const gml_sblock *sb;
+    TAILQ_FOREACH(sb, &st->making, lru) {
+        count++;
+        bytes += va_bytes(st, sb);
+    }
     return (st->auto_gc && count > st->auto_gc) || (st->bytes_limit && bytes > st->bytes_limit);
 }
 
@@ -221,13 +227,12 @@ static void unlink_victim(gml_stitch *st, gml_sblock *sb)
     TAILQ_INSERT_TAIL(&st->evicting, sb, lru);
 }
 
-size_t gml_stitch_evict_pick(gml_stitch *st, bool all, size_t extra, size_t extra_bytes,
-                             gml_sblock_vec *v)
+size_t gml_stitch_evict_pick(gml_stitch *st, bool all, gml_sblock_vec *v)
 {
     size_t n = 0;
     for (int pass = 0; pass < 2; pass++) {
         for (gml_sblock *sb = TAILQ_LAST(&st->lru, gml_sblock_list), *prev;
-             sb && (all || over_bounds(st, extra, extra_bytes)); sb = prev) {
+             sb && (all || over_bounds(st)); sb = prev) {
             prev = TAILQ_PREV(sb, gml_sblock_list, lru);
             if (sb->live || (pass == 0 && !all && available(st, sb, NULL)))
                 continue; /* pass 0 takes stale blocks only */
@@ -273,7 +278,7 @@ void gml_stitch_evict_done(gml_stitch *st, gml_sblock_vec *v)
 static size_t gc(gml_stitch *st, bool all, bool unlock)
 {
     gml_sblock_vec v = {0};
-    size_t n = gml_stitch_evict_pick(st, all, 0, 0, &v);
+    size_t n = gml_stitch_evict_pick(st, all, &v);
     if (n && unlock)
         gml_heap_unlock(st->h);
     gml_stitch_evict_calls(st, &v);

@@ -348,7 +348,7 @@ int gml_stitch_alloc(gml_stitch *st, gml_bin *bin, size_t need, size_t req, bool
          * bounds with this block counted (torn down even if its map fails) */
         TAILQ_INSERT_TAIL(&st->making, sb, lru);
         gml_sblock_vec evict = {0};
-        gml_stitch_evict_pick(st, false, 1, chunks << h->chunk_shift, &evict);
+        gml_stitch_evict_pick(st, false, &evict);
         gml_heap_unlock(h);
         rc = map_range(h, slots, chunks, &va);
         gml_stitch_evict_calls(st, &evict);

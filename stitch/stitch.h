@@ -131,18 +131,16 @@ void gml_stitch_parts_home(gml_stitch *st, gml_sblock *sb, gml_bin *bin);
 void gml_stitch_free(gml_stitch *st, gml_block *b, gml_bin *bin);
 /* Tears down cached stitched blocks: with all, every one cached when it is called whose last
  * free's work has passed (the caller synchronised first); otherwise until the auto GC bounds
- * hold.  The driver calls run without the lock named to the heap; it returns once they have
- * ended and the chunks are unpinned (a release after it may free them).  Returns the number
- * torn down. */
+ * hold (counting the blocks being made: they are about to be mapped).  The driver calls run
+ * without the lock named to the heap; it returns once they have ended and the chunks are
+ * unpinned (a release after it may free them).  Returns the number torn down. */
 size_t gml_stitch_gc(gml_stitch *st, bool all);
 /* gml_stitch_gc in three steps, for a caller with an unlocked window of its own.
  * pick (lock held): unlinks the blocks the GC would tear down now onto st->evicting and appends
- *   them to *v, the bounds counted with `extra` more blocks of `extra_bytes` mapped (a block
- *   about to be published); returns their number.
+ *   them to *v; returns their number.
  * calls (no lock needed): their unmaps and range frees.
  * done (lock held): unpins their chunks, frees their records, empties *v. */
-size_t gml_stitch_evict_pick(gml_stitch *st, bool all, size_t extra, size_t extra_bytes,
-                             gml_sblock_vec *v);
+size_t gml_stitch_evict_pick(gml_stitch *st, bool all, gml_sblock_vec *v);
 void gml_stitch_evict_calls(gml_stitch *st, const gml_sblock_vec *v);
 void gml_stitch_evict_done(gml_stitch *st, gml_sblock_vec *v);
 /* Unmaps the first `mapped` chunks of a stitched range over `slots` (whole extents), one call per
