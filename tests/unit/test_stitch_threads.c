@@ -64,8 +64,9 @@ Test(stitch, others_allocate_and_free_while_an_eviction_is_in_flight, .timeout =
     fx_free(&f);
 }
 
-/* Two threads empty the cache: the second one's release runs while the first one's eviction is
- * held in its first unmap, and must keep every extent that stitched range still maps. */
+/* Two threads empty the cache: the second one's teardown does not see the block the first one
+ * tears down, and its release, run while the first one's eviction is held in its first unmap,
+ * keeps every extent that stitched range still maps. */
 Test(stitch, release_keeps_the_extents_of_a_range_being_torn_down, .timeout = 60)
 {
     fixture f = fx_make(512 * MiB, false, NULL);
@@ -82,6 +83,7 @@ Test(stitch, release_keeps_the_extents_of_a_range_being_torn_down, .timeout = 60
     cr_assert(runs_past_the_gate(&b), "a release waited for another thread's eviction");
     cr_assert_eq(b.rc, GMLAKE_OK);
     gmlake_stats st = stats_of(f.pool);
+    cr_assert_eq(st.stitch_evictions, 1, "the second teardown did not pick the block again");
     cr_assert_eq(st.reserved_bytes, mapped,
                  "release kept exactly the extents the range being torn down maps");
     cr_assert_eq(gml_sim_bytes_in_use(f.dev), mapped, "those chunks are still held");
