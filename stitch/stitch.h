@@ -38,8 +38,9 @@
  * Contract
  *  gml_stitch_alloc and gml_stitch_gc drop the lock named to the heap (gml_heap_set_lock) around
  *  their driver calls (a growth's, a new stitched block's together with the teardowns its auto GC
- *  picked, a teardown's), so `bin` must be held (gml_bin_hold) by the caller, and anything not
- *  held may have changed on return (as after gml_grow).  Without a lock named they just run.
+ *  picked, a teardown's), so gml_stitch_alloc's `bin` must be held (gml_bin_hold) by the caller,
+ *  and anything not held may have changed on return of either (as after gml_grow).  Without a
+ *  lock named they just run.
  *  GMLAKE_OK with *out (a VIEW record, or a LIVE heap block when growth made one
  *  block large enough); GMLAKE_ERR_NOMEM when stitching is off, the request is below frag_limit,
  *  or the free chunks (plus, with may_grow, the chunks the device can still give) cannot cover it;
