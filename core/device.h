@@ -174,7 +174,7 @@ size_t gml_sim_reservation_count(gml_device *dev);
 double gml_sim_device_seconds(gml_device *dev);
 /* Make the n-th next call of `kind` (1 = the next one) fail with GMLAKE_ERR_DEVICE. */
 void gml_sim_fail_call(gml_device *dev, int kind, int nth);
-/* Tests: fn(arg) runs at the start of every chunk_create, map or set_access call of `kind`,
+/* Tests: fn(arg) runs at the start of every chunk_create, map, unmap or set_access call of `kind`,
  * outside the device's lock, so that it may hold that driver call in flight; fn NULL: none. */
 void gml_sim_hook_call(gml_device *dev, int kind, void (*fn)(void *), void *arg);
 

@@ -335,6 +335,7 @@ out:
 static int sim_unmap(void *ctx, uintptr_t va, size_t size)
 {
     sim *s = ctx;
+    call_hook(s, GMLAKE_DC_UNMAP);
     size_t g = s->cfg.granularity;
     pthread_mutex_lock(&s->mu);
     int rc = GMLAKE_ERR_DEVICE;

@@ -7,10 +7,17 @@
  * Reuse: the smallest cached block with need <= size <= need x reuse_limit whose chunks are all
  * free at home and may serve the request's stream (the most recently used among equal sizes);
  * its chunks are carved out of their home blocks again (no device call).
- * Teardown (StitchFree) happens here only: when the bounds are exceeded after a new stitch, or
+ * Teardown (StitchFree) happens here only: when the bounds are exceeded by a new stitch, or
  * when the pool must release chunks.  Stale blocks go first, least recently used first, then any
  * cached block.  A block is unmapped only after the work given to the stream of its last free
- * has completed (an event query; when tearing everything down, a wait).
+ * has completed (an event query; before tearing everything down the pool synchronises).
+ * Its driver calls (one unmap per extent, the range free) run without the pool lock: under the
+ * lock the victim is unlinked (off the LRU and the size index, out of the counters, its bin let
+ * go) onto st->evicting, where no one can take, count, claim or pick it, but where the checker
+ * still counts its pins; the lock is dropped for the calls (gml_stitch_gc, or a new stitch's own
+ * unlocked window in stitch.c), and once it is back the victim's chunks are unpinned and its
+ * record freed.  Its pins keep release from returning an extent that the range still maps, and
+ * keep that extent's slot fields (which the unmaps read) from being rewritten meanwhile.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -193,34 +200,34 @@ void gml_stitch_free(gml_stitch *st, gml_block *b, gml_bin *bin)
     RB_INSERT(gml_sblock_tree, &st->cached, sb);
 }
 
-/* Tears cached block sb down. */
-static void evict(gml_stitch *st, gml_sblock *sb)
+/* Whether the stitched blocks mapped now and those being made exceed the auto GC bounds. */
+static bool over_bounds(const gml_stitch *st)
 {
-    gml_heap *h = st->h;
-    uintptr_t va = sb->b.addr - sb->head_off;
-    bool ok = gml_stitch_unmap(h, va, sb->slots, sb->nchunks);
-    for (uint32_t i = 0; i < sb->nchunks; i++)
-        gml_chunk_unpin(h, sb->slots[i]);
-    if (!ok || gml_dev_va_free(h->dev, va, va_bytes(st, sb)))
-        fprintf(stderr, "gmlake: warning: tearing down a stitched range at %#lx failed; "
-                        "its %zu virtual bytes stay reserved\n", (unsigned long)va, va_bytes(st, sb));
+    size_t count = st->count, bytes = st->bytes;
+    const gml_sblock *sb;
+    TAILQ_FOREACH(sb, &st->making, lru) {
+        count++;
+        bytes += va_bytes(st, sb);
+    }
+    return (st->auto_gc && count > st->auto_gc) || (st->bytes_limit && bytes > st->bytes_limit);
+}
+
+/* Takes cached block sb out of reach for its teardown: out of the LRU, the size index and the
+ * counters, onto st->evicting; its bin is let go.  It keeps its pins until gml_stitch_evict_done,
+ * so that release never returns an extent its range still maps. */
+static void unlink_victim(gml_stitch *st, gml_sblock *sb)
+{
     TAILQ_REMOVE(&st->lru, sb, lru);
     RB_REMOVE(gml_sblock_tree, &st->cached, sb);
-    gml_bin_unhold(h, sb->bin);
+    gml_bin_unhold(st->h, sb->bin);
+    sb->bin = NULL;
     st->count--;
     st->bytes -= va_bytes(st, sb);
     st->evictions++;
-    free(sb->slots);
-    free(sb);
+    TAILQ_INSERT_TAIL(&st->evicting, sb, lru);
 }
 
-static bool over_bounds(const gml_stitch *st)
-{
-    return (st->auto_gc && st->count > st->auto_gc) ||
-           (st->bytes_limit && st->bytes > st->bytes_limit);
-}
-
-size_t gml_stitch_gc(gml_stitch *st, bool all)
+size_t gml_stitch_evict_pick(gml_stitch *st, bool all, gml_sblock_vec *v)
 {
     size_t n = 0;
     for (int pass = 0; pass < 2; pass++) {
@@ -231,12 +238,57 @@ size_t gml_stitch_gc(gml_stitch *st, bool all)
                 continue; /* pass 0 takes stale blocks only */
             if (!gml_bin_passed(st->h, sb->bin, sb->free_seq))
                 continue;
-            evict(st, sb);
+            if (!gml_vec_push(v, sb))
+                return n; /* host out of memory: the others stay cached */
+            unlink_victim(st, sb);
             n++;
         }
     }
     return n;
 }
+
+void gml_stitch_evict_calls(gml_stitch *st, const gml_sblock_vec *v)
+{
+    gml_heap *h = st->h;
+    for (size_t i = 0; i < v->n; i++) {
+        const gml_sblock *sb = v->v[i];
+        uintptr_t va = sb->b.addr - sb->head_off;
+        if (!gml_stitch_unmap(h, va, sb->slots, sb->nchunks) ||
+            gml_dev_va_free(h->dev, va, va_bytes(st, sb)))
+            fprintf(stderr, "gmlake: warning: tearing down a stitched range at %#lx failed; "
+                            "its %zu virtual bytes stay reserved\n",
+                    (unsigned long)va, va_bytes(st, sb));
+    }
+}
+
+void gml_stitch_evict_done(gml_stitch *st, gml_sblock_vec *v)
+{
+    for (size_t i = 0; i < v->n; i++) {
+        gml_sblock *sb = v->v[i];
+        TAILQ_REMOVE(&st->evicting, sb, lru);
+        for (uint32_t k = 0; k < sb->nchunks; k++)
+            gml_chunk_unpin(st->h, sb->slots[k]);
+        free(sb->slots);
+        free(sb);
+    }
+    gml_vec_free(v);
+}
+
+/* gml_stitch_gc; with `unlock`, the driver calls run without the lock named to the heap. */
+static size_t gc(gml_stitch *st, bool all, bool unlock)
+{
+    gml_sblock_vec v = {0};
+    size_t n = gml_stitch_evict_pick(st, all, &v);
+    if (n && unlock)
+        gml_heap_unlock(st->h);
+    gml_stitch_evict_calls(st, &v);
+    if (n && unlock)
+        gml_heap_relock(st->h);
+    gml_stitch_evict_done(st, &v);
+    return n;
+}
+
+size_t gml_stitch_gc(gml_stitch *st, bool all) { return gc(st, all, true); }
 
 void gml_stitch_destroy(gml_stitch *st)
 {
@@ -244,9 +296,9 @@ void gml_stitch_destroy(gml_stitch *st)
     while ((sb = TAILQ_FIRST(&st->lru))) {
         if (sb->live)
             gml_stitch_free(st, &sb->b, st->h->ready);
-        gml_stitch_gc(st, true);
+        gc(st, true, false); /* no other thread: the caller holds no lock */
         if (TAILQ_FIRST(&st->lru) == sb)
-            break; /* the device refused to unmap: leave it to process exit */
+            break; /* its stream has not passed: leave it to process exit */
     }
 }
 
@@ -318,11 +370,59 @@ static const char *parts_tile(gml_stitch *st, const gml_sblock *sb)
     return c.q ? "it holds parts beyond what it hands out" : NULL;
 }
 
+/* S1's shape of stitched block sb (its size within its chunks, whole extents in order, every
+ * slot mapped, a live one a VIEW) and its pins counted into refs; false with *why set if not. */
+static bool maps_whole_extents(gml_stitch *st, const gml_sblock *sb, uint32_t *refs, char *why,
+                               size_t whylen)
+{
+    gml_heap *h = st->h;
+    unsigned long a = (unsigned long)sb->b.addr;
+    if (!sb->nchunks || sb->b.size + sb->head_off + sb->tail_cut != va_bytes(st, sb) ||
+        sb->head_off >= gml_extent_len(h, sb->slots[0]) << h->chunk_shift ||
+        sb->tail_cut >= gml_extent_len(h, sb->slots[sb->nchunks - 1]) << h->chunk_shift) {
+        snprintf(why, whylen, "stitched block %#lx: size %zu, %zu bytes before and %zu after it in "
+                 "%u chunks", a, sb->b.size, sb->head_off, sb->tail_cut, sb->nchunks);
+        return false;
+    }
+    if (sb->live && sb->b.state != GML_B_VIEW) {
+        snprintf(why, whylen, "live stitched block %#lx has state %d", a, sb->b.state);
+        return false;
+    }
+    for (uint32_t i = 0; i < sb->nchunks; i++) {
+        uint32_t s = sb->slots[i];
+        if (s >= h->nslots || h->slots[s].state == GML_SLOT_EMPTY ||
+            h->slots[s].state == GML_SLOT_GROWING) {
+            snprintf(why, whylen, "stitched block %#lx maps an unmapped slot %u", a, s);
+            return false;
+        }
+        refs[s]++;
+    }
+    for (uint32_t i = 0; i < sb->nchunks;) {
+        uint32_t s = sb->slots[i], len = (uint32_t)gml_extent_len(h, s);
+        if (gml_extent_head(h, s) != s || i + len > sb->nchunks) {
+            snprintf(why, whylen, "stitched block %#lx maps part of an extent at slot %u", a, s);
+            return false;
+        }
+        for (uint32_t j = 1; j < len; j++)
+            if (sb->slots[i + j] != s + j) {
+                snprintf(why, whylen, "stitched block %#lx maps extent %u out of order", a, s);
+                return false;
+            }
+        i += len;
+    }
+    return true;
+}
+
+/* the checker's exit with *why already written */
+#define FAILED()                                                                                  \
+    do {                                                                                          \
+        free(refs);                                                                               \
+        return GMLAKE_ERR_CORRUPT;                                                                \
+    } while (0)
 #define FAIL(...)                                                                                 \
     do {                                                                                          \
         snprintf(why, whylen, __VA_ARGS__);                                                       \
-        free(refs);                                                                               \
-        return GMLAKE_ERR_CORRUPT;                                                                \
+        FAILED();                                                                                 \
     } while (0)
 
 int gml_stitch_check(gml_stitch *st, size_t live_views, char *why, size_t whylen)
@@ -344,30 +444,8 @@ int gml_stitch_check(gml_stitch *st, size_t live_views, char *why, size_t whylen
         gml_sblock *nx = TAILQ_NEXT(sb, lru);
         if (nx && nx->last_use >= sb->last_use)
             FAIL("stitched LRU list out of order at %#lx", (unsigned long)sb->b.addr);
-        if (!sb->nchunks || sb->b.size + sb->head_off + sb->tail_cut != va_bytes(st, sb) ||
-            sb->head_off >= gml_extent_len(h, sb->slots[0]) << h->chunk_shift ||
-            sb->tail_cut >= gml_extent_len(h, sb->slots[sb->nchunks - 1]) << h->chunk_shift)
-            FAIL("stitched block %#lx: size %zu, %zu bytes before and %zu after it in %u chunks",
-                 (unsigned long)sb->b.addr, sb->b.size, sb->head_off, sb->tail_cut, sb->nchunks);
-        if (sb->live && sb->b.state != GML_B_VIEW)
-            FAIL("live stitched block %#lx has state %d", (unsigned long)sb->b.addr, sb->b.state);
-        for (uint32_t i = 0; i < sb->nchunks; i++) {
-            uint32_t s = sb->slots[i];
-            if (s >= h->nslots || h->slots[s].state == GML_SLOT_EMPTY ||
-                h->slots[s].state == GML_SLOT_GROWING)
-                FAIL("stitched block %#lx maps an unmapped slot %u", (unsigned long)sb->b.addr, s);
-            refs[s]++;
-        }
-        for (uint32_t i = 0; i < sb->nchunks;) {
-            uint32_t s = sb->slots[i], len = (uint32_t)gml_extent_len(h, s);
-            if (gml_extent_head(h, s) != s || i + len > sb->nchunks)
-                FAIL("stitched block %#lx maps part of an extent at slot %u",
-                     (unsigned long)sb->b.addr, s);
-            for (uint32_t j = 1; j < len; j++)
-                if (sb->slots[i + j] != s + j)
-                    FAIL("stitched block %#lx maps extent %u out of order", (unsigned long)sb->b.addr, s);
-            i += len;
-        }
+        if (!maps_whole_extents(st, sb, refs, why, whylen))
+            FAILED();
         if (!sb->live) {
             if (!STAILQ_EMPTY(&sb->parts))
                 FAIL("cached stitched block %#lx still holds parts", (unsigned long)sb->b.addr);
@@ -382,6 +460,13 @@ int gml_stitch_check(gml_stitch *st, size_t live_views, char *why, size_t whylen
         const char *bad = parts_tile(st, sb);
         if (bad)
             FAIL("a stitched block being made: %s", bad);
+    }
+    TAILQ_FOREACH(sb, &st->evicting, lru) { /* unlinked, driver calls under way: still pinned */
+        if (sb->live || !STAILQ_EMPTY(&sb->parts))
+            FAIL("stitched block %#lx being torn down is live or holds parts",
+                 (unsigned long)sb->b.addr);
+        if (!maps_whole_extents(st, sb, refs, why, whylen))
+            FAILED();
     }
     if (count != st->count || bytes != st->bytes)
         FAIL("stitched counters %zu blocks / %zu bytes, list has %zu / %zu", st->count, st->bytes,

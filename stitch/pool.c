@@ -16,9 +16,10 @@
  *      (nothing waits for the device under the pool lock); tear down cached stitches, release
  *      free chunks, grow again; at level 2 (or as the last resort at any level) stitch;
  *   4. GMLAKE_ERR_NOMEM, the pool unchanged apart from the released cache.
- * Growth and a new stitch make their driver calls without the lock (the heap and VMS drop the
- * lock named by gml_heap_set_lock, on slots or parts they reserved): the slow path holds the
- * asking bin throughout, and looks again after every growth (docs/ARCHITECTURE.md, "Locking").
+ * Growth, a new stitch and the teardown of cached stitched blocks make their driver calls without
+ * the lock (the heap and VMS drop the lock named by gml_heap_set_lock, on slots, parts or
+ * unlinked blocks they reserved): the slow path holds the asking bin throughout, and looks again
+ * after every growth and teardown (docs/ARCHITECTURE.md, "Locking").
  */
 #include <pthread.h>
 #include <stdio.h>

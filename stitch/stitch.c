@@ -14,7 +14,8 @@
  * Cost: reserving a range, one map per chunk and one set_access over the range (~25 us a chunk
  * on an H200), which is why stitched blocks are cached (cache.c) and never made on a steady path.
  * Those driver calls run without the pool lock: the parts are carved (HELD) first, the block
- * waits on st->making, and it is published, or its parts go home, once the lock is back.
+ * waits on st->making, and it is published, or its parts go home, once the lock is back.  The
+ * auto GC's teardowns for it run in the same unlocked window (cache.c).
  * Tier 2: only the heap's API below (contract in stitch.h).
  */
 #include <limits.h>
@@ -52,6 +53,7 @@ int gml_stitch_init(gml_stitch *st, gml_heap *h, const gml_pool_settings *s, con
     st->strategy = (gml_stitch_strategy)s->strategy;
     TAILQ_INIT(&st->lru);
     TAILQ_INIT(&st->making);
+    TAILQ_INIT(&st->evicting);
     RB_INIT(&st->cached);
     return GMLAKE_OK;
 }
@@ -342,11 +344,16 @@ int gml_stitch_alloc(gml_stitch *st, gml_bin *bin, size_t need, size_t req, bool
     rc = gml_stitch_carve(st, sb) ? GMLAKE_OK : GMLAKE_ERR_NOMEM;
     if (rc == GMLAKE_OK) {
         /* the parts are HELD: nothing else hands them out, releases or rewrites their slots, so
-         * the driver calls run without the lock */
+         * the driver calls run without the lock; so do the teardowns the auto GC picks for the
+         * bounds with this block counted (torn down even if its map fails) */
         TAILQ_INSERT_TAIL(&st->making, sb, lru);
+        gml_sblock_vec evict = {0};
+        gml_stitch_evict_pick(st, false, &evict);
         gml_heap_unlock(h);
         rc = map_range(h, slots, chunks, &va);
+        gml_stitch_evict_calls(st, &evict);
         gml_heap_relock(h);
+        gml_stitch_evict_done(st, &evict);
         TAILQ_REMOVE(&st->making, sb, lru);
         if (rc != GMLAKE_OK)
             gml_stitch_parts_home(st, sb, NULL);
@@ -365,7 +372,6 @@ int gml_stitch_alloc(gml_stitch *st, gml_bin *bin, size_t need, size_t req, bool
     gml_stitch_link_new(st, sb);
     st->stitches++;
     *out = &sb->b;
-    gml_stitch_gc(st, false);
 out:
     gml_vec_free(&v);
     return rc;

@@ -25,23 +25,33 @@
  *                  blocks first, least recently used first, and only once the GPU has finished
  *                  the work given before its last free.  Auto GC keeps the stitched blocks under
  *                  auto_gc blocks and stitch_bytes_limit virtual bytes.
+ *  being torn down a block StitchFree picked: unlinked under the lock (off the LRU and the size
+ *                  index, not counted, its bin let go, on st->evicting), so no one takes, counts,
+ *                  claims (gml_stitch_owns) or picks it again; it keeps its pins while its unmaps
+ *                  and range free run without the lock, so release never returns an extent it
+ *                  still maps; unpinned and freed once the lock is back.
  *
  * Decisions owned here: which chunks a stitch takes (choose_pieces, stitch.c); which cached block
  * serves a request (gml_stitch_cache_take, cache.c); when a stitched mapping is torn down
  * (gml_stitch_gc, cache.c).  Growth for a stitch is asked of the heap (gml_grow, GML_GROW_CHUNKS).
  *
  * Contract
- *  gml_stitch_alloc: drops the lock named to the heap (gml_heap_set_lock) around its driver calls
- *  (a growth's, a new stitched block's), so `bin` must be held (gml_bin_hold) by the caller.
+ *  gml_stitch_alloc and gml_stitch_gc drop the lock named to the heap (gml_heap_set_lock) around
+ *  their driver calls (a growth's, a new stitched block's together with the teardowns its auto GC
+ *  picked, a teardown's), so gml_stitch_alloc's `bin` must be held (gml_bin_hold) by the caller,
+ *  and anything not held may have changed on return of either (as after gml_grow).  Without a
+ *  lock named they just run.
  *  GMLAKE_OK with *out (a VIEW record, or a LIVE heap block when growth made one
  *  block large enough); GMLAKE_ERR_NOMEM when stitching is off, the request is below frag_limit,
  *  or the free chunks (plus, with may_grow, the chunks the device can still give) cannot cover it;
  *  GMLAKE_ERR_DEVICE when the driver failed.  On failure everything done is undone: carved parts
  *  go back to the bins they came from.  Invariants (gml_stitch_check): S1 a stitched block maps whole
  *  extents, in order; a chunk is part of at most one live stitched block, and the parts of a live block cover exactly its chunks; S2 a
- *  chunk's pins = the stitched blocks (live or cached) that map it; S3 the counters, the LRU and
- *  the size index agree with the records.  A stitched block being made (its driver calls run
- *  without the pool lock) holds its parts already, is not pinned, counted nor on the LRU yet.
+ *  chunk's pins = the stitched blocks (live, cached or being torn down) that map it; S3 the
+ *  counters, the LRU and the size index agree with the records.  A stitched block being made (its
+ *  driver calls run without the pool lock) holds its parts already, is not pinned, counted nor on
+ *  the LRU yet; one being torn down holds no parts, is pinned, and is neither counted nor on the
+ *  LRU any more.
  */
 #ifndef GML_STITCH_H
 #define GML_STITCH_H
@@ -84,18 +94,23 @@ typedef struct gml_stitch {
     struct gml_sblock_list lru;      /* every stitched block mapped now */
     struct gml_sblock_list making;   /* stitched blocks whose parts are carved and whose driver
                                         calls are under way without the lock (linked by lru) */
+    struct gml_sblock_list evicting; /* cached blocks unlinked for their teardown, whose driver
+                                        calls are under way without the lock (linked by lru;
+                                        still pinned) */
     struct gml_sblock_tree cached;   /* cached ones by (size, most recently used first) */
     size_t count, bytes;             /* stitched blocks mapped now and their virtual bytes */
     uint64_t clock;
-    uint64_t stitches, reuses, evictions;
+    uint64_t stitches, reuses, evictions; /* evictions: counted when unlinked */
 } gml_stitch;
+
+typedef GML_VEC(gml_sblock *) gml_sblock_vec;
 
 /* Stitching's rules on settings s: GMLAKE_OK, or GMLAKE_ERR_INVALID with *why naming the setting. */
 int gml_stitch_settings_check(const gml_pool_settings *s, const char **why);
 /* Checks the stitching fields of s; GMLAKE_OK or GMLAKE_ERR_INVALID with *why set. */
 int gml_stitch_init(gml_stitch *st, gml_heap *h, const gml_pool_settings *s, const char **why);
 /* Frees the live stitched blocks (parts to the ready bin: the caller has synchronized) and tears
- * every mapping down. */
+ * every mapping down; no other thread may use the pool, and the lock is not held nor dropped. */
 void gml_stitch_destroy(gml_stitch *st);
 /* -1 when the name is unknown. */
 int gml_stitch_strategy_from_name(const char *name);
@@ -115,13 +130,25 @@ void gml_stitch_link_new(gml_stitch *st, gml_sblock *sb);
 void gml_stitch_parts_home(gml_stitch *st, gml_sblock *sb, gml_bin *bin);
 /* Frees the live stitched block whose record is b; its parts go to `bin`. */
 void gml_stitch_free(gml_stitch *st, gml_block *b, gml_bin *bin);
-/* Tears down cached stitched blocks: with all, every one (waiting for the GPU); otherwise until
- * the auto GC bounds hold.  Returns the number torn down. */
+/* Tears down cached stitched blocks: with all, every one cached when it is called whose last
+ * free's work has passed (the caller synchronised first); otherwise until the auto GC bounds
+ * hold (counting the blocks being made: they are about to be mapped).  The driver calls run
+ * without the lock named to the heap; it returns once they have ended and the chunks are
+ * unpinned (a release after it may free them).  Returns the number torn down. */
 size_t gml_stitch_gc(gml_stitch *st, bool all);
+/* gml_stitch_gc in three steps, for a caller with an unlocked window of its own.
+ * pick (lock held): unlinks the blocks the GC would tear down now onto st->evicting and appends
+ *   them to *v; returns their number.
+ * calls (no lock needed): their unmaps and range frees.
+ * done (lock held): unpins their chunks, frees their records, empties *v. */
+size_t gml_stitch_evict_pick(gml_stitch *st, bool all, gml_sblock_vec *v);
+void gml_stitch_evict_calls(gml_stitch *st, const gml_sblock_vec *v);
+void gml_stitch_evict_done(gml_stitch *st, gml_sblock_vec *v);
 /* Unmaps the first `mapped` chunks of a stitched range over `slots` (whole extents), one call per
  * extent; false if the device refused one. */
 bool gml_stitch_unmap(gml_heap *h, uintptr_t va, const uint32_t *slots, size_t mapped);
-/* Whether ptr lies inside a stitched range. */
+/* Whether ptr lies inside a live or cached stitched block (not one being torn down: it holds no
+ * allocation, and its range stops being the pool's when it is unlinked). */
 bool gml_stitch_owns(gml_stitch *st, uintptr_t ptr);
 /* The largest cached stitched block whose chunks are all free (servable without device calls). */
 size_t gml_stitch_largest_available(gml_stitch *st);

@@ -8,10 +8,18 @@
  * freed and the cache emptied; REPS times (the pool is created anew each time, so every
  * growth has the extent unit of an empty pool, one chunk; --extent-mib sets uniform extents).
  *
- * Output: one JSON line per repetition: grow_ms (the growing allocation), pairs (the other
- * thread's allocate+free pairs during it), other_max_us (the longest pair), other_p50_us.
+ * With --evict-extents K the stalling operation is a teardown instead: the growing thread first
+ * makes a cached stitched block of K extents (extent_mib, default 2 MiB: K free extents between
+ * live ones, stitched by one allocation, which is freed, then the K holes allocated again, so the
+ * block is stale and release finds nothing to return), and the timed call is
+ * gml_pool_empty_cache (K unmaps and one address free; no release).  The other thread keeps 63
+ * MiB of a 64 MiB growth live and allocates and frees the 1 MiB beside it.
+ *
+ * Output: one JSON line per repetition: grow_ms (the growing allocation) or evict_ms (the
+ * teardown), pairs (the other thread's allocate+free pairs during it), other_max_us (the longest
+ * pair), other_p50_us.
  * Exit status 1 with a message when the driver or a GPU is missing or a call fails.
- *   gpu_stall [--sim] [--reps N] [--grow-mib M] [--extent-mib E]
+ *   gpu_stall [--sim] [--reps N] [--grow-mib M] [--extent-mib E] [--evict-extents K]
  */
 #include <dlfcn.h>
 #include <pthread.h>
@@ -57,6 +65,7 @@ static gml_device *open_device(bool sim)
 typedef struct run {
     gml_pool *pool;
     size_t grow;
+    bool evict;       /* the other thread keeps 63 MiB live and uses the 1 MiB beside it */
     atomic_int phase; /* 0: the other thread warms up, 1: growing, 2: the growth ended */
     double *pair_us;
     size_t pairs;
@@ -66,12 +75,15 @@ typedef struct run {
 static void *other(void *arg)
 {
     run *r = arg;
-    uintptr_t p;
-    if ((r->rc = gml_pool_alloc(r->pool, 64 * MIB, GML_STREAM_NONE, &p)) != GMLAKE_OK ||
-        (r->rc = gml_pool_free(r->pool, p, GML_STREAM_NONE)) != GMLAKE_OK) {
+    uintptr_t p, kept = 0;
+    if ((r->rc = gml_pool_alloc(r->pool, (r->evict ? 63 : 64) * MIB, GML_STREAM_NONE, &p)) !=
+            GMLAKE_OK ||
+        (!r->evict && (r->rc = gml_pool_free(r->pool, p, GML_STREAM_NONE)) != GMLAKE_OK)) {
         atomic_store(&r->phase, 2);
         return NULL;
     }
+    if (r->evict)
+        kept = p;
     atomic_store(&r->phase, 1);
     while (atomic_load(&r->phase) == 1 && r->pairs < MAX_PAIRS) {
         double t0 = bench_now_ns();
@@ -80,14 +92,40 @@ static void *other(void *arg)
             return NULL;
         r->pair_us[r->pairs++] = (bench_now_ns() - t0) * 1e-3;
     }
+    if (kept)
+        r->rc = gml_pool_free(r->pool, kept, GML_STREAM_NONE);
     return NULL;
+}
+
+/* A cached, stale stitched block of k extents of `ext` bytes; its 2k live blocks in *held. */
+static int stale_stitched_block(gml_pool *pool, size_t k, size_t ext, uintptr_t **held)
+{
+    uintptr_t *v = calloc(2 * k, sizeof *v), s;
+    int rc = v ? GMLAKE_OK : GMLAKE_ERR_NOMEM;
+    for (size_t i = 0; rc == GMLAKE_OK && i < 2 * k; i++)
+        rc = gml_pool_alloc(pool, ext, GML_STREAM_NONE, &v[i]);
+    for (size_t i = 0; rc == GMLAKE_OK && i < 2 * k; i += 2)
+        rc = gml_pool_free(pool, v[i], GML_STREAM_NONE);
+    if (rc == GMLAKE_OK && (rc = gml_pool_alloc(pool, k * ext, GML_STREAM_NONE, &s)) == GMLAKE_OK)
+        rc = gml_pool_free(pool, s, GML_STREAM_NONE);
+    for (size_t i = 0; rc == GMLAKE_OK && i < 2 * k; i += 2)
+        rc = gml_pool_alloc(pool, ext, GML_STREAM_NONE, &v[i]);
+    gmlake_stats st;
+    gml_pool_counters(pool, &st);
+    if (rc == GMLAKE_OK && (st.stitches != 1 || st.stitched_blocks != 1)) {
+        fprintf(stderr, "gpu_stall: %lu stitches made, %lu cached, expected one\n",
+                (unsigned long)st.stitches, (unsigned long)st.stitched_blocks);
+        rc = GMLAKE_ERR_DEVICE;
+    }
+    *held = v;
+    return rc;
 }
 
 int main(int argc, char **argv)
 {
     bool sim = false;
     int reps = 3;
-    size_t grow_mib = 4096, extent_mib = 0;
+    size_t grow_mib = 4096, extent_mib = 0, evict_extents = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--sim"))
             sim = true;
@@ -97,8 +135,11 @@ int main(int argc, char **argv)
             grow_mib = strtoull(argv[++i], NULL, 10);
         else if (!strcmp(argv[i], "--extent-mib") && i + 1 < argc)
             extent_mib = strtoull(argv[++i], NULL, 10);
+        else if (!strcmp(argv[i], "--evict-extents") && i + 1 < argc)
+            evict_extents = strtoull(argv[++i], NULL, 10);
         else {
-            fprintf(stderr, "usage: gpu_stall [--sim] [--reps N] [--grow-mib M] [--extent-mib E]\n");
+            fprintf(stderr, "usage: gpu_stall [--sim] [--reps N] [--grow-mib M] [--extent-mib E] "
+                            "[--evict-extents K]\n");
             return 1;
         }
     }
@@ -111,11 +152,14 @@ int main(int argc, char **argv)
         return 1;
     gml_pool_settings s;
     gml_pool_settings_default(&s);
+    if (evict_extents && !extent_mib)
+        extent_mib = 2;
     if (extent_mib) {
         s.extent_share = 0;
         s.extent_size = extent_mib * MIB;
     }
-    run r = {.grow = grow_mib * MIB, .pair_us = malloc(MAX_PAIRS * sizeof(double))};
+    run r = {.grow = grow_mib * MIB, .evict = evict_extents > 0,
+             .pair_us = malloc(MAX_PAIRS * sizeof(double))};
     if (!r.pair_us)
         return 1;
     for (int rep = 0; rep < reps; rep++) {
@@ -127,6 +171,13 @@ int main(int argc, char **argv)
         }
         r.pairs = 0;
         r.rc = GMLAKE_OK;
+        uintptr_t *held = NULL;
+        if (r.evict && stale_stitched_block(r.pool, evict_extents, extent_mib * MIB, &held) !=
+                           GMLAKE_OK) {
+            fprintf(stderr, "gpu_stall: cannot make a stitched block of %zu extents\n",
+                    evict_extents);
+            return 1;
+        }
         atomic_store(&r.phase, 0);
         pthread_t t;
         if (pthread_create(&t, NULL, other, &r) != 0)
@@ -135,23 +186,36 @@ int main(int argc, char **argv)
             ;
         uintptr_t p = 0;
         double t0 = bench_now_ns();
-        int rc = gml_pool_alloc(r.pool, r.grow, GML_STREAM_NONE, &p);
-        double grow_ms = (bench_now_ns() - t0) * 1e-6;
+        int rc = r.evict ? gml_pool_empty_cache(r.pool)
+                         : gml_pool_alloc(r.pool, r.grow, GML_STREAM_NONE, &p);
+        double op_ms = (bench_now_ns() - t0) * 1e-6;
         atomic_store(&r.phase, 2);
         pthread_join(t, NULL);
-        if (rc != GMLAKE_OK || r.rc != GMLAKE_OK) {
-            fprintf(stderr, "gpu_stall: allocation failed: %s\n",
-                    gmlake_strerror(rc != GMLAKE_OK ? rc : r.rc));
+        gmlake_stats st;
+        gml_pool_counters(r.pool, &st);
+        if (rc != GMLAKE_OK || r.rc != GMLAKE_OK || (r.evict && st.stitch_evictions != 1)) {
+            fprintf(stderr, "gpu_stall: %s failed: %s (%lu evictions)\n",
+                    r.evict ? "the teardown" : "the allocation",
+                    gmlake_strerror(rc != GMLAKE_OK ? rc : r.rc),
+                    (unsigned long)st.stitch_evictions);
             return 1;
         }
-        gml_pool_free(r.pool, p, GML_STREAM_NONE);
+        if (p)
+            gml_pool_free(r.pool, p, GML_STREAM_NONE);
+        for (size_t i = 0; held && i < 2 * evict_extents; i++)
+            gml_pool_free(r.pool, held[i], GML_STREAM_NONE);
+        free(held);
         double max = 0;
         for (size_t i = 0; i < r.pairs; i++)
             max = r.pair_us[i] > max ? r.pair_us[i] : max;
         double p50 = r.pairs ? bench_median(r.pair_us, (int)r.pairs) : 0;
-        printf("{\"device\":\"%s\",\"grow_mib\":%zu,\"extent_mib\":%zu,\"rep\":%d,\"grow_ms\":%.3f,"
-               "\"pairs\":%zu,\"other_max_us\":%.1f,\"other_p50_us\":%.2f}\n",
-               sim ? "sim" : "cuda", grow_mib, extent_mib, rep, grow_ms, r.pairs, max, p50);
+        if (r.evict)
+            printf("{\"device\":\"%s\",\"evict_extents\":%zu,\"extent_mib\":%zu,\"rep\":%d,"
+                   "\"evict_ms\":%.3f,", sim ? "sim" : "cuda", evict_extents, extent_mib, rep, op_ms);
+        else
+            printf("{\"device\":\"%s\",\"grow_mib\":%zu,\"extent_mib\":%zu,\"rep\":%d,"
+                   "\"grow_ms\":%.3f,", sim ? "sim" : "cuda", grow_mib, extent_mib, rep, op_ms);
+        printf("\"pairs\":%zu,\"other_max_us\":%.1f,\"other_p50_us\":%.2f}\n", r.pairs, max, p50);
         fflush(stdout);
         gml_pool_destroy(r.pool);
     }

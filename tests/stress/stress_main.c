@@ -1,13 +1,21 @@
 /* stress_main.c — the stress workload as a plain program (for ThreadSanitizer): 8 threads on a
- * backed sim pool; exit 0 when no error was seen and the pool is consistent and empty after. */
+ * backed sim pool; exit 0 when no error was seen and the pool is consistent and empty after.
+ * `stress_threads N` bounds the stitched-block cache to N blocks (auto_gc), so that evictions,
+ * whose driver calls run without the pool lock, happen on several threads at once; it then fails
+ * when none happened. */
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "stress_run.h"
 
-int main(void)
+int main(int argc, char **argv)
 {
     const char *err = NULL;
-    gml_pool *p = gml_sim_pool_create((size_t)512 << 20, true, NULL, &err);
+    gml_pool_settings s;
+    gml_pool_settings_default(&s);
+    if (argc > 1)
+        s.auto_gc = (unsigned)strtoul(argv[1], NULL, 10);
+    gml_pool *p = gml_sim_pool_create((size_t)512 << 20, true, &s, &err);
     if (!p) {
         fprintf(stderr, "stress: %s\n", err);
         return 1;
@@ -18,12 +26,13 @@ int main(void)
     gmlake_stats st;
     gml_pool_stats(p, &st);
     gml_sim_pool_destroy(p);
-    if (errors || rc || st.active_bytes) {
-        fprintf(stderr, "stress: %d errors, check: %s, %lu bytes still active\n", errors, why,
-                (unsigned long)st.active_bytes);
+    if (errors || rc || st.active_bytes || (argc > 1 && !st.stitch_evictions)) {
+        fprintf(stderr, "stress: %d errors, check: %s, %lu bytes still active, %lu evictions\n",
+                errors, why, (unsigned long)st.active_bytes, (unsigned long)st.stitch_evictions);
         printf("0 passed, 1 failed\n");
         return 1;
     }
-    printf("stress: %lu allocations on 8 threads\n1 passed, 0 failed\n", (unsigned long)st.allocations);
+    printf("stress: %lu allocations, %lu evictions on 8 threads\n1 passed, 0 failed\n",
+           (unsigned long)st.allocations, (unsigned long)st.stitch_evictions);
     return 0;
 }

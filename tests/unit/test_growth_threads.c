@@ -1,93 +1,18 @@
 /* test_growth_threads.c — growth makes its driver calls without the pool lock: while one thread's
  * growth is held inside a driver call (a sim hook), other threads allocate, free and check the
  * pool; a driver failure during that growth leaves the pool consistent. */
-#include <errno.h>
-#include <pthread.h>
-#include <time.h>
+#include "thread_gate.h"
 
-#include "helpers.h"
-
-/* A gate the hooked driver call waits at until the test opens it. */
-typedef struct gate {
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    int entered;     /* hooked calls that reached the gate */
-    bool open;
-} gate;
-
-static gate g = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, false};
-
-static void hold(void *arg)
+/* Starts thread *t allocating `size` on stream 1 and waits until it is held in a call of `kind`. */
+static void start_held(fixture *f, int kind, size_t size, pthread_t *t, job *a)
 {
-    gate *gt = arg;
-    pthread_mutex_lock(&gt->mu);
-    gt->entered++;
-    pthread_cond_broadcast(&gt->cv);
-    while (!gt->open)
-        pthread_cond_wait(&gt->cv, &gt->mu);
-    pthread_mutex_unlock(&gt->mu);
-}
-
-static void gate_open(void)
-{
-    pthread_mutex_lock(&g.mu);
-    g.open = true;
-    pthread_cond_broadcast(&g.cv);
-    pthread_mutex_unlock(&g.mu);
-}
-
-typedef struct job {
-    gml_pool *pool;
-    size_t size;
-    gml_stream stream;
-    bool free_after; /* free what was allocated */
-    uintptr_t ptr;
-    int rc;
-    bool done;
-} job;
-
-static void *run_job(void *arg)
-{
-    job *j = arg;
-    int rc = gml_pool_alloc(j->pool, j->size, j->stream, &j->ptr);
-    if (rc == GMLAKE_OK && j->free_after)
-        rc = gml_pool_free(j->pool, j->ptr, j->stream);
-    pthread_mutex_lock(&g.mu);
-    j->rc = rc;
-    j->done = true;
-    pthread_cond_broadcast(&g.cv);
-    pthread_mutex_unlock(&g.mu);
-    return NULL;
-}
-
-/* Waits up to `seconds` for *flag (under the gate's lock). */
-static bool wait_for(const bool *flag, const int *count, int want, int seconds)
-{
-    struct timespec until;
-    clock_gettime(CLOCK_REALTIME, &until);
-    until.tv_sec += seconds;
-    pthread_mutex_lock(&g.mu);
-    int rc = 0;
-    while (rc != ETIMEDOUT && !(flag ? *flag : *count >= want))
-        rc = pthread_cond_timedwait(&g.cv, &g.mu, &until);
-    bool ok = flag ? *flag : *count >= want;
-    pthread_mutex_unlock(&g.mu);
-    return ok;
+    gate_arm(f->dev, kind, 0);
+    *a = (job){.pool = f->pool, .size = size, .stream = 1};
+    start_job_held(t, a);
 }
 
 /* A pool with 8 MiB free on stream 1, and thread *grower (64 MiB on stream 1) held inside its
  * growth's first call of `kind`. */
-/* Starts thread *t allocating `size` on stream 1 and waits until it is held in a call of `kind`. */
-static void start_held(fixture *f, int kind, size_t size, pthread_t *t, job *a)
-{
-    g.entered = 0;
-    g.open = false;
-    gml_sim_hook_call(f->dev, kind, hold, &g);
-    *a = (job){.pool = f->pool, .size = size, .stream = 1};
-    cr_assert_eq(pthread_create(t, NULL, run_job, a), 0);
-    cr_assert(wait_for(NULL, &g.entered, 1, 10), "the allocation never reached the driver");
-}
-
 static fixture held_growth(int kind, pthread_t *grower, job *a)
 {
     fixture f = fx_make(512 * MiB, false, NULL);
@@ -98,17 +23,12 @@ static fixture held_growth(int kind, pthread_t *grower, job *a)
 
 Test(growth_threads, others_allocate_and_free_while_a_growth_is_in_flight, .timeout = 60)
 {
-    pthread_t ta, tb;
-    job a, b = {0};
+    pthread_t ta;
+    job a, b;
     fixture f = held_growth(GMLAKE_DC_CHUNK_CREATE, &ta, &a);
     /* another thread allocates from the free 8 MiB and frees, on the growing stream */
     b = (job){.pool = f.pool, .size = 4 * MiB, .stream = 1, .free_after = true};
-    cr_assert_eq(pthread_create(&tb, NULL, run_job, &b), 0);
-    bool b_done = wait_for(&b.done, NULL, 0, 3);
-    if (!b_done)
-        gate_open(); /* let the test end: the growth held the pool lock */
-    pthread_join(tb, NULL);
-    cr_assert(b_done, "an allocate and free waited for another thread's growth");
+    cr_assert(runs_past_the_gate(&b), "an allocate and free waited for another thread's growth");
     cr_assert_eq(b.rc, GMLAKE_OK);
     /* a small allocation on another stream too, and the checker, with the growth still held */
     uintptr_t s = must_alloc(f.pool, 4 * KiB, 2);
@@ -122,8 +42,7 @@ Test(growth_threads, others_allocate_and_free_while_a_growth_is_in_flight, .time
     gmlake_stats st = stats_of(f.pool);
     cr_assert_eq(st.live_allocations, 0);
     cr_assert_eq(st.reserved_bytes, gml_sim_bytes_in_use(f.dev));
-    cr_assert_eq(gml_pool_empty_cache(f.pool), GMLAKE_OK);
-    cr_assert_eq(gml_sim_bytes_in_use(f.dev), 0);
+    empty_to_bare(&f);
     fx_free(&f);
 }
 
@@ -143,10 +62,7 @@ Test(growth_threads, a_driver_failure_during_an_unlocked_growth_is_undone, .time
     gmlake_stats st = stats_of(f.pool);
     cr_assert_eq(st.reserved_bytes, gml_sim_bytes_in_use(f.dev), "a failed growth leaked chunks");
     must_free(f.pool, a.ptr, 1);
-    cr_assert_eq(gml_pool_empty_cache(f.pool), GMLAKE_OK);
-    CHECK_POOL(f.pool);
-    cr_assert_eq(gml_sim_bytes_in_use(f.dev), 0);
-    cr_assert_eq(gml_sim_mapping_count(f.dev), 0);
+    empty_to_bare(&f);
     fx_free(&f);
 }
 
@@ -193,18 +109,13 @@ static fixture held_stitch(pthread_t *stitcher, job *a, uintptr_t live[2])
 
 Test(growth_threads, others_allocate_and_free_while_a_stitch_is_in_flight, .timeout = 60)
 {
-    pthread_t ta, tb;
+    pthread_t ta;
     job a, b;
     uintptr_t live[2];
     fixture f = held_stitch(&ta, &a, live);
     uint64_t reserved = stats_of(f.pool).reserved_bytes;
     b = (job){.pool = f.pool, .size = 2 * MiB, .stream = 1, .free_after = true};
-    cr_assert_eq(pthread_create(&tb, NULL, run_job, &b), 0);
-    bool b_done = wait_for(&b.done, NULL, 0, 3);
-    if (!b_done)
-        gate_open();
-    pthread_join(tb, NULL);
-    cr_assert(b_done, "an allocate and free waited for another thread's stitch");
+    cr_assert(runs_past_the_gate(&b), "an allocate and free waited for another thread's stitch");
     cr_assert_eq(b.rc, GMLAKE_OK);
     CHECK_POOL(f.pool);
     gate_open();
@@ -239,8 +150,6 @@ Test(growth_threads, a_driver_failure_during_an_unlocked_stitch_is_undone, .time
     must_free(f.pool, a.ptr, 1);
     must_free(f.pool, live[0], 1);
     must_free(f.pool, live[1], 1);
-    cr_assert_eq(gml_pool_empty_cache(f.pool), GMLAKE_OK);
-    cr_assert_eq(gml_sim_bytes_in_use(f.dev), 0);
-    cr_assert_eq(gml_sim_mapping_count(f.dev), 0);
+    empty_to_bare(&f);
     fx_free(&f);
 }
