@@ -94,20 +94,45 @@ Test(extents, a_stitch_maps_whole_extents_of_mixed_sizes)
     hf_free(&f);
 }
 
-/* Extents E1 [0, 8) live at [0, 3); a 2 MiB extent, live; E2 [10, 18) live at [15, 18): the free
- * tail of E1 and the free head of E2 (5 MiB each) are the only free memory, no whole extent. */
-static void two_partly_used_extents(hfix *f, gml_bin *bin, gml_block **live)
+/* Extents E1 [0, 8) live at [0, 8 - e1_free); a 2 MiB extent, live; E2 [10, 18) live at
+ * [15, 18): the free tail of E1 and the free head of E2 (5 MiB) are the only free memory, no
+ * whole extent. */
+static void partly_used_extents(hfix *f, gml_bin *bin, gml_block **live, size_t e1_free)
 {
     grow(f, bin, 8 * MiB);
-    gml_block *top = hf_take(f, bin, 5 * MiB); /* a take cuts from the top: [3, 8) */
-    live[0] = hf_take(f, bin, 3 * MiB);        /* [0, 3) */
+    gml_block *top = hf_take(f, bin, e1_free);      /* a take cuts from the top */
+    live[0] = hf_take(f, bin, 8 * MiB - e1_free);   /* [0, 8 - e1_free) */
     grow(f, bin, 2 * MiB);
-    live[1] = hf_take(f, bin, 2 * MiB);        /* [8, 10) */
+    live[1] = hf_take(f, bin, 2 * MiB);             /* [8, 10) */
     grow(f, bin, 8 * MiB);
-    live[2] = hf_take(f, bin, 3 * MiB);        /* [15, 18) */
+    live[2] = hf_take(f, bin, 3 * MiB);             /* [15, 18) */
     hf_put(f, top, bin);
     cr_assert_eq(live[0]->addr, f->h.arena);
     cr_assert_eq(live[2]->addr, f->h.arena + 15 * MiB);
+}
+
+static void two_partly_used_extents(hfix *f, gml_bin *bin, gml_block **live)
+{
+    partly_used_extents(f, bin, live, 5 * MiB);
+}
+
+Test(extents, a_free_end_below_a_chunk_is_not_stitched)
+{
+    hfix f;
+    hf_make_ext(&f, 64 * MiB, 8 * MiB);
+    gml_bin *s1 = gml_bin_get(&f.h, S1);
+    gml_block *live[3];
+    partly_used_extents(&f, s1, live, 1 * MiB); /* E1's free tail: 1 MiB, below a chunk */
+    gml_block *b = NULL;
+    uint64_t maps = hf_calls(&f, GMLAKE_DC_MAP);
+    cr_assert_eq(gml_stitch_alloc(&f.st, s1, 6 * MiB, 6 * MiB, false, &b), GMLAKE_ERR_NOMEM,
+                 "1 + 5 MiB would cover it, but a stitched range over 1 MiB of E1 goes stale at "
+                 "once and saves less than the chunk growth costs");
+    cr_assert_eq(hf_calls(&f, GMLAKE_DC_MAP), maps);
+    hf_check(&f, 0);
+    cr_assert_eq(gml_stitch_alloc(&f.st, s1, 5 * MiB + 512 * KiB, 5 * MiB + 512 * KiB, false, &b),
+                 GMLAKE_ERR_NOMEM, "nor for half a chunk more than E2's head");
+    hf_free(&f);
 }
 
 Test(extents, a_stitch_enters_partly_used_extents_at_its_ends)
