@@ -1,18 +1,22 @@
 /*
  * stitch.c — making a stitched block: which free chunks, in what order, and the device calls.
  *
- * The choice of constituents (choose_pieces) owns the stitch strategy:
- *  largest  GMLake's rule: the largest pieces first, the last one cut to what is still needed.
+ * The choice of constituents (choose_pieces) owns the stitch strategy: whole extents alone first;
+ * only when they cannot cover the request, also the free ends of partly used extents at the
+ * range's two ends (the largest head begins it, the largest tail of another block ends it, giving
+ * exactly what is left; docs/ARCHITECTURE.md "Extents").  The runs of whole extents in between:
+ *  largest  GMLake's rule: the largest runs first, as few extents of the last as complete it.
  *           Fewest pieces.  The default: on the three recorded traces it reaches the same
  *           utilization as bestfit within 0.04% and makes no device call in their second halves
  *           (docs/BENCHMARKS.md).
- *  bestfit  while no single piece covers the remainder take the largest; then take the smallest
- *           piece that covers it.  As few pieces, but the last cut comes from the tightest piece,
+ *  bestfit  while no single run covers the remainder take the largest; then take the smallest
+ *           run that covers it.  As few pieces, but the last cut comes from the tightest run,
  *           leaving the least leftover and the large free blocks whole.
- * A cut takes the chunks at the top of its piece, so that the free block keeps its head.
+ * A run gives the extents at its top, so that the free block keeps its head; a head grows upwards
+ * by its own block's whole extents, a tail downwards.
  *
- * Cost: reserving a range, one map per chunk and one set_access over the range (~25 us a chunk
- * on an H200), which is why stitched blocks are cached (cache.c) and never made on a steady path.
+ * Cost: reserving a range, one map per extent and one set_access over the range (~25 us a
+ * handle on an H200), which is why stitched blocks are cached (cache.c) and never made on a steady path.
  * Those driver calls run without the pool lock: the parts are carved (HELD) first, the block
  * waits on st->making, and it is published, or its parts go home, once the lock is back.  The
  * auto GC's teardowns for it run in the same unlocked window (cache.c).

@@ -7,20 +7,25 @@
  * carves and returns blocks, pins chunks and asks for growth through heap functions.
  *
  * Vocabulary
- *  piece           a run of whole extents inside one free home block that the request's stream may
- *                  use (gml_bin_serves); a stitch maps whole extents only (CUDA maps a handle
- *                  whole), so a stitched block may exceed the request by less than an extent a
- *                  piece.
- *  stitched block  a fresh virtual range onto which the chunks of several pieces are mapped in
- *                  order.  While it lives its chunks are carved out of their home blocks (HELD
- *                  parts, on its STAILQ), so nothing else can hand them out; their home
- *                  mappings stay.  Every chunk it maps is pinned (the heap never releases it).
- *                  Its record (b, state VIEW) is what the pool keeps in its live map.
+ *  piece           what one free home block that the request's stream may use (gml_bin_serves)
+ *                  gives a stitch: whole extents anywhere in the range; at the range's start also
+ *                  the block's head (the free tail of an extent a live block starts), at its end
+ *                  the block's tail (the free head of an extent a live block ends), each from one
+ *                  chunk up.  CUDA maps a handle whole, so every extent touched is mapped whole;
+ *                  the bytes of it that are not the piece's are mapped but not handed out
+ *                  (head_off, tail_cut).  A run of whole extents that overshoots ends the range,
+ *                  which then exceeds the request by less than an extent.
+ *  stitched block  a fresh virtual range onto which the extents of several pieces are mapped in
+ *                  order, handed out from head_off on.  While it lives the free bytes it hands
+ *                  out are carved out of their home blocks (HELD parts, on its STAILQ), so nothing
+ *                  else can hand them out; their home mappings stay.  Every chunk it maps is
+ *                  pinned (the heap never releases it).  Its record (b, state VIEW) is what the
+ *                  pool keeps in its live map.
  *  cached          on free the parts go back to their home blocks (in the freeing stream's bin)
  *                  but the stitched mapping stays.  A later request whose rounded size fits
  *                  (need <= size <= need x reuse_limit) takes it again, with no device call, if
- *                  every chunk of it is free at home and may serve the request's stream.  A cached
- *                  block one of whose chunks is in use elsewhere is stale.
+ *                  every byte it hands out is free at home and may serve the request's stream.  A
+ *                  cached block one of whose bytes is in use elsewhere is stale.
  *  StitchFree      tearing a cached stitched mapping down (unmap, free the range, unpin): stale
  *                  blocks first, least recently used first, and only once the GPU has finished
  *                  the work given before its last free.  Auto GC keeps the stitched blocks under
@@ -46,7 +51,9 @@
  *  or the free chunks (plus, with may_grow, the chunks the device can still give) cannot cover it;
  *  GMLAKE_ERR_DEVICE when the driver failed.  On failure everything done is undone: carved parts
  *  go back to the bins they came from.  Invariants (gml_stitch_check): S1 a stitched block maps whole
- *  extents, in order; a chunk is part of at most one live stitched block, and the parts of a live block cover exactly its chunks; S2 a
+ *  extents, in order, and hands out b.size bytes from head_off (less than its first extent) to
+ *  tail_cut before its end (less than its last); the parts of a live block tile exactly the home
+ *  bytes it hands out, in order; S2 a
  *  chunk's pins = the stitched blocks (live, cached or being torn down) that map it; S3 the
  *  counters, the LRU and the size index agree with the records.  A stitched block being made (its
  *  driver calls run without the pool lock) holds its parts already, is not pinned, counted nor on
