@@ -7,28 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 #include "gmlake.h"
-
-static int passed, failed;
-#define CHECK(cond, ...) do { if (cond) passed++; else { failed++; printf("FAIL %s:%d: ", __FILE__, __LINE__); printf(__VA_ARGS__); printf("\n"); } } while (0)
-
-__global__ void fill(uint32_t *p, size_t n, uint32_t seed) {
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
-        p[i] = seed ^ (uint32_t)(i * 2654435761u);
-}
-__global__ void verify(const uint32_t *p, size_t n, uint32_t seed, unsigned long long *bad) {
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
-        if (p[i] != (seed ^ (uint32_t)(i * 2654435761u))) atomicAdd(bad, 1ull);
-}
-
-static unsigned long long *bad;
-static bool ok_data(void *p, size_t bytes, uint32_t seed, cudaStream_t s = 0) {
-    cudaMemsetAsync(bad, 0, sizeof *bad, s);
-    verify<<<256, 256, 0, s>>>((const uint32_t *)p, bytes / 4, seed, bad);
-    unsigned long long h = 1;
-    cudaMemcpyAsync(&h, bad, sizeof h, cudaMemcpyDeviceToHost, s);
-    cudaStreamSynchronize(s);
-    return h == 0 && cudaGetLastError() == cudaSuccess;
-}
+#include "gpu_check.cuh"
 
 typedef int (*stats_fn)(int, gmlake_stats *);
 static stats_fn get_stats;

@@ -11,28 +11,10 @@
 #include <stdio.h>
 #include <string.h>
 #include "gmlake.h"
+#include "gpu_check.cuh"
 
-static int passed, failed;
-#define CHECK(cond, ...) do { if (cond) passed++; else { failed++; printf("FAIL %s:%d: ", __FILE__, __LINE__); printf(__VA_ARGS__); printf("\n"); } } while (0)
 #define MiB ((size_t)1 << 20)
 
-__global__ void fill(uint32_t *p, size_t n, uint32_t seed) {
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
-        p[i] = seed ^ (uint32_t)(i * 2654435761u);
-}
-__global__ void verify(const uint32_t *p, size_t n, uint32_t seed, unsigned long long *bad) {
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
-        if (p[i] != (seed ^ (uint32_t)(i * 2654435761u))) atomicAdd(bad, 1ull);
-}
-
-static unsigned long long *bad;
-static bool ok_data(void *p, size_t bytes, uint32_t seed) {
-    cudaMemset(bad, 0, sizeof *bad);
-    verify<<<256, 256>>>((const uint32_t *)p, bytes / 4, seed, bad);
-    unsigned long long h = 1;
-    cudaMemcpy(&h, bad, sizeof h, cudaMemcpyDeviceToHost);
-    return h == 0 && cudaGetLastError() == cudaSuccess;
-}
 static void put(void *p, size_t bytes, uint32_t seed) {
     fill<<<256, 256>>>((uint32_t *)p, bytes / 4, seed);
     cudaDeviceSynchronize();
