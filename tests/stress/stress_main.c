@@ -2,9 +2,13 @@
  * backed sim pool; exit 0 when no error was seen and the pool is consistent and empty after.
  * `stress_threads N` bounds the stitched-block cache to N blocks (auto_gc), so that evictions,
  * whose driver calls run without the pool lock, happen on several threads at once; it then fails
- * when none happened. */
+ * when none happened.  `stress_threads N E` (N may be - for the default
+ * bound) also gives the pool uniform extents of E MiB (several
+ * chunks each from the start), so that blocks share extents and stitched ranges enter partly
+ * used ones. */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "stress_run.h"
 
@@ -13,8 +17,13 @@ int main(int argc, char **argv)
     const char *err = NULL;
     gml_pool_settings s;
     gml_pool_settings_default(&s);
-    if (argc > 1)
+    bool gc = argc > 1 && strcmp(argv[1], "-") != 0; /* "-": the default auto_gc */
+    if (gc)
         s.auto_gc = (unsigned)strtoul(argv[1], NULL, 10);
+    if (argc > 2) {
+        s.extent_share = 0;
+        s.extent_size = (size_t)strtoul(argv[2], NULL, 10) << 20;
+    }
     gml_pool *p = gml_sim_pool_create((size_t)512 << 20, true, &s, &err);
     if (!p) {
         fprintf(stderr, "stress: %s\n", err);
@@ -26,7 +35,7 @@ int main(int argc, char **argv)
     gmlake_stats st;
     gml_pool_stats(p, &st);
     gml_sim_pool_destroy(p);
-    if (errors || rc || st.active_bytes || (argc > 1 && !st.stitch_evictions)) {
+    if (errors || rc || st.active_bytes || (gc && !st.stitch_evictions)) {
         fprintf(stderr, "stress: %d errors, check: %s, %lu bytes still active, %lu evictions\n",
                 errors, why, (unsigned long)st.active_bytes, (unsigned long)st.stitch_evictions);
         printf("0 passed, 1 failed\n");
