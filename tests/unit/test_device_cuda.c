@@ -202,6 +202,17 @@ static void map_range(gml_device *dev, uintptr_t va)
     cr_assert_eq(gml_dev_set_access(dev, va, RANGE), GMLAKE_OK);
 }
 
+/* A device with R1 and R2 mapped, each granting its owner only. */
+static gml_device *two_ranges(void)
+{
+    gml_device *dev = stub_device();
+    map_range(dev, R1);
+    map_range(dev, R2);
+    cr_assert_eq(access_of(R1), BIT(0), "the owner only");
+    cr_assert_eq(access_of(R2), BIT(0), "the owner only");
+    return dev;
+}
+
 /* A driver call made on its own thread (the pool's, without the pool lock): map, unmap or grant. */
 typedef struct call {
     gml_device *dev;
@@ -250,10 +261,7 @@ static call grant_while_held(call *held, int accessor)
 
 Test(device_cuda, a_grant_while_a_range_is_unmapped_reaches_every_mapping_that_stays)
 {
-    gml_device *dev = stub_device();
-    map_range(dev, R1);
-    map_range(dev, R2);
-    cr_assert_eq(access_of(R2), BIT(0), "the owner only");
+    gml_device *dev = two_ranges();
     unmap_gated = true; /* R1 is unmapped in the driver; its unmap has not returned yet */
     call unmap = {.dev = dev, .what = UNMAP, .va = R1};
     call grant = grant_while_held(&unmap, 2);
@@ -269,9 +277,7 @@ Test(device_cuda, a_grant_while_a_range_is_unmapped_reaches_every_mapping_that_s
 
 Test(device_cuda, a_failed_unmap_keeps_its_mapping_with_the_grants_made_meanwhile)
 {
-    gml_device *dev = stub_device();
-    map_range(dev, R1);
-    map_range(dev, R2);
+    gml_device *dev = two_ranges();
     unmap_gated = true;
     unmap_fails = CUDA_ERROR_ILLEGAL_STATE;
     call unmap = {.dev = dev, .what = UNMAP, .va = R1};
@@ -308,9 +314,7 @@ Test(device_cuda, a_grant_while_a_range_is_mapped_reaches_it_through_its_set_acc
 
 Test(device_cuda, a_grant_one_mapping_refuses_still_reaches_the_others)
 {
-    gml_device *dev = stub_device();
-    map_range(dev, R1);
-    map_range(dev, R2);
+    gml_device *dev = two_ranges();
     refused_va = R1;
     cr_assert_eq(gml_cuda_device_grant(dev, 2), GMLAKE_ERR_DEVICE, "the refusal is reported");
     cr_assert_eq(gml_cuda_last_error(), CUDA_ERROR_INVALID_VALUE);
