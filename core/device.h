@@ -185,7 +185,8 @@ typedef void *(*gml_sym_resolver)(const char *name);
 gml_device *gml_cuda_device_create(int ordinal, gml_sym_resolver resolve, const char **err);
 /* Device `accessor` may read and write dev's memory from now on (peer access): every present and
  * future mapping of dev grants it.  GMLAKE_ERR_INVALID for a device that is not a cuda device or
- * a bad ordinal; GMLAKE_ERR_DEVICE if the driver refused (the grant stays recorded). */
+ * a bad ordinal; GMLAKE_ERR_DEVICE if the driver refused it for a mapping (the grant stays recorded
+ * and reaches every other mapping). */
 int gml_cuda_device_grant(gml_device *dev, int accessor);
 /* The CUresult of the calling thread's last failed driver call made by a cuda device (0: none). */
 int gml_cuda_last_error(void);

@@ -9,8 +9,14 @@
  *
  * Chunks: cuMemCreate of pinned device memory on this ordinal; access is read/write for this
  * device and for the peers granted with gml_cuda_device_grant (peer access): the device keeps the
- * list of its mappings so that a grant reaches memory mapped before it.  Events are created with
- * CU_EVENT_DISABLE_TIMING (cheaper to record and query).
+ * list of its mappings (under its lock, never held across a map or an unmap) so that a grant
+ * reaches memory mapped before it, and a grant walks the whole list whatever one mapping refuses.
+ * Maps and unmaps run on several threads without the pool lock, while a grant may run: the list
+ * holds only mapped ranges.  A map joins it once mapped (a grant before that is covered by the
+ * set_access that follows every map, which reads the grants under the lock); an unmap takes its
+ * mappings out before unmapping (the driver refuses access on a range that is not mapped) and, if
+ * the unmap fails, puts them back with the access of any grant made meanwhile.  Events are
+ * created with CU_EVENT_DISABLE_TIMING (cheaper to record and query).
  *
  * Graph capture: the pool's own driver calls (memory management and events; not synchronize, which
  * stands for the program's cudaFree) run in relaxed capture mode, so that another thread's capture
@@ -59,6 +65,7 @@ typedef struct cuda_api {
 typedef struct mapping {
     uintptr_t va;
     size_t size;
+    struct mapping *next_out; /* in the list an unmap took out of maps (cu_unmap) */
     UT_hash_handle hh;
 } mapping;
 
@@ -218,26 +225,6 @@ static int cu_map(void *ctx, uintptr_t va, size_t size, gml_handle h)
     return GMLAKE_OK;
 }
 
-static int cu_unmap(void *ctx, uintptr_t va, size_t size)
-{
-    cuda_dev *d = ctx;
-    int rc = st(RELAXED(d, d->api.cuMemUnmap((CUdeviceptr)va, size)));
-    if (rc != GMLAKE_OK)
-        return rc;
-    pthread_mutex_lock(&d->mu);
-    for (uintptr_t at = va; at < va + size;) { /* whole mappings, one after the other */
-        mapping *m;
-        HASH_FIND(hh, d->maps, &at, sizeof at, m);
-        if (!m)
-            break;
-        at += m->size;
-        HASH_DEL(d->maps, m);
-        free(m);
-    }
-    pthread_mutex_unlock(&d->mu);
-    return GMLAKE_OK;
-}
-
 /* Read/write access over [va, va+size) for the device and its peers; d->mu held. */
 static int access_locked(cuda_dev *d, uintptr_t va, size_t size)
 {
@@ -250,6 +237,55 @@ static int access_locked(cuda_dev *d, uintptr_t va, size_t size)
                                        .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
     int rc = st(RELAXED(d, d->api.cuMemSetAccess((CUdeviceptr)va, size, a, n)));
     return rc == GMLAKE_ERR_NOMEM ? GMLAKE_ERR_DEVICE : rc;
+}
+
+/* Puts back the records cu_unmap took out (its unmap failed: the range is still mapped), with the
+ * access of a grant made meanwhile (`peers`: the grants when they were taken out). */
+static void maps_put_back(cuda_dev *d, mapping *back, uint64_t peers)
+{
+    CUresult failed = last_error; /* the unmap's error stays the one reported */
+    ensure_ctx(d);
+    pthread_mutex_lock(&d->mu);
+    for (mapping *m = back, *next; m; m = next) {
+        next = m->next_out;
+        HASH_ADD(hh, d->maps, va, sizeof m->va, m);
+        if (d->peers != peers)
+            access_locked(d, m->va, m->size);
+    }
+    pthread_mutex_unlock(&d->mu);
+    last_error = failed;
+}
+
+static int cu_unmap(void *ctx, uintptr_t va, size_t size)
+{
+    cuda_dev *d = ctx;
+    /* The records leave the list before the range is unmapped: a grant made meanwhile must not
+     * set access on it (the driver refuses a range that is not mapped). */
+    mapping *out = NULL, **tail = &out;
+    pthread_mutex_lock(&d->mu);
+    uint64_t peers = d->peers;
+    for (uintptr_t at = va; at < va + size;) { /* whole mappings, one after the other */
+        mapping *m;
+        HASH_FIND(hh, d->maps, &at, sizeof at, m);
+        if (!m)
+            break;
+        at += m->size;
+        HASH_DEL(d->maps, m);
+        m->next_out = NULL;
+        *tail = m;
+        tail = &m->next_out;
+    }
+    pthread_mutex_unlock(&d->mu);
+    int rc = st(RELAXED(d, d->api.cuMemUnmap((CUdeviceptr)va, size)));
+    if (rc != GMLAKE_OK) {
+        maps_put_back(d, out, peers);
+        return rc;
+    }
+    for (mapping *m = out, *next; m; m = next) {
+        next = m->next_out;
+        free(m);
+    }
+    return GMLAKE_OK;
 }
 
 static int cu_set_access(void *ctx, uintptr_t va, size_t size)
@@ -273,8 +309,11 @@ int gml_cuda_device_grant(gml_device *dev, int accessor)
     if (!(d->peers >> accessor & 1) && accessor != d->ordinal) {
         d->peers |= (uint64_t)1 << accessor;
         ensure_ctx(d);
-        for (mapping *m = d->maps; m && rc == GMLAKE_OK; m = m->hh.next)
-            rc = access_locked(d, m->va, m->size);
+        for (mapping *m = d->maps; m; m = m->hh.next) { /* all of them, whatever one refuses */
+            int r = access_locked(d, m->va, m->size);
+            if (rc == GMLAKE_OK)
+                rc = r;
+        }
     }
     pthread_mutex_unlock(&d->mu);
     return rc;

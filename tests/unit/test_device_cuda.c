@@ -1,6 +1,7 @@
 /* test_device_cuda.c — the cuda device over a stub driver (a resolver handing out the functions
  * below): what it does when threads call it without the pool lock (gml_pool_sync synchronises
- * outside it). */
+ * outside it; growth, stitches and teardowns map and unmap outside it while a peer grant may
+ * run). */
 #include <pthread.h>
 #include <stdatomic.h>
 #include <string.h>
@@ -8,7 +9,7 @@
 
 #include <cuda.h>
 
-#include "helpers.h"
+#include "thread_gate.h"
 
 static int ctx_a, ctx_b; /* two contexts: the thread's current one (device 1), device 0's primary */
 static atomic_int retains;
@@ -41,6 +42,103 @@ static CUresult primary_retain(CUcontext *c, CUdevice d)
 static CUresult push(CUcontext c) { (void)c; return CUDA_SUCCESS; }
 static CUresult pop(CUcontext *c) { *c = (CUcontext)&ctx_b; return CUDA_SUCCESS; }
 
+/* The stub driver's mappings, as the real driver keeps them: cuMemSetAccess refuses a range that
+ * is not wholly mapped (CUDA_ERROR_INVALID_VALUE) and records, per mapping, the devices it gave
+ * access to (bit i: device i). */
+typedef struct stub_map {
+    uintptr_t va;
+    size_t size;
+    bool mapped;
+    uint64_t access;
+} stub_map;
+static stub_map stub_maps[8];
+static int stub_nmaps;
+static pthread_mutex_t drv_mu = PTHREAD_MUTEX_INITIALIZER;
+static bool map_gated, unmap_gated; /* the call waits at the gate g once it has taken effect */
+static CUresult unmap_fails;        /* cuMemUnmap returns it and unmaps nothing (0: unmaps) */
+static uintptr_t refused_va;        /* cuMemSetAccess refuses the mapping there (0: none) */
+
+static stub_map *stub_find(uintptr_t va) /* the mapping holding va, mapped or not; drv_mu held */
+{
+    for (int i = 0; i < stub_nmaps; i++)
+        if (va >= stub_maps[i].va && va < stub_maps[i].va + stub_maps[i].size)
+            return &stub_maps[i];
+    return NULL;
+}
+
+static CUresult mem_map(CUdeviceptr va, size_t size, size_t offset, CUmemGenericAllocationHandle h,
+                        unsigned long long flags)
+{
+    (void)offset, (void)h, (void)flags;
+    pthread_mutex_lock(&drv_mu);
+    stub_map *m = stub_find(va);
+    if (!m && stub_nmaps < 8)
+        m = &stub_maps[stub_nmaps++];
+    CUresult r = !m || m->mapped ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
+    if (r == CUDA_SUCCESS)
+        *m = (stub_map){.va = va, .size = size, .mapped = true};
+    pthread_mutex_unlock(&drv_mu);
+    if (map_gated)
+        hold(&g);
+    return r;
+}
+
+static CUresult mem_unmap(CUdeviceptr va, size_t size)
+{
+    CUresult r = unmap_fails;
+    pthread_mutex_lock(&drv_mu);
+    for (uintptr_t at = va; r == CUDA_SUCCESS && at < va + size;) {
+        stub_map *m = stub_find(at);
+        if (!m || !m->mapped || m->va != at) {
+            r = CUDA_ERROR_INVALID_VALUE;
+            break;
+        }
+        m->mapped = false;
+        m->access = 0;
+        at += m->size;
+    }
+    pthread_mutex_unlock(&drv_mu);
+    if (unmap_gated)
+        hold(&g);
+    return r;
+}
+
+static CUresult set_access(CUdeviceptr va, size_t size, const CUmemAccessDesc *desc, size_t count)
+{
+    uint64_t access = 0;
+    for (size_t i = 0; i < count; i++)
+        if (desc[i].location.type == CU_MEM_LOCATION_TYPE_DEVICE &&
+            desc[i].flags == CU_MEM_ACCESS_FLAGS_PROT_READWRITE)
+            access |= (uint64_t)1 << desc[i].location.id;
+    CUresult r = CUDA_SUCCESS;
+    pthread_mutex_lock(&drv_mu);
+    for (uintptr_t at = va; at < va + size;) { /* wholly mapped, or nothing changes */
+        stub_map *m = stub_find(at);
+        if (!m || !m->mapped || m->va == refused_va) {
+            r = CUDA_ERROR_INVALID_VALUE;
+            break;
+        }
+        at = m->va + m->size;
+    }
+    for (uintptr_t at = va; r == CUDA_SUCCESS && at < va + size;) {
+        stub_map *m = stub_find(at);
+        m->access = access;
+        at = m->va + m->size;
+    }
+    pthread_mutex_unlock(&drv_mu);
+    return r;
+}
+
+/* The devices the mapping at va gives access to (0: none, or not mapped). */
+static uint64_t access_of(uintptr_t va)
+{
+    pthread_mutex_lock(&drv_mu);
+    stub_map *m = stub_find(va);
+    uint64_t a = m && m->mapped ? m->access : 0;
+    pthread_mutex_unlock(&drv_mu);
+    return a;
+}
+
 static const struct {
     const char *name;
     void *fn;
@@ -48,6 +146,8 @@ static const struct {
     {"cuMemGetAllocationGranularity", (void *)granularity}, {"cuCtxGetCurrent", (void *)get_current},
     {"cuCtxGetDevice", (void *)get_device}, {"cuDevicePrimaryCtxRetain", (void *)primary_retain},
     {"cuCtxPushCurrent_v2", (void *)push}, {"cuCtxPopCurrent_v2", (void *)pop},
+    {"cuMemMap", (void *)mem_map}, {"cuMemUnmap", (void *)mem_unmap},
+    {"cuMemSetAccess", (void *)set_access},
 };
 
 static void *stub(const char *name)
@@ -79,5 +179,145 @@ Test(device_cuda, threads_synchronising_from_another_device_retain_the_primary_c
                  atomic_load(&retains));
     cr_assert_eq(gml_dev_synchronize(dev), GMLAKE_OK);
     cr_assert_eq(atomic_load(&retains), 1, "and kept");
+    gml_device_destroy(dev);
+}
+
+static gml_device *stub_device(void)
+{
+    const char *err = NULL;
+    gml_device *dev = gml_cuda_device_create(0, stub, &err);
+    cr_assert_not_null(dev, "%s", err ? err : "");
+    return dev;
+}
+
+#define RANGE (2 * MiB)
+#define R1 ((uintptr_t)1 << 40)
+#define R2 (R1 + 2 * RANGE)
+#define BIT(i) ((uint64_t)1 << (i))
+
+/* Maps and gives access to [va, va + RANGE), as growth does. */
+static void map_range(gml_device *dev, uintptr_t va)
+{
+    cr_assert_eq(gml_dev_map(dev, va, RANGE, 1), GMLAKE_OK);
+    cr_assert_eq(gml_dev_set_access(dev, va, RANGE), GMLAKE_OK);
+}
+
+/* A device with R1 and R2 mapped, each granting its owner only. */
+static gml_device *two_ranges(void)
+{
+    gml_device *dev = stub_device();
+    map_range(dev, R1);
+    map_range(dev, R2);
+    cr_assert_eq(access_of(R1), BIT(0), "the owner only");
+    cr_assert_eq(access_of(R2), BIT(0), "the owner only");
+    return dev;
+}
+
+/* A driver call made on its own thread (the pool's, without the pool lock): map, unmap or grant. */
+typedef struct call {
+    gml_device *dev;
+    enum { MAP, UNMAP, GRANT } what;
+    uintptr_t va;
+    int accessor;
+    int rc;
+    CUresult driver_error; /* gml_cuda_last_error on that thread */
+    bool done;
+} call;
+
+static void *call_main(void *arg)
+{
+    call *c = arg;
+    int rc = c->what == MAP     ? gml_dev_map(c->dev, c->va, RANGE, 1)
+             : c->what == UNMAP ? gml_dev_unmap(c->dev, c->va, RANGE)
+                                : gml_cuda_device_grant(c->dev, c->accessor);
+    if (c->what == MAP && rc == GMLAKE_OK)
+        rc = gml_dev_set_access(c->dev, c->va, RANGE);
+    pthread_mutex_lock(&g.mu);
+    c->rc = rc;
+    c->driver_error = (CUresult)gml_cuda_last_error();
+    c->done = true;
+    pthread_cond_broadcast(&g.cv);
+    pthread_mutex_unlock(&g.mu);
+    return NULL;
+}
+
+/* Starts *held on a thread, waits until its driver call (gated) holds at the gate, runs a grant
+ * of `accessor` on another thread meanwhile (returned, ended); the grant must not wait for the
+ * held call (the gate opens after 3 s if it does, and the test fails).  Then lets *held end. */
+static call grant_while_held(call *held, int accessor)
+{
+    pthread_t th, tg;
+    cr_assert_eq(pthread_create(&th, NULL, call_main, held), 0);
+    cr_assert(wait_for(NULL, &g.entered, 1, 10), "the held call never reached the driver");
+    call grant = {.dev = held->dev, .what = GRANT, .accessor = accessor};
+    cr_assert_eq(pthread_create(&tg, NULL, call_main, &grant), 0);
+    bool in_time = wait_for(&grant.done, NULL, 0, 3);
+    gate_open();
+    pthread_join(tg, NULL);
+    pthread_join(th, NULL);
+    cr_assert(in_time, "the grant waited for the held driver call");
+    return grant;
+}
+
+Test(device_cuda, a_grant_while_a_range_is_unmapped_reaches_every_mapping_that_stays)
+{
+    gml_device *dev = two_ranges();
+    unmap_gated = true; /* R1 is unmapped in the driver; its unmap has not returned yet */
+    call unmap = {.dev = dev, .what = UNMAP, .va = R1};
+    call grant = grant_while_held(&unmap, 2);
+    cr_assert_eq(grant.rc, GMLAKE_OK, "the grant: %s (driver error %d)", gmlake_strerror(grant.rc),
+                 grant.driver_error);
+    cr_assert_eq(access_of(R2), BIT(0) | BIT(2), "the peer reaches the mapping that stays");
+    cr_assert_eq(unmap.rc, GMLAKE_OK);
+    unmap_gated = false;
+    cr_assert_eq(gml_cuda_device_grant(dev, 3), GMLAKE_OK, "no grant walks the unmapped range");
+    cr_assert_eq(access_of(R2), BIT(0) | BIT(2) | BIT(3));
+    gml_device_destroy(dev);
+}
+
+Test(device_cuda, a_failed_unmap_keeps_its_mapping_with_the_grants_made_meanwhile)
+{
+    gml_device *dev = two_ranges();
+    unmap_gated = true;
+    unmap_fails = CUDA_ERROR_ILLEGAL_STATE;
+    call unmap = {.dev = dev, .what = UNMAP, .va = R1};
+    cr_assert_eq(grant_while_held(&unmap, 2).rc, GMLAKE_OK);
+    cr_assert_eq(unmap.rc, GMLAKE_ERR_DEVICE);
+    cr_assert_eq(unmap.driver_error, CUDA_ERROR_ILLEGAL_STATE, "the unmap's error is the one told");
+    cr_assert_eq(access_of(R1), BIT(0) | BIT(2), "the grant made during the failed unmap");
+    cr_assert_eq(access_of(R2), BIT(0) | BIT(2));
+    unmap_gated = false;
+    cr_assert_eq(gml_cuda_device_grant(dev, 3), GMLAKE_OK);
+    cr_assert_eq(access_of(R1), BIT(0) | BIT(2) | BIT(3), "still on the device's list");
+    unmap_fails = CUDA_SUCCESS;
+    cr_assert_eq(gml_dev_unmap(dev, R1, RANGE), GMLAKE_OK);
+    cr_assert_eq(gml_cuda_device_grant(dev, 4), GMLAKE_OK);
+    cr_assert_eq(access_of(R2), BIT(0) | BIT(2) | BIT(3) | BIT(4));
+    gml_device_destroy(dev);
+}
+
+Test(device_cuda, a_grant_while_a_range_is_mapped_reaches_it_through_its_set_access)
+{
+    gml_device *dev = stub_device();
+    map_range(dev, R1);
+    map_gated = true; /* R2 is mapped in the driver; its map has not returned yet */
+    call map = {.dev = dev, .what = MAP, .va = R2};
+    cr_assert_eq(grant_while_held(&map, 2).rc, GMLAKE_OK);
+    cr_assert_eq(map.rc, GMLAKE_OK);
+    cr_assert_eq(access_of(R1), BIT(0) | BIT(2));
+    cr_assert_eq(access_of(R2), BIT(0) | BIT(2), "the new mapping grants the peer too");
+    map_gated = false;
+    cr_assert_eq(gml_cuda_device_grant(dev, 3), GMLAKE_OK);
+    cr_assert_eq(access_of(R2), BIT(0) | BIT(2) | BIT(3), "and is on the device's list");
+    gml_device_destroy(dev);
+}
+
+Test(device_cuda, a_grant_one_mapping_refuses_still_reaches_the_others)
+{
+    gml_device *dev = two_ranges();
+    refused_va = R1;
+    cr_assert_eq(gml_cuda_device_grant(dev, 2), GMLAKE_ERR_DEVICE, "the refusal is reported");
+    cr_assert_eq(gml_cuda_last_error(), CUDA_ERROR_INVALID_VALUE);
+    cr_assert_eq(access_of(R2), BIT(0) | BIT(2), "the grant goes on past the refused mapping");
     gml_device_destroy(dev);
 }

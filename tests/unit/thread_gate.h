@@ -20,7 +20,7 @@ typedef struct gate {
 
 static gate g = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0, false};
 
-static void hold(void *arg)
+static inline void hold(void *arg)
 {
     gate *gt = arg;
     pthread_mutex_lock(&gt->mu);
@@ -32,7 +32,7 @@ static void hold(void *arg)
     pthread_mutex_unlock(&gt->mu);
 }
 
-static void gate_open(void)
+static inline void gate_open(void)
 {
     pthread_mutex_lock(&g.mu);
     g.open = true;
@@ -42,7 +42,7 @@ static void gate_open(void)
 
 /* Closes the gate and hooks every driver call of `kind` on dev to it; the first `hold_first` wait
  * (0: all). */
-static void gate_arm(gml_device *dev, int kind, int hold_first)
+static inline void gate_arm(gml_device *dev, int kind, int hold_first)
 {
     pthread_mutex_lock(&g.mu);
     g.entered = 0;
@@ -63,7 +63,7 @@ typedef struct job {
     bool done;
 } job;
 
-static void *run_job(void *arg)
+static inline void *run_job(void *arg)
 {
     job *j = arg;
     int rc;
@@ -83,7 +83,7 @@ static void *run_job(void *arg)
 }
 
 /* Waits up to `seconds` for *flag, or (flag NULL) for *count >= want (under the gate's lock). */
-static bool wait_for(const bool *flag, const int *count, int want, int seconds)
+static inline bool wait_for(const bool *flag, const int *count, int want, int seconds)
 {
     struct timespec until;
     clock_gettime(CLOCK_REALTIME, &until);
@@ -98,7 +98,7 @@ static bool wait_for(const bool *flag, const int *count, int want, int seconds)
 }
 
 /* Starts job *a on thread *t and waits until it is held at the gate (armed by the caller). */
-static void start_job_held(pthread_t *t, job *a)
+static inline void start_job_held(pthread_t *t, job *a)
 {
     cr_assert_eq(pthread_create(t, NULL, run_job, a), 0);
     cr_assert(wait_for(NULL, &g.entered, 1, 10), "the job never reached the driver");
@@ -106,7 +106,7 @@ static void start_job_held(pthread_t *t, job *a)
 
 /* Runs job *b on a thread and waits up to 3 s for it; if it did not end, opens the gate so that
  * the held thread (and b) can finish.  Whether b ended in time. */
-static bool runs_past_the_gate(job *b)
+static inline bool runs_past_the_gate(job *b)
 {
     pthread_t tb;
     cr_assert_eq(pthread_create(&tb, NULL, run_job, b), 0);
@@ -119,7 +119,7 @@ static bool runs_past_the_gate(job *b)
 
 /* Empties the cache of f's pool, which holds no allocation: it stays consistent and gives every
  * chunk and mapping back to the device. */
-static void empty_to_bare(fixture *f)
+static inline void empty_to_bare(fixture *f)
 {
     cr_assert_eq(gml_pool_empty_cache(f->pool), GMLAKE_OK);
     CHECK_POOL(f->pool);
