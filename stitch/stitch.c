@@ -170,10 +170,6 @@ static size_t choose_pieces(const gml_heap *h, piece *v, size_t n, size_t need,
     pick_ends(v, n, &fi, &li);
     piece *F = &v[fi], *L = &v[li];
     size_t head = ends ? head_of(F) : 0, tail = ends ? tail_of(L) : 0;
-    if (head < h->chunk) /* below a chunk it saves less than a chunk of growth, and a cached */
-        head = 0;        /* range using it goes stale as soon as a small block lands there */
-    if (tail < h->chunk)
-        tail = 0;
     size_t left = need - head; /* a block is smaller than need */
     *partial = head + tail;
     bool *taken = calloc(n, sizeof *taken);
