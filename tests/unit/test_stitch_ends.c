@@ -1,0 +1,256 @@
+/* test_stitch_ends.c — randomized property tests of stitched ranges that enter partly used extents
+ * (stitch/stitch.c choose_pieces, stitch/cache.c): the heap and stitching driven without the pool
+ * and, separately, the pool on several streams, on a simulated device with host memory behind the
+ * chunks, over uniform and share-based extents.  Every live block and every live stitched block
+ * gets its own pattern (one word per 512-byte granule, the allocation grain), checked before it is
+ * freed and at the end, so any byte two of them share, or a stitched range entered at the wrong
+ * offset, shows; the heap and stitch checkers run after every step.  Fixed seeds. */
+#include <stdint.h>
+#include <string.h>
+
+#include "heap_helpers.h"
+#include "stitch/pool.h"
+
+static const gml_stream S1 = 0x1000, S2 = 0x2000;
+#define GRAIN 512
+
+static uint64_t rng_next(uint64_t *s)
+{
+    uint64_t x = *s;
+    x ^= x >> 12, x ^= x << 25, x ^= x >> 27;
+    *s = x;
+    return x * UINT64_C(2685821657736338717);
+}
+
+static size_t rnd(uint64_t *s, size_t lo, size_t hi) /* [lo, hi] */
+{
+    return lo + (size_t)(rng_next(s) % (hi - lo + 1));
+}
+
+static uint64_t pat(uint64_t id, size_t off) { return (id << 40) ^ (off / GRAIN) ^ UINT64_C(0x5a5a000000); }
+
+static void fill(uintptr_t a, size_t size, uint64_t id)
+{
+    for (size_t off = 0; off < size; off += GRAIN)
+        *(volatile uint64_t *)(a + off) = pat(id, off);
+}
+
+static void verify(uintptr_t a, size_t size, uint64_t id, const char *what)
+{
+    for (size_t off = 0; off < size; off += GRAIN) {
+        uint64_t got = *(volatile uint64_t *)(a + off);
+        cr_assert_eq(got, pat(id, off), "%s %#lx (id %lu, size %zu) at +%zu holds %#lx",
+                     what, (unsigned long)a, (unsigned long)id, size, off, (unsigned long)got);
+    }
+}
+
+/* ---- the heap and stitching without the pool ---- */
+
+typedef struct obj {
+    gml_block *b;
+    bool view;  /* a stitched block */
+    uint64_t id;
+    gml_bin *bin; /* the request's stream */
+} obj;
+
+typedef struct run {
+    hfix f;
+    gml_bin *bins[3]; /* s1, s2, ready */
+    obj objs[256];
+    size_t n, views;
+    uint64_t next_id, rng;
+    size_t stitched, reused, ended; /* stitches made, taken from the cache, with head_off/tail_cut */
+} run;
+
+static gml_sblock *sb_of(gml_block *b) { return (gml_sblock *)((char *)b - offsetof(gml_sblock, b)); }
+
+static void check(run *r) { hf_check(&r->f, r->views); }
+
+/* The home bytes of a live stitched block hold what was written through its range: its parts, in
+ * virtual order, are the bytes it hands out. */
+static void verify_view(run *r, obj *o)
+{
+    gml_sblock *sb = sb_of(o->b);
+    verify(o->b->addr, o->b->size, o->id, "stitched block");
+    size_t voff = 0;
+    gml_block *q;
+    STAILQ_FOREACH(q, &sb->parts, held) {
+        for (size_t off = 0; off < q->size; off += GRAIN)
+            cr_assert_eq(*(volatile uint64_t *)(q->addr + off), pat(o->id, voff + off),
+                         "stitched block %#lx (head_off %zu, tail_cut %zu): home part %#lx at +%zu "
+                         "is not its byte %zu", (unsigned long)o->b->addr, sb->head_off,
+                         sb->tail_cut, (unsigned long)q->addr, off, voff + off);
+        voff += q->size;
+    }
+    cr_assert_eq(voff, o->b->size, "parts cover the size");
+    (void)r;
+}
+
+static void add(run *r, gml_block *b, bool view, gml_bin *bin)
+{
+    cr_assert_lt(r->n, sizeof r->objs / sizeof r->objs[0]);
+    obj o = {b, view, ++r->next_id, bin};
+    fill(b->addr, b->size, o.id);
+    r->objs[r->n++] = o;
+    if (view) {
+        r->views++;
+        verify_view(r, &r->objs[r->n - 1]);
+        cr_assert(gml_stitch_owns(&r->f.st, b->addr));
+        cr_assert(gml_stitch_owns(&r->f.st, b->addr + b->size - 1));
+    } else {
+        cr_assert(gml_vec_push(&r->f.used, b));
+    }
+}
+
+static void drop(run *r, size_t i, gml_bin *to)
+{
+    obj o = r->objs[i];
+    r->objs[i] = r->objs[--r->n];
+    if (o.view) {
+        verify_view(r, &o);
+        r->views--;
+        gml_stitch_free(&r->f.st, o.b, to);
+    } else {
+        verify(o.b->addr, o.b->size, o.id, "block");
+        hf_put(&r->f, o.b, to);
+    }
+}
+
+static void take(run *r, gml_bin *bin, size_t size)
+{
+    gml_heap *h = &r->f.h;
+    int space = size < h->small_limit ? GML_SPACE_SMALL : GML_SPACE_LARGE;
+    size_t need = GML_ROUND_UP(size, h->round);
+    gml_block *b = gml_best_fit(h, bin, space, need);
+    if (!b) {
+        if (space == GML_SPACE_SMALL)
+            (void)gml_small_refill(h, bin);
+        else
+            (void)gml_grow(h, bin, space, GML_GROW_BLOCK, need);
+        b = gml_best_fit(h, bin, space, need);
+    }
+    if (!b)
+        return;
+    b = gml_take(h, b, need, size);
+    cr_assert_not_null(b);
+    add(r, b, false, bin);
+}
+
+static void stitch(run *r, gml_bin *bin, size_t size, bool may_grow)
+{
+    gml_heap *h = &r->f.h;
+    size_t need = GML_ROUND_UP(size, h->round);
+    uint64_t reuses = r->f.st.reuses;
+    gml_block *b = gml_best_fit(h, bin, GML_SPACE_LARGE, need);
+    if (b) { /* the pool stitches only when no block fits */
+        take(r, bin, size);
+        return;
+    }
+    int rc = gml_stitch_alloc(&r->f.st, bin, need, size, may_grow, &b);
+    cr_assert(rc == GMLAKE_OK || rc == GMLAKE_ERR_NOMEM, "stitch %zu: %d", need, rc);
+    if (rc != GMLAKE_OK)
+        return;
+    cr_assert_geq(b->size, need);
+    if (b->state == GML_B_LIVE) { /* growth made one block large enough */
+        add(r, b, false, bin);
+        return;
+    }
+    cr_assert_eq(b->state, GML_B_VIEW);
+    gml_sblock *sb = sb_of(b);
+    if (r->f.st.reuses > reuses) {
+        r->reused++;
+        cr_assert_leq((double)b->size, (double)need * r->f.st.reuse_limit, "reuse within the limit");
+    } else {
+        r->stitched++;
+        /* the overshoot of a run stays below one extent */
+        cr_assert_lt(b->size - need, h->extent_chunks << h->chunk_shift, "overshoot %zu",
+                     b->size - need);
+    }
+    if (sb->head_off || sb->tail_cut)
+        r->ended++;
+    add(r, b, true, bin);
+}
+
+typedef struct config {
+    size_t extent_size;
+    unsigned share;
+    gml_stitch_strategy strategy;
+    unsigned auto_gc;
+} config;
+
+static void heap_run(const config *c, uint64_t seed, int steps)
+{
+    run *r = calloc(1, sizeof *r);
+    cr_assert_not_null(r);
+    hf_make_dev(&r->f, 96 * MiB, c->extent_size, c->share, true);
+    r->f.st.strategy = c->strategy;
+    r->f.st.auto_gc = c->auto_gc;
+    r->bins[0] = gml_bin_get(&r->f.h, S1);
+    r->bins[1] = gml_bin_get(&r->f.h, S2);
+    r->bins[2] = r->f.h.ready;
+    r->rng = seed;
+    uint64_t *g = &r->rng;
+    for (int step = 0; step < steps; step++) {
+        unsigned op = (unsigned)rnd(g, 0, 99);
+        gml_bin *bin = r->bins[rnd(g, 0, 1)];
+        if (op < 30) {
+            /* sizes that leave sub-chunk and sub-extent gaps */
+            size_t size = rnd(g, 0, 3) ? rnd(g, 1 * MiB, 7 * MiB) : rnd(g, 7 * MiB, 20 * MiB);
+            take(r, bin, size - size % 256);
+        } else if (op < 38) {
+            take(r, bin, rnd(g, 1, 1 * MiB - 1));
+        } else if (op < 60) {
+            stitch(r, bin, rnd(g, 2 * MiB, 40 * MiB), rnd(g, 0, 2) == 0);
+        } else if (op < 90) {
+            if (r->n) {
+                size_t i = rnd(g, 0, r->n - 1);
+                /* back to its own stream's bin mostly, some to the ready bin */
+                drop(r, i, rnd(g, 0, 3) ? r->objs[i].bin : r->bins[2]);
+            }
+        } else if (op < 93) {
+            gml_stitch_gc(&r->f.st, rnd(g, 0, 1));
+        } else if (op < 96) {
+            gml_release_free_chunks(&r->f.h);
+        } else if (op < 98) {
+            (void)gml_small_refill(&r->f.h, r->bins[rnd(g, 0, 2)]);
+        } else {
+            gml_small_reclaim(&r->f.h);
+        }
+        check(r);
+        size_t avail = gml_stitch_largest_available(&r->f.st);
+        if (avail) {
+            gml_heap_free fs;
+            gml_heap_free_stats(&r->f.h, &fs);
+            cr_assert_leq(avail, fs.free_bytes, "an available cached block is free memory");
+        }
+    }
+    cr_assert_gt(r->stitched, 0);
+    cr_assert_gt(r->ended, 0, "some stitched ranges entered partly used extents");
+    while (r->n)
+        drop(r, r->n - 1, r->bins[2]);
+    check(r);
+    gml_stitch_gc(&r->f.st, true);
+    check(r);
+    cr_assert_eq(r->f.st.count, 0);
+    r->f.h.synced_seq = r->f.h.seq; /* as after a device synchronisation */
+    gml_promote(&r->f.h, NULL, GML_SPACE_LARGE, 0);
+    gml_release_free_chunks(&r->f.h);
+    check(r);
+    cr_assert_eq(r->f.h.reserved, 0, "everything released");
+    hf_free(&r->f);
+    free(r);
+}
+
+static const config configs[] = {
+    {4 * MiB, 0, GML_STITCH_LARGEST, 256},  {8 * MiB, 0, GML_STITCH_LARGEST, 6},
+    {16 * MiB, 0, GML_STITCH_BESTFIT, 256}, {8 * MiB, 0, GML_STITCH_BESTFIT, 4},
+    {16 * MiB, 8, GML_STITCH_LARGEST, 8},   {16 * MiB, 12, GML_STITCH_BESTFIT, 256},
+    {2 * MiB, 0, GML_STITCH_LARGEST, 8},
+};
+
+Test(stitch_ends, heap_random_uniform_and_shared_extents, .timeout = 120)
+{
+    for (size_t c = 0; c < sizeof configs / sizeof configs[0]; c++)
+        for (uint64_t seed = 1; seed <= 3; seed++)
+            heap_run(&configs[c], seed * UINT64_C(0x9e3779b97f4a7c15) + c, 700);
+}
