@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "heap_helpers.h"
-#include "stitch/pool.h"
+#include "helpers.h"
 
 static const gml_stream S1 = 0x1000, S2 = 0x2000;
 #define GRAIN 512
@@ -251,6 +251,93 @@ static const config configs[] = {
 Test(stitch_ends, heap_random_uniform_and_shared_extents, .timeout = 120)
 {
     for (size_t c = 0; c < sizeof configs / sizeof configs[0]; c++)
-        for (uint64_t seed = 1; seed <= 3; seed++)
+        for (uint64_t seed = 1; seed <= 2; seed++)
             heap_run(&configs[c], seed * UINT64_C(0x9e3779b97f4a7c15) + c, 700);
+}
+
+/* ---- the pool, on several streams ---- */
+
+static config pool_config; /* read by pool_tweak */
+
+static void pool_tweak(gml_pool_settings *s)
+{
+    s->extent_size = pool_config.extent_size;
+    s->extent_share = pool_config.share;
+    s->strategy = pool_config.strategy;
+    s->auto_gc = pool_config.auto_gc;
+}
+
+typedef struct pobj {
+    uintptr_t ptr;
+    size_t size;
+    gml_stream stream;
+    uint64_t id;
+} pobj;
+
+static void pool_run(const config *c, uint64_t seed, int steps)
+{
+    pool_config = *c;
+    fixture fx = fx_make(96 * MiB, true, pool_tweak);
+    gml_pool *p = fx.pool;
+    static const gml_stream streams[] = {0, S1, S2};
+    static pobj objs[256];
+    size_t n = 0;
+    uint64_t g = seed, next_id = 0;
+    for (int step = 0; step < steps; step++) {
+        unsigned op = (unsigned)rnd(&g, 0, 99);
+        if (op < 50 && n < sizeof objs / sizeof objs[0]) {
+            size_t size = rnd(&g, 0, 4) == 0   ? rnd(&g, 1, 1 * MiB)
+                          : rnd(&g, 0, 3) == 0 ? rnd(&g, 8 * MiB, 36 * MiB)
+                                               : rnd(&g, 1 * MiB, 8 * MiB);
+            gml_stream s = streams[rnd(&g, 0, 2)];
+            uintptr_t ptr = 0;
+            int rc = gml_pool_alloc(p, size, s, &ptr);
+            cr_assert(rc == GMLAKE_OK || rc == GMLAKE_ERR_NOMEM, "alloc %zu: %d", size, rc);
+            if (rc == GMLAKE_OK) {
+                cr_assert_eq(gml_pool_alloc_size(p, ptr), size);
+                cr_assert(gml_pool_owns(p, ptr) && gml_pool_owns(p, ptr + size - 1));
+                objs[n] = (pobj){ptr, size, s, ++next_id};
+                fill(ptr, size, objs[n].id);
+                n++;
+            }
+        } else if (op < 92) {
+            if (n) {
+                size_t i = rnd(&g, 0, n - 1);
+                pobj o = objs[i];
+                objs[i] = objs[--n];
+                verify(o.ptr, o.size, o.id, "allocation");
+                gml_stream s = rnd(&g, 0, 5) ? o.stream : streams[rnd(&g, 0, 2)];
+                cr_assert_eq(gml_pool_free(p, o.ptr, s), GMLAKE_OK);
+            }
+        } else if (op < 97) {
+            cr_assert_eq(gml_pool_sync(p), GMLAKE_OK);
+        } else {
+            cr_assert_eq(gml_pool_empty_cache(p), GMLAKE_OK);
+        }
+        CHECK_POOL(p);
+        gmlake_stats st;
+        gml_pool_stats(p, &st);
+        cr_assert(st.largest_free_bytes <= st.free_bytes && st.stitchable_bytes <= st.free_bytes,
+                  "largest %lu, stitchable %lu, free %lu", (unsigned long)st.largest_free_bytes,
+                  (unsigned long)st.stitchable_bytes, (unsigned long)st.free_bytes);
+    }
+    gmlake_stats st;
+    gml_pool_stats(p, &st);
+    cr_assert_gt(st.stitches, 0);
+    while (n) {
+        n--;
+        verify(objs[n].ptr, objs[n].size, objs[n].id, "allocation");
+        cr_assert_eq(gml_pool_free(p, objs[n].ptr, objs[n].stream), GMLAKE_OK);
+    }
+    cr_assert_eq(gml_pool_empty_cache(p), GMLAKE_OK);
+    CHECK_POOL(p);
+    gml_pool_stats(p, &st);
+    cr_assert_eq(st.reserved_bytes, 0, "everything released");
+    fx_free(&fx);
+}
+
+Test(stitch_ends, pool_random_streams, .timeout = 120)
+{
+    for (size_t c = 0; c < sizeof configs / sizeof configs[0]; c++)
+        pool_run(&configs[c], UINT64_C(0xbf58476d1ce4e5b9) + c, 800);
 }
