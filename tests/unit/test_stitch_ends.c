@@ -341,3 +341,45 @@ Test(stitch_ends, pool_random_streams, .timeout = 120)
     for (size_t c = 0; c < sizeof configs / sizeof configs[0]; c++)
         pool_run(&configs[c], UINT64_C(0xbf58476d1ce4e5b9) + c, 800);
 }
+
+/* A range may begin in the free tail of an extent and end in the free head of the same extent (the
+ * handle mapped twice, its bytes handed out once each): E1 = [16, 32) MiB holds L's tail [16, 19),
+ * a live block [20, 22) and F's head [22, 32). */
+Test(stitch_ends, first_and_last_piece_in_one_extent)
+{
+    run *r = calloc(1, sizeof *r);
+    cr_assert_not_null(r);
+    hf_make_dev(&r->f, 64 * MiB, 16 * MiB, 0, true);
+    gml_heap *h = &r->f.h;
+    gml_bin *s1 = gml_bin_get(h, S1);
+    cr_assert_eq(gml_grow(h, s1, GML_SPACE_LARGE, GML_GROW_BLOCK, 48 * MiB), GMLAKE_OK);
+    /* taken from the top down: [34, 48) live, F [22, 34), [20, 22) live, L [15, 20), [0, 15) live */
+    size_t sizes[] = {14 * MiB, 12 * MiB, 2 * MiB, 5 * MiB, 15 * MiB};
+    gml_block *b[5];
+    for (int i = 0; i < 5; i++)
+        b[i] = hf_take(&r->f, s1, sizes[i]);
+    cr_assert_eq(b[1]->addr - h->arena, 22 * MiB);
+    cr_assert_eq(b[3]->addr - h->arena, 15 * MiB);
+    r->f.used.n = 0; /* held by the run from here on */
+    for (int i = 0; i < 5; i++)
+        if (i == 1 || i == 3)
+            gml_free_insert(h, b[i], s1);
+        else
+            add(r, b[i], false, s1);
+    check(r);
+    gml_block *v = NULL;
+    cr_assert_eq(gml_stitch_alloc(&r->f.st, s1, 13 * MiB, 13 * MiB, false, &v), GMLAKE_OK);
+    gml_sblock *sb = sb_of(v);
+    cr_assert_eq(v->size, 13 * MiB);
+    cr_assert_eq(sb->nchunks, 16, "E1 mapped twice");
+    cr_assert_eq(sb->slots[0], sb->slots[8]);
+    cr_assert_eq(sb->head_off, 6 * MiB);
+    cr_assert_eq(sb->tail_cut, 13 * MiB);
+    add(r, v, true, s1);
+    check(r);
+    while (r->n)
+        drop(r, r->n - 1, s1);
+    check(r);
+    hf_free(&r->f);
+    free(r);
+}
