@@ -383,3 +383,43 @@ Test(stitch_ends, first_and_last_piece_in_one_extent)
     hf_free(&r->f);
     free(r);
 }
+
+/* The pool stitches after its best fit missed, but its last resort stitches after a failed growth
+ * that may have dropped the lock, so a block may fit by then.  A head larger than the request
+ * (F [1, 16) MiB: 15 MiB before its extent's end) must not wrap `need - head` around: the request
+ * is served, from the block that fits, and growth is not asked for ~2^64 bytes. */
+Test(stitch_ends, a_head_larger_than_the_request)
+{
+    hfix f;
+    hf_make_dev(&f, 64 * MiB, 16 * MiB, 0, true);
+    gml_heap *h = &f.h;
+    gml_bin *s1 = gml_bin_get(h, S1);
+    cr_assert_eq(gml_grow(h, s1, GML_SPACE_LARGE, GML_GROW_BLOCK, 48 * MiB), GMLAKE_OK);
+    /* from the top down: [34, 48) live, G [30, 34), [16, 30) live, F [1, 16), [0, 1) live */
+    size_t sizes[] = {14 * MiB, 4 * MiB, 14 * MiB, 15 * MiB, 1 * MiB};
+    gml_block *b[5];
+    for (int i = 0; i < 5; i++)
+        b[i] = hf_take(&f, s1, sizes[i]);
+    cr_assert_eq(b[3]->addr - h->arena, 1 * MiB);
+    hf_put(&f, b[1], s1);
+    hf_put(&f, b[3], s1);
+    hf_check(&f, 0);
+    for (int grow = 1; grow >= 0; grow--) {
+        uint64_t reserved = h->reserved;
+        gml_block *v = NULL;
+        cr_assert_eq(gml_stitch_alloc(&f.st, s1, 8 * MiB, 8 * MiB, grow, &v), GMLAKE_OK,
+                     "a block fits (may_grow %d)", grow);
+        cr_assert_eq(h->reserved, reserved, "nothing grown");
+        cr_assert_geq(v->size, 8 * MiB);
+        bool view = v->state == GML_B_VIEW;
+        if (!view)
+            cr_assert(gml_vec_push(&f.used, v));
+        hf_check(&f, view);
+        if (view)
+            gml_stitch_free(&f.st, v, s1);
+        else
+            hf_put(&f, v, s1);
+        hf_check(&f, 0);
+    }
+    hf_free(&f);
+}
