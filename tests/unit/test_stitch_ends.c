@@ -451,3 +451,34 @@ Test(stitch_ends, destroy_with_a_live_stitched_allocation)
     cr_assert(gml_pool_owns(fx.pool, v));
     fx_free(&fx);
 }
+
+/* gml_stitch_largest_available (the pool's largest free figure: what one request gets without
+ * device calls) counts a cached stitched block only when one stream may take it: not when its
+ * bytes are free in two streams' bins, which serve neither. */
+Test(stitch_ends, largest_available_needs_one_stream)
+{
+    hfix f;
+    hf_make(&f, 64 * MiB);
+    gml_heap *h = &f.h;
+    gml_bin *s1 = gml_bin_get(h, S1), *s2 = gml_bin_get(h, S2);
+    cr_assert_eq(gml_grow(h, s1, GML_SPACE_LARGE, GML_GROW_BLOCK, 32 * MiB), GMLAKE_OK);
+    gml_block *b[4];
+    for (int i = 0; i < 4; i++)
+        b[i] = hf_take(&f, s1, 8 * MiB);
+    hf_put(&f, b[0], h->ready);
+    hf_put(&f, b[2], h->ready);
+    gml_block *v = NULL;
+    cr_assert_eq(gml_stitch_alloc(&f.st, s1, 16 * MiB, 16 * MiB, false, &v), GMLAKE_OK);
+    cr_assert_eq(v->state, GML_B_VIEW);
+    gml_stitch_free(&f.st, v, s1);
+    cr_assert_eq(gml_stitch_largest_available(&f.st), 16 * MiB, "s1 may take it");
+    gml_block *x = hf_take(&f, s1, 8 * MiB); /* one half of it, freed on s2 */
+    hf_put(&f, x, s2);
+    hf_check(&f, 0);
+    cr_assert_eq(gml_stitch_cache_take(&f.st, s1, 16 * MiB, 16 * MiB, &v), GMLAKE_ERR_NOMEM);
+    cr_assert_eq(gml_stitch_cache_take(&f.st, s2, 16 * MiB, 16 * MiB, &v), GMLAKE_ERR_NOMEM);
+    cr_assert_eq(gml_stitch_largest_available(&f.st), 0, "no stream may take it");
+    hf_put(&f, b[1], s1);
+    hf_put(&f, b[3], s1);
+    hf_free(&f);
+}
