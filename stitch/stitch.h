@@ -157,7 +157,8 @@ bool gml_stitch_unmap(gml_heap *h, uintptr_t va, const uint32_t *slots, size_t m
 /* Whether ptr lies inside a live or cached stitched block (not one being torn down: it holds no
  * allocation, and its range stops being the pool's when it is unlinked). */
 bool gml_stitch_owns(gml_stitch *st, uintptr_t ptr);
-/* The largest cached stitched block whose chunks are all free (servable without device calls). */
+/* The largest cached stitched block that one stream may take now (every byte it hands out free
+ * and usable by that stream: servable without device calls). */
 size_t gml_stitch_largest_available(gml_stitch *st);
 /* Appends every HELD part of the live stitched blocks and of those being made to *parts (for the
  * heap checker); false on host out of memory. */
