@@ -68,7 +68,7 @@ static void check(run *r) { hf_check(&r->f, r->views); }
 
 /* The home bytes of a live stitched block hold what was written through its range: its parts, in
  * virtual order, are the bytes it hands out. */
-static void verify_view(run *r, obj *o)
+static void verify_view(const obj *o)
 {
     gml_sblock *sb = sb_of(o->b);
     verify(o->b->addr, o->b->size, o->id, "stitched block");
@@ -83,7 +83,6 @@ static void verify_view(run *r, obj *o)
         voff += q->size;
     }
     cr_assert_eq(voff, o->b->size, "parts cover the size");
-    (void)r;
 }
 
 static void add(run *r, gml_block *b, bool view, gml_bin *bin)
@@ -94,7 +93,7 @@ static void add(run *r, gml_block *b, bool view, gml_bin *bin)
     r->objs[r->n++] = o;
     if (view) {
         r->views++;
-        verify_view(r, &r->objs[r->n - 1]);
+        verify_view(&r->objs[r->n - 1]);
         cr_assert(gml_stitch_owns(&r->f.st, b->addr));
         cr_assert(gml_stitch_owns(&r->f.st, b->addr + b->size - 1));
     } else {
@@ -107,7 +106,7 @@ static void drop(run *r, size_t i, gml_bin *to)
     obj o = r->objs[i];
     r->objs[i] = r->objs[--r->n];
     if (o.view) {
-        verify_view(r, &o);
+        verify_view(&o);
         r->views--;
         gml_stitch_free(&r->f.st, o.b, to);
     } else {
