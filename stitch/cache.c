@@ -311,12 +311,27 @@ bool gml_stitch_owns(gml_stitch *st, uintptr_t ptr)
     return false;
 }
 
+/* Stops at the first part whose block may not serve every stream, naming its bin in *arg: the one
+ * stream that may take the whole block, if any. */
+static bool stream_bin(gml_stitch *st, const gml_sblock *sb, gml_block *f, uintptr_t a, size_t len,
+                       void *arg)
+{
+    (void)sb, (void)a, (void)len;
+    if (gml_bin_serves(st->h, f->bin, NULL))
+        return true;
+    *(gml_bin **)arg = f->bin;
+    return false;
+}
+
 size_t gml_stitch_largest_available(gml_stitch *st)
 {
     gml_sblock *sb;
-    RB_FOREACH_REVERSE(sb, gml_sblock_tree, &st->cached)
-        if (available(st, sb, NULL))
+    RB_FOREACH_REVERSE(sb, gml_sblock_tree, &st->cached) {
+        gml_bin *to = st->h->ready;
+        for_each_part(st, sb, stream_bin, &to);
+        if (available(st, sb, to))
             return sb->b.size;
+    }
     return 0;
 }
 

@@ -102,8 +102,8 @@ void gml_pool_destroy(gml_pool *p)
         return;
     if (gml_dev_synchronize(p->dev) == GMLAKE_OK)
         p->heap.synced_seq = p->heap.seq;
+    HASH_CLEAR(hh, p->live); /* reads its head record, which may be a stitched block's */
     gml_stitch_destroy(&p->st);
-    HASH_CLEAR(hh, p->live);
     gml_heap_destroy(&p->heap);
     pthread_mutex_destroy(&p->mu);
     free(p);

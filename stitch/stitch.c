@@ -170,7 +170,7 @@ static size_t choose_pieces(const gml_heap *h, piece *v, size_t n, size_t need,
     pick_ends(v, n, &fi, &li);
     piece *F = &v[fi], *L = &v[li];
     size_t head = ends ? head_of(F) : 0, tail = ends ? tail_of(L) : 0;
-    size_t left = need - head; /* a block is smaller than need */
+    size_t left = need - head; /* no block fits (take_fit): head < need */
     *partial = head + tail;
     bool *taken = calloc(n, sizeof *taken);
     if (!taken)
@@ -289,6 +289,19 @@ static int map_range(gml_heap *h, const uint32_t *slots, size_t n, uintptr_t *va
     return GMLAKE_ERR_DEVICE;
 }
 
+/* Takes a free block that fits as a LIVE block: the caller's best fit missed, but a growth (ours,
+ * or one whose failed run dropped the caller's lock while another thread freed) may have made
+ * one.  Also what keeps choose_pieces' head below need.  False when none fits. */
+static bool take_fit(gml_heap *h, gml_bin *bin, size_t need, size_t req, gml_block **out, int *rc)
+{
+    gml_block *f = gml_best_fit(h, bin, GML_SPACE_LARGE, need);
+    if (!f)
+        return false;
+    *out = gml_take(h, f, need, req);
+    *rc = *out ? GMLAKE_OK : GMLAKE_ERR_NOMEM;
+    return true;
+}
+
 int gml_stitch_alloc(gml_stitch *st, gml_bin *bin, size_t need, size_t req, bool may_grow,
                      gml_block **out)
 {
@@ -300,6 +313,8 @@ int gml_stitch_alloc(gml_stitch *st, gml_bin *bin, size_t need, size_t req, bool
     piece_vec v = {0};
     int rc = GMLAKE_ERR_NOMEM;
     size_t lack, partial, used = 0;
+    if (take_fit(h, bin, need, req, out, &rc))
+        return rc;
     if (!collect_pieces(h, bin, &v))
         goto out;
     used = choose(h, &v, need, st->strategy, &lack, &partial);
@@ -310,13 +325,8 @@ int gml_stitch_alloc(gml_stitch *st, gml_bin *bin, size_t need, size_t req, bool
         rc = gml_grow(h, bin, GML_SPACE_LARGE, GML_GROW_CHUNKS, need - partial);
         if (rc != GMLAKE_OK)
             goto out;
-        /* the new chunks may have made one block large enough */
-        gml_block *f = gml_best_fit(h, bin, GML_SPACE_LARGE, need);
-        if (f) {
-            *out = gml_take(h, f, need, req);
-            rc = *out ? GMLAKE_OK : GMLAKE_ERR_NOMEM;
+        if (take_fit(h, bin, need, req, out, &rc))
             goto out;
-        }
         rc = GMLAKE_ERR_NOMEM;
         if (!collect_pieces(h, bin, &v))
             goto out;

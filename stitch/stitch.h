@@ -46,8 +46,8 @@
  *  picked, a teardown's), so gml_stitch_alloc's `bin` must be held (gml_bin_hold) by the caller,
  *  and anything not held may have changed on return of either (as after gml_grow).  Without a
  *  lock named they just run.
- *  GMLAKE_OK with *out (a VIEW record, or a LIVE heap block when growth made one
- *  block large enough); GMLAKE_ERR_NOMEM when stitching is off, the request is below frag_limit,
+ *  GMLAKE_OK with *out (a VIEW record, or a LIVE heap block when one free block fits: growth
+ *  made it, or it appeared while the caller's lock was dropped); GMLAKE_ERR_NOMEM when stitching is off, the request is below frag_limit,
  *  or the free chunks (plus, with may_grow, the chunks the device can still give) cannot cover it;
  *  GMLAKE_ERR_DEVICE when the driver failed.  On failure everything done is undone: carved parts
  *  go back to the bins they came from.  Invariants (gml_stitch_check): S1 a stitched block maps whole
@@ -157,7 +157,8 @@ bool gml_stitch_unmap(gml_heap *h, uintptr_t va, const uint32_t *slots, size_t m
 /* Whether ptr lies inside a live or cached stitched block (not one being torn down: it holds no
  * allocation, and its range stops being the pool's when it is unlinked). */
 bool gml_stitch_owns(gml_stitch *st, uintptr_t ptr);
-/* The largest cached stitched block whose chunks are all free (servable without device calls). */
+/* The largest cached stitched block that one stream may take now (every byte it hands out free
+ * and usable by that stream: servable without device calls). */
 size_t gml_stitch_largest_available(gml_stitch *st);
 /* Appends every HELD part of the live stitched blocks and of those being made to *parts (for the
  * heap checker); false on host out of memory. */
