@@ -78,7 +78,9 @@ typedef struct gmlake_stats {
                                        block whose chunks are all free): the most one request can
                                        get without device calls */
     uint64_t stitchable_bytes;      /* free bytes in whole free extents, which stitching can
-                                       combine into one block without device memory growth */
+                                       combine into one block without device memory growth, and
+                                       the free ends of partly used extents one stitched block
+                                       can begin and end with (the largest two) */
 } gmlake_stats;
 
 /* Fill *out with the pool of `device`. */

@@ -405,11 +405,11 @@ void gml_pool_stats(gml_pool *p, gmlake_stats *o)
     pthread_mutex_lock(&p->mu);
     fill_counters(p, o);
     gml_heap_free_stats(&p->heap, &hf);
-    size_t cached = gml_stitch_largest_available(&p->st);
+    size_t cached = gml_stitch_largest_available(&p->st), ends = gml_stitch_end_bytes(&p->st);
     pthread_mutex_unlock(&p->mu);
     o->free_bytes = hf.free_bytes;
     o->largest_free_bytes = hf.largest_free_bytes > cached ? hf.largest_free_bytes : cached;
-    o->stitchable_bytes = hf.whole_extent_bytes;
+    o->stitchable_bytes = hf.whole_extent_bytes + ends;
 }
 
 void gml_pool_reset_peaks(gml_pool *p)

@@ -79,19 +79,26 @@ static size_t head_of(const piece *p) { return p->b1 - p->a; }
 static size_t tail_of(const piece *p) { return p->e - p->b2; }
 static size_t whole_of(const piece *p) { return p->b2 - p->b1; }
 
-/* The free large blocks the request's stream may use that have an extent boundary inside;
- * false on host out of memory. */
+/* Appends the free large blocks of bin b that have an extent boundary inside; false on host out
+ * of memory. */
+static bool add_pieces(gml_heap *h, gml_bin *b, piece_vec *v)
+{
+    gml_block *f;
+    RB_FOREACH(f, gml_size_tree, &b->free[GML_SPACE_LARGE]) {
+        piece p = {.f = f, .a = f->addr, .e = f->addr + f->size};
+        if (gml_extent_bounds(h, f, &p.b1, &p.b2) && !gml_vec_push(v, p))
+            return false;
+    }
+    return true;
+}
+
+/* The pieces the request's stream may use; false on host out of memory. */
 static bool collect_pieces(gml_heap *h, gml_bin *bin, piece_vec *v)
 {
     v->n = 0;
-    GML_FOR_SERVING_BINS(h, bin, b) {
-        gml_block *f;
-        RB_FOREACH(f, gml_size_tree, &b->free[GML_SPACE_LARGE]) {
-            piece p = {.f = f, .a = f->addr, .e = f->addr + f->size};
-            if (gml_extent_bounds(h, f, &p.b1, &p.b2) && !gml_vec_push(v, p))
-                return false;
-        }
-    }
+    GML_FOR_SERVING_BINS(h, bin, b)
+        if (!add_pieces(h, b, v))
+            return false;
     return true;
 }
 
@@ -120,6 +127,24 @@ static void pick_ends(const piece *v, size_t n, size_t *first, size_t *last)
         else
             *first = h2;
     }
+}
+
+size_t gml_stitch_end_bytes(gml_stitch *st)
+{
+    piece_vec v = {0};
+    size_t bytes = 0;
+    gml_bin *b;
+    LIST_FOREACH(b, &st->h->holding, holding)
+        if (!add_pieces(st->h, b, &v))
+            goto out;
+    if (v.n >= 2) {
+        size_t fi, li;
+        pick_ends(v.v, v.n, &fi, &li);
+        bytes = head_of(&v.v[fi]) + tail_of(&v.v[li]);
+    }
+out:
+    gml_vec_free(&v);
+    return bytes;
 }
 
 /* The run of whole extents to take next: the largest not taken yet; with bestfit, the smallest

@@ -160,6 +160,9 @@ bool gml_stitch_owns(gml_stitch *st, uintptr_t ptr);
 /* The largest cached stitched block that one stream may take now (every byte it hands out free
  * and usable by that stream: servable without device calls). */
 size_t gml_stitch_largest_available(gml_stitch *st);
+/* The bytes a stitched range could add at its two ends to the whole free extents: the largest
+ * head and the largest tail of two different free large blocks, any bin (0 on host out of memory). */
+size_t gml_stitch_end_bytes(gml_stitch *st);
 /* Appends every HELD part of the live stitched blocks and of those being made to *parts (for the
  * heap checker); false on host out of memory. */
 bool gml_stitch_parts(gml_stitch *st, gml_block_vec *parts);

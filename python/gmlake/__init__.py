@@ -120,7 +120,7 @@ def memory_summary(device=0):
         ("reserved (chunks held)", _size(s["reserved_bytes"]), _size(s["peak_reserved_bytes"])),
         ("free in the pool", _size(s["free_bytes"]), ""),
         ("largest free block", _size(s["largest_free_bytes"]), ""),
-        ("stitchable (free chunks)", _size(s["stitchable_bytes"]), ""),
+        ("stitchable (by one stitch)", _size(s["stitchable_bytes"]), ""),
         ("stitched blocks mapped", "%d (%s)" % (s["stitched_blocks"], _size(s["stitched_bytes"])), ""),
     ]
     width = 66

@@ -481,3 +481,38 @@ Test(stitch_ends, largest_available_needs_one_stream)
     hf_put(&f, b[3], s1);
     hf_free(&f);
 }
+
+static void uniform_8mib(gml_pool_settings *s)
+{
+    s->extent_share = 0;
+    s->extent_size = 8 * MiB;
+}
+
+/* stitchable_bytes counts what a stitched range may begin and end with, not only whole extents */
+Test(stitch_ends, stitchable_bytes_count_the_free_ends)
+{
+    fixture fx = fx_make(64 * MiB, false, uniform_8mib);
+    gml_pool *p = fx.pool;
+    uintptr_t t = must_alloc(p, 8 * MiB, 0); /* E1 */
+    must_free(p, t, 0);
+    uintptr_t top = must_alloc(p, 5 * MiB, 0), low = must_alloc(p, 3 * MiB, 0);
+    cr_assert_eq(top, low + 3 * MiB, "E1: [0, 3) live, then [3, 8)");
+    uintptr_t sep = must_alloc(p, 2 * MiB, 0);
+    t = must_alloc(p, 8 * MiB, 0); /* E2 */
+    must_free(p, t, 0);
+    uintptr_t high = must_alloc(p, 3 * MiB, 0);
+    cr_assert_eq(high, t + 5 * MiB, "E2: [0, 5) free, then [5, 8) live");
+    must_free(p, top, 0);
+    gmlake_stats st = stats_of(p);
+    cr_assert_eq(st.free_bytes, 10 * MiB);
+    cr_assert_eq(st.stitchable_bytes, 10 * MiB, "E1's free tail and E2's free head (%lu)",
+                 (unsigned long)st.stitchable_bytes);
+    uintptr_t s = must_alloc(p, 10 * MiB, 0);
+    cr_assert_eq(stats_of(p).reserved_bytes, st.reserved_bytes, "and a stitch gets them");
+    must_free(p, s, 0);
+    must_free(p, low, 0);
+    must_free(p, sep, 0);
+    must_free(p, high, 0);
+    CHECK_POOL(p);
+    fx_free(&fx);
+}
