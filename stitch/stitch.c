@@ -343,10 +343,12 @@ int gml_stitch_alloc(gml_stitch *st, gml_bin *bin, size_t need, size_t req, bool
     if (!collect_pieces(h, bin, &v))
         goto out;
     used = choose(h, &v, need, st->strategy, &lack, &partial);
-    if (!used) {
+    /* grow what the pieces lack, as whole chunks (growth counts the whole extents itself); a
+     * second time when the growth merged the block the range would begin with and the one it
+     * would end with (one block gives one end only), so the pieces fall short again */
+    for (int round = 0; !used && round < 2; round++) {
         if (!may_grow || !lack)
             goto out;
-        /* grow what the pieces lack, as whole chunks (growth counts the whole extents itself) */
         rc = gml_grow(h, bin, GML_SPACE_LARGE, GML_GROW_CHUNKS, need - partial);
         if (rc != GMLAKE_OK)
             goto out;
@@ -356,9 +358,9 @@ int gml_stitch_alloc(gml_stitch *st, gml_bin *bin, size_t need, size_t req, bool
         if (!collect_pieces(h, bin, &v))
             goto out;
         used = choose(h, &v, need, st->strategy, &lack, &partial);
-        if (!used)
-            goto out;
     }
+    if (!used)
+        goto out;
     size_t chunks = 0;
     for (size_t i = 0; i < used; i++)
         chunks += (gml_extent_hi(h, v.v[i].hi - 1) - gml_extent_lo(h, v.v[i].lo)) >> h->chunk_shift;

@@ -516,3 +516,50 @@ Test(stitch_ends, stitchable_bytes_count_the_free_ends)
     CHECK_POOL(p);
     fx_free(&fx);
 }
+
+/* A stitch's growth that fills the gap between the block it would begin with and the one it would
+ * end with merges them: one block cannot give both ends, so the pieces fall short again.  The
+ * stitch grows what is still missing instead of failing (after which the pool would grow the
+ * whole request). */
+Test(stitch_ends, growth_that_merges_the_two_ends_grows_again)
+{
+    hfix f;
+    hf_make_ext(&f, 256 * MiB, 8 * MiB);
+    gml_bin *s1 = gml_bin_get(&f.h, S1);
+    size_t sizes[] = {8 * MiB, 8 * MiB, 4 * MiB, 8 * MiB, 8 * MiB, 2 * MiB};
+    gml_block *v[6]; /* E1 [0, 8), E1b [8, 16), G [16, 20), E2 [20, 28), W [28, 36), S [36, 38) */
+    for (int i = 0; i < 6; i++) {
+        cr_assert_eq(gml_grow(&f.h, s1, GML_SPACE_LARGE, GML_GROW_BLOCK, sizes[i]), GMLAKE_OK);
+        v[i] = hf_take(&f, s1, sizes[i]);
+    }
+    hf_put(&f, v[0], s1);
+    gml_block *top = hf_take(&f, s1, 5 * MiB), *low = hf_take(&f, s1, 3 * MiB); /* [3, 8) [0, 3) */
+    hf_put(&f, v[3], s1);
+    gml_block *high = hf_take(&f, s1, 3 * MiB); /* [25, 28) */
+    cr_assert_eq(high->addr, f.h.arena + 25 * MiB);
+    hf_put(&f, top, s1);
+    hf_put(&f, v[1], s1);      /* [3, 16): E1's free tail, then E1b whole */
+    hf_put(&f, v[4], s1);      /* W [28, 36), kept apart from empty slots by S */
+    hf_put(&f, v[2], f.h.ready);
+    cr_assert_eq(gml_release_free_chunks(&f.h), 2, "G: a gap of two chunks after E1b");
+    hf_check(&f, 0);
+    /* pieces: 5 (E1's tail) + 8 (E1b) + 8 (W) + 5 (E2's head) = 26 of 30; the 4 MiB growth lands
+     * in the gap, next to E1b, and merges [3, 16), the new extent and E2's head [20, 25) */
+    uint64_t reserved = f.h.reserved;
+    gml_block *b = NULL;
+    cr_assert_eq(gml_stitch_alloc(&f.st, s1, 30 * MiB, 30 * MiB, true, &b), GMLAKE_OK);
+    cr_assert_eq(f.h.slots[gml_slot_of(&f.h, f.h.arena + 16 * MiB)].state, GML_SLOT_LARGE,
+                 "the growth filled the gap");
+    cr_assert_leq(f.h.reserved - reserved, 12 * MiB, "grew %lu MiB for 4 missing",
+                  (unsigned long)((f.h.reserved - reserved) >> 20));
+    hf_check(&f, b->state == GML_B_VIEW);
+    if (b->state == GML_B_VIEW)
+        gml_stitch_free(&f.st, b, s1);
+    else
+        hf_put(&f, b, s1);
+    hf_put(&f, low, s1);
+    hf_put(&f, high, s1);
+    hf_put(&f, v[5], s1);
+    hf_check(&f, 0);
+    hf_free(&f);
+}
