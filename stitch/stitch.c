@@ -68,6 +68,7 @@ typedef struct piece {
     uintptr_t b1, b2; /* its first and last extent boundary: [b1, b2) are whole extents */
     uintptr_t lo, hi; /* what the stitch takes: [lo, hi) (empty: not used) */
     unsigned rank;    /* its place in the stitched range */
+    bool taken;       /* its run of whole extents was looked at by choose_pieces */
 } piece;
 
 typedef GML_VEC(piece) piece_vec;
@@ -102,24 +103,24 @@ static bool collect_pieces(gml_heap *h, gml_bin *bin, piece_vec *v)
     return true;
 }
 
+/* The pieces with the largest and the second largest cap (n >= 2; the first on ties). */
+static void top_two(const piece *v, size_t n, size_t (*cap)(const piece *), size_t *a, size_t *b)
+{
+    *a = cap(&v[1]) > cap(&v[0]), *b = !*a;
+    for (size_t i = 2; i < n; i++) {
+        if (cap(&v[i]) > cap(&v[*a]))
+            *b = *a, *a = i;
+        else if (cap(&v[i]) > cap(&v[*b]))
+            *b = i;
+    }
+}
+
 /* The first and the last piece: the largest head and the largest tail of two different blocks. */
 static void pick_ends(const piece *v, size_t n, size_t *first, size_t *last)
 {
-    size_t h1 = 0, h2 = 1, t1 = 0, t2 = 1; /* n >= 2: the two largest heads, the two largest tails */
-    if (head_of(&v[1]) > head_of(&v[0]))
-        h1 = 1, h2 = 0;
-    if (tail_of(&v[1]) > tail_of(&v[0]))
-        t1 = 1, t2 = 0;
-    for (size_t i = 2; i < n; i++) {
-        if (head_of(&v[i]) > head_of(&v[h1]))
-            h2 = h1, h1 = i;
-        else if (head_of(&v[i]) > head_of(&v[h2]))
-            h2 = i;
-        if (tail_of(&v[i]) > tail_of(&v[t1]))
-            t2 = t1, t1 = i;
-        else if (tail_of(&v[i]) > tail_of(&v[t2]))
-            t2 = i;
-    }
+    size_t h1, h2, t1, t2;
+    top_two(v, n, head_of, &h1, &h2);
+    top_two(v, n, tail_of, &t1, &t2);
     *first = h1, *last = t1;
     if (h1 == t1) {
         if (head_of(&v[h1]) + tail_of(&v[t2]) >= head_of(&v[h2]) + tail_of(&v[t1]))
@@ -149,13 +150,12 @@ out:
 
 /* The run of whole extents to take next: the largest not taken yet; with bestfit, the smallest
  * that brings `want` bytes when one does.  n when none is left. */
-static size_t pick_run(const piece *v, size_t n, const bool *taken, size_t want,
-                       gml_stitch_strategy strategy)
+static size_t pick_run(const piece *v, size_t n, size_t want, gml_stitch_strategy strategy)
 {
     size_t best = n;
     for (size_t i = 0; i < n; i++) {
         size_t w = whole_of(&v[i]);
-        if (taken[i] || !w)
+        if (v[i].taken || !w)
             continue;
         if (best == n) {
             best = i;
@@ -197,12 +197,10 @@ static size_t choose_pieces(const gml_heap *h, piece *v, size_t n, size_t need,
     size_t head = ends ? head_of(F) : 0, tail = ends ? tail_of(L) : 0;
     size_t left = need - head; /* no block fits (take_fit): head < need */
     *partial = head + tail;
-    bool *taken = calloc(n, sizeof *taken);
-    if (!taken)
-        return *lack = 0;
     for (size_t i = 0; i < n; i++) {
         v[i].lo = v[i].hi = v[i].b1;
         v[i].rank = UINT_MAX;
+        v[i].taken = false;
     }
     F->lo = F->b1 - head;
     F->rank = 0;
@@ -210,19 +208,15 @@ static size_t choose_pieces(const gml_heap *h, piece *v, size_t n, size_t need,
     unsigned rank = 1;
     bool cut = false;
     size_t i;
-    while (left > tail && (i = pick_run(v, n, taken, left - tail, strategy)) < n) {
+    while (left > tail && (i = pick_run(v, n, left - tail, strategy)) < n) {
         piece *p = &v[i];
-        taken[i] = true;
-        if (p == F) { /* upwards from the head; an overshoot moves its start up */
+        p->taken = true;
+        if (p == F) { /* upwards from the head */
             uintptr_t x = p->b1;
             while (x < p->b2 && x - p->b1 < left && left - (x - p->b1) > tail)
                 x = gml_extent_hi(h, x);
-            p->hi = x;
-            if (x - p->b1 > left) { /* the overshoot stays in the range, below one extent */
-                left = 0;
-            } else {
-                left -= x - p->b1;
-            }
+            p->hi = x; /* an overshoot stays in the range, below one extent */
+            left -= x - p->b1 < left ? x - p->b1 : left;
             continue;
         }
         uintptr_t y = p->b2; /* downwards from the top: the tail's own run, or a middle */
@@ -240,7 +234,6 @@ static size_t choose_pieces(const gml_heap *h, piece *v, size_t n, size_t need,
                 p->rank = rank++;
         }
     }
-    free(taken);
     if (left > tail) {
         *lack = left - tail;
         return 0;
