@@ -2,6 +2,7 @@
 #include "device.h"
 
 #include <stdlib.h>
+#include <time.h>
 
 static const char *const devcall_names[GMLAKE_DC_COUNT] = {
     "chunk_create", "chunk_release", "va_reserve", "va_free", "map", "unmap", "set_access",
@@ -22,6 +23,20 @@ uint64_t gml_thread_id(void)
     if (__builtin_expect(me == 0, 0))
         me = atomic_fetch_add_explicit(&next, 1, memory_order_relaxed) + 1;
     return me;
+}
+
+uint64_t gml_dev_now_ns(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+}
+
+double gml_dev_seconds(gml_device *d, int kind)
+{
+    if (d->ops->modeled_seconds)
+        return d->ops->modeled_seconds(d->ctx, kind);
+    return (double)atomic_load_explicit(&d->ns[kind], memory_order_relaxed) * 1e-9;
 }
 
 gml_device *gml_device_new(const gml_device_ops *ops, void *ctx, int ordinal)

@@ -21,7 +21,8 @@
  *
  * Implementations: sim (device_sim.c, host memory, for tests and replay) and cuda (device_cuda.c,
  * the driver API resolved at run time).  Callers go through the gml_dev_* wrappers below, which
- * count every call by kind (the counts are the pool's "device calls").
+ * count every call by kind (the counts are the pool's "device calls") and time it (the wall time
+ * of the calling thread inside the implementation; gml_dev_seconds).
  */
 #ifndef GML_DEVICE_H
 #define GML_DEVICE_H
@@ -82,6 +83,10 @@ typedef struct gml_device_ops {
     bool (*stream_here)(void *ctx, gml_stream s);
     /* Whether s runs on this device, so that synchronize() waits for it (NULL: always). */
     bool (*stream_local)(void *ctx, gml_stream s);
+    /* The driver time of the calls of `kind` so far by the implementation's own account, in
+     * seconds (NULL: the wrappers' measured wall time is the answer; the sim answers its cost
+     * model's estimate, core/cost.h). */
+    double (*modeled_seconds)(void *ctx, int kind);
     size_t (*granularity)(void *ctx);
     int (*mem_info)(void *ctx, size_t *free_bytes, size_t *total_bytes);
     void (*destroy)(void *ctx);
@@ -92,40 +97,54 @@ typedef struct gml_device {
     void *ctx;
     int ordinal;
     _Atomic uint64_t calls[GMLAKE_DC_COUNT];
+    _Atomic uint64_t ns[GMLAKE_DC_COUNT]; /* wall time inside the calls of each kind */
 } gml_device;
 
 /* Wraps an implementation; the device owns ctx and calls ops->destroy(ctx) in gml_device_destroy. */
 gml_device *gml_device_new(const gml_device_ops *ops, void *ctx, int ordinal);
 void gml_device_destroy(gml_device *dev);
 
-#define GML_DEV_COUNT(dev, kind) atomic_fetch_add_explicit(&(dev)->calls[kind], 1, memory_order_relaxed)
+/* A monotonic clock in nanoseconds (device.c). */
+uint64_t gml_dev_now_ns(void);
+/* Counts one call of `kind` and adds the wall time of `call` (an expression giving its status). */
+#define GML_DEV_CALL(d, kind, call)                                                               \
+    do {                                                                                          \
+        atomic_fetch_add_explicit(&(d)->calls[kind], 1, memory_order_relaxed);                    \
+        uint64_t t0_ = gml_dev_now_ns();                                                          \
+        int rc_ = (call);                                                                         \
+        atomic_fetch_add_explicit(&(d)->ns[kind], gml_dev_now_ns() - t0_, memory_order_relaxed);  \
+        return rc_;                                                                               \
+    } while (0)
+/* The driver time of the calls of `kind` so far, in seconds: the implementation's own account
+ * where it has one (the sim's cost model), else the measured wall time. */
+double gml_dev_seconds(gml_device *d, int kind);
 
 static inline int gml_dev_chunk_create(gml_device *d, size_t size, gml_handle *out)
-{ GML_DEV_COUNT(d, GMLAKE_DC_CHUNK_CREATE); return d->ops->chunk_create(d->ctx, size, out); }
+{ GML_DEV_CALL(d, GMLAKE_DC_CHUNK_CREATE, d->ops->chunk_create(d->ctx, size, out)); }
 static inline int gml_dev_chunk_release(gml_device *d, gml_handle h)
-{ GML_DEV_COUNT(d, GMLAKE_DC_CHUNK_RELEASE); return d->ops->chunk_release(d->ctx, h); }
+{ GML_DEV_CALL(d, GMLAKE_DC_CHUNK_RELEASE, d->ops->chunk_release(d->ctx, h)); }
 static inline int gml_dev_va_reserve(gml_device *d, size_t size, size_t align, uintptr_t *out)
-{ GML_DEV_COUNT(d, GMLAKE_DC_VA_RESERVE); return d->ops->va_reserve(d->ctx, size, align, out); }
+{ GML_DEV_CALL(d, GMLAKE_DC_VA_RESERVE, d->ops->va_reserve(d->ctx, size, align, out)); }
 static inline int gml_dev_va_free(gml_device *d, uintptr_t va, size_t size)
-{ GML_DEV_COUNT(d, GMLAKE_DC_VA_FREE); return d->ops->va_free(d->ctx, va, size); }
+{ GML_DEV_CALL(d, GMLAKE_DC_VA_FREE, d->ops->va_free(d->ctx, va, size)); }
 static inline int gml_dev_map(gml_device *d, uintptr_t va, size_t size, gml_handle h)
-{ GML_DEV_COUNT(d, GMLAKE_DC_MAP); return d->ops->map(d->ctx, va, size, h); }
+{ GML_DEV_CALL(d, GMLAKE_DC_MAP, d->ops->map(d->ctx, va, size, h)); }
 static inline int gml_dev_unmap(gml_device *d, uintptr_t va, size_t size)
-{ GML_DEV_COUNT(d, GMLAKE_DC_UNMAP); return d->ops->unmap(d->ctx, va, size); }
+{ GML_DEV_CALL(d, GMLAKE_DC_UNMAP, d->ops->unmap(d->ctx, va, size)); }
 static inline int gml_dev_set_access(gml_device *d, uintptr_t va, size_t size)
-{ GML_DEV_COUNT(d, GMLAKE_DC_SET_ACCESS); return d->ops->set_access(d->ctx, va, size); }
+{ GML_DEV_CALL(d, GMLAKE_DC_SET_ACCESS, d->ops->set_access(d->ctx, va, size)); }
 static inline int gml_dev_event_create(gml_device *d, gml_event *out)
-{ GML_DEV_COUNT(d, GMLAKE_DC_EVENT_CREATE); return d->ops->event_create(d->ctx, out); }
+{ GML_DEV_CALL(d, GMLAKE_DC_EVENT_CREATE, d->ops->event_create(d->ctx, out)); }
 static inline int gml_dev_event_destroy(gml_device *d, gml_event ev)
-{ GML_DEV_COUNT(d, GMLAKE_DC_EVENT_DESTROY); return d->ops->event_destroy(d->ctx, ev); }
+{ GML_DEV_CALL(d, GMLAKE_DC_EVENT_DESTROY, d->ops->event_destroy(d->ctx, ev)); }
 static inline int gml_dev_event_record(gml_device *d, gml_event ev, gml_stream s)
-{ GML_DEV_COUNT(d, GMLAKE_DC_EVENT_RECORD); return d->ops->event_record(d->ctx, ev, s); }
+{ GML_DEV_CALL(d, GMLAKE_DC_EVENT_RECORD, d->ops->event_record(d->ctx, ev, s)); }
 static inline int gml_dev_event_query(gml_device *d, gml_event ev)
-{ GML_DEV_COUNT(d, GMLAKE_DC_EVENT_QUERY); return d->ops->event_query(d->ctx, ev); }
+{ GML_DEV_CALL(d, GMLAKE_DC_EVENT_QUERY, d->ops->event_query(d->ctx, ev)); }
 static inline int gml_dev_event_sync(gml_device *d, gml_event ev)
-{ GML_DEV_COUNT(d, GMLAKE_DC_EVENT_SYNC); return d->ops->event_sync(d->ctx, ev); }
+{ GML_DEV_CALL(d, GMLAKE_DC_EVENT_SYNC, d->ops->event_sync(d->ctx, ev)); }
 static inline int gml_dev_synchronize(gml_device *d)
-{ GML_DEV_COUNT(d, GMLAKE_DC_SYNCHRONIZE); return d->ops->synchronize(d->ctx); }
+{ GML_DEV_CALL(d, GMLAKE_DC_SYNCHRONIZE, d->ops->synchronize(d->ctx)); }
 /* Whether this thread may create and record an event for s now: a per-thread default stream only
  * on its own thread (elsewhere CU_STREAM_PER_THREAD names another stream), and what the
  * implementation adds (cuda: a legacy stream only while its context is current).  Not counted. */

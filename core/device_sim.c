@@ -95,7 +95,8 @@ typedef struct sim {
     int hook_kind;                 /* tests: hook(hook_arg) runs before each call of hook_kind */
     void (*hook)(void *);
     void *hook_arg;
-    double charged; /* estimated driver seconds of the successful calls so far */
+    double charged;                      /* estimated driver seconds of the successful calls */
+    double charged_by[GMLAKE_DC_COUNT]; /* the same by kind */
 } sim;
 
 static sim *sim_of(gml_device *dev) { return (sim *)dev->ctx; }
@@ -122,7 +123,9 @@ static bool injected(sim *s, int kind)
 /* Called with the lock held: one call of `kind` on a handle of handle_bytes succeeded. */
 static void charge(sim *s, int kind, size_t handle_bytes)
 {
-    s->charged += gml_cost_call(kind, handle_bytes);
+    double c = gml_cost_call(kind, handle_bytes);
+    s->charged += c;
+    s->charged_by[kind] += c;
 }
 
 static sim_resv *resv_containing(sim *s, uintptr_t va, size_t size)
@@ -517,6 +520,15 @@ static int sim_synchronize(void *ctx)
     return rc;
 }
 
+static double sim_modeled_seconds(void *ctx, int kind)
+{
+    sim *s = ctx;
+    pthread_mutex_lock(&s->mu);
+    double t = s->charged_by[kind];
+    pthread_mutex_unlock(&s->mu);
+    return t;
+}
+
 static size_t sim_granularity(void *ctx) { return ((sim *)ctx)->cfg.granularity; }
 
 static int sim_mem_info(void *ctx, size_t *free_bytes, size_t *total_bytes)
@@ -581,6 +593,7 @@ static const gml_device_ops sim_ops = {
     .event_query = sim_event_query,
     .event_sync = sim_event_sync,
     .synchronize = sim_synchronize,
+    .modeled_seconds = sim_modeled_seconds,
     .granularity = sim_granularity,
     .mem_info = sim_mem_info,
     .destroy = sim_destroy,

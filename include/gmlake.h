@@ -81,6 +81,10 @@ typedef struct gmlake_stats {
                                        combine into one block without device memory growth, and
                                        the free ends of partly used extents one stitched block
                                        can begin and end with (the largest two) */
+    double device_seconds;          /* driver time of the device calls: on a GPU the wall time
+                                       the calling threads spent inside them, measured around
+                                       each; on the simulated device its cost model's estimate */
+    double device_seconds_by_call[GMLAKE_DC_COUNT]; /* the same by kind of call */
 } gmlake_stats;
 
 /* Fill *out with the pool of `device`. */

@@ -1,7 +1,7 @@
 /*
  * summary.c — what a process that gmlake served leaves at exit: one info line per device (peak
  * active, peak reserved, utilization, stitches), the stats file (stats_file: one JSON object a
- * line per device, gmlake_stats' fields and device calls by kind), the count of log lines not
+ * line per device, gmlake_stats' fields, device calls and their driver time by kind), the count of log lines not
  * printed, and the trace flushed.  A process that served no allocation writes no stats file; a
  * forked child writes nothing (the summary is the parent's).
  */
@@ -27,6 +27,10 @@ static void write_stats(FILE *f, int d, const gmlake_stats *s)
     for (int i = 0; i < GMLAKE_DC_COUNT; i++)
         fprintf(f, "%s\"%s\":%lu", i ? "," : "", gmlake_devcall_name(i),
                 (unsigned long)s->device_calls[i]);
+    fprintf(f, "},\"device_seconds\":%.6f,\"device_seconds_by_call\":{", s->device_seconds);
+    for (int i = 0; i < GMLAKE_DC_COUNT; i++)
+        fprintf(f, "%s\"%s\":%.6f", i ? "," : "", gmlake_devcall_name(i),
+                s->device_seconds_by_call[i]);
     fprintf(f, "}}\n");
 }
 

@@ -388,8 +388,11 @@ static void fill_counters(gml_pool *p, gmlake_stats *o)
     o->utilization = o->peak_reserved_bytes
                          ? (double)o->peak_active_bytes / (double)o->peak_reserved_bytes
                          : 0.0;
-    for (int i = 0; i < GMLAKE_DC_COUNT; i++)
+    for (int i = 0; i < GMLAKE_DC_COUNT; i++) {
         o->device_calls[i] = atomic_load_explicit(&p->dev->calls[i], memory_order_relaxed);
+        o->device_seconds_by_call[i] = gml_dev_seconds(p->dev, i);
+        o->device_seconds += o->device_seconds_by_call[i];
+    }
 }
 
 void gml_pool_counters(gml_pool *p, gmlake_stats *o)

@@ -43,17 +43,22 @@ def training(rows, stats):
                     for k in ("first17_s_per_step", "steady_s_per_step")}
             out.append("| allocator | run order | first 17 steps, s/step | vs best PyTorch | "
                        "after warm-up, s/step | vs best PyTorch | NVML peak used MiB (above "
-                       "baseline) | torch peak allocated MiB | gmlake calls after warm-up |")
-            out.append("|---|---|---|---|---|---|---|---|---|")
+                       "baseline) | torch peak allocated MiB | gmlake calls after warm-up | "
+                       "gmlake driver ms, first 17 steps (share of their time) |")
+            out.append("|---|---|---|---|---|---|---|---|---|---|")
             for r in runs:
                 rel = lambda k: f"{r[k] / best[k]:.3f}" if best[k] else "-"
                 base = r.get("nvml_baseline_used", 0)
                 peak = r.get("nvml_peak_used", 0)
                 nv = f"{mib(peak)} ({mib(peak - base)})" if r.get("nvml") else "n/a"
                 calls = r.get("gmlake_device_calls_after_warmup", "-")
+                drv = r.get("gmlake_driver_s_first17")
+                drv = (f"{1e3 * drv:.1f} ({100 * drv / (17 * r['first17_s_per_step']):.2f}%)"
+                       if drv is not None else "-")
                 out.append(f"| {r['allocator']} | {r.get('order', '-')} | {r['first17_s_per_step']:.4f} | "
                            f"{rel('first17_s_per_step')} | {r['steady_s_per_step']:.4f} | "
-                           f"{rel('steady_s_per_step')} | {nv} | {mib(r['torch_peak_allocated'])} | {calls} |")
+                           f"{rel('steady_s_per_step')} | {nv} | {mib(r['torch_peak_allocated'])} | {calls} | "
+                           f"{drv} |")
             allocs = list(dict.fromkeys(r["allocator"] for r in runs))
             if any(sum(r["allocator"] == a for r in runs) > 1 for a in allocs):
                 med = {a: {k: median([r[k] for r in runs if r["allocator"] == a])
@@ -77,7 +82,9 @@ def training(rows, stats):
                            f"{100 * s['utilization']:.2f}%, {s['allocations']:,} allocations, "
                            f"{s['stitches']} stitches ({s['stitch_reuses']} reused), "
                            f"{calls.get('chunk_create', 0):,} chunk creations, "
-                           f"{sum(calls.values()):,} device calls in the whole run.")
+                           f"{sum(calls.values()):,} device calls in the whole run"
+                           + (f" taking {1e3 * s['device_seconds']:.1f} ms of driver time."
+                              if "device_seconds" in s else "."))
         for r in errors:
             if r["workload"] == w:
                 out.append(f"\n- {r['allocator']}: {r['error']}")

@@ -87,17 +87,17 @@ class NvmlPeak:
             self.sample()
 
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
+import gmlake  # noqa: E402  (the repository's package: reads the preloaded library's stats)
+
+
 def gmlake_calls():
-    """Total device calls of gmlake's pool on device 0 (None when gmlake is not preloaded).
-    Reads gmlake_stats as include/gmlake.h lays it out: 15 uint64, a double, the call counts."""
-    try:
-        fn = ctypes.CDLL(None).gmlake_get_stats
-    except AttributeError:
+    """gmlake's device calls on device 0 so far and the driver time they took in seconds, or
+    None when gmlake is not preloaded or has no pool yet."""
+    s = gmlake.stats(0)
+    if s is None:
         return None
-    buf = (ctypes.c_uint64 * 64)()
-    if fn(0, ctypes.byref(buf)) != 0 or buf[14] == 0 or buf[14] % (2 << 20):
-        return None  # no pool yet, or a layout this script does not know
-    return sum(buf[16:29])
+    return sum(s["device_calls"].values()), s["device_seconds"]
 
 
 def on_device(build, dev):
@@ -188,10 +188,13 @@ def train(args):
             with torch.cuda.stream(side):
                 return host[i].to(dev, non_blocking=True)
         nxt = prefetch(0)
-    times, calls_at_warmup = [], None
+    times, calls_at_warmup, calls_at_first17 = [], None, None
     torch.cuda.synchronize()
     nvml.mark("first17")
+    calls_at_start = gmlake_calls()
     for step in range(steps):
+        if step == FIRST:
+            calls_at_first17 = gmlake_calls()
         if step == WARMUP:
             calls_at_warmup = gmlake_calls()
             nvml.mark("steady")
@@ -231,8 +234,13 @@ def train(args):
         "torch": torch.__version__,
     }
     if calls_end is not None and calls_at_warmup is not None:
-        res["gmlake_device_calls"] = calls_end
-        res["gmlake_device_calls_after_warmup"] = calls_end - calls_at_warmup
+        res["gmlake_device_calls"] = calls_end[0]
+        res["gmlake_device_calls_after_warmup"] = calls_end[0] - calls_at_warmup[0]
+        # gmlake's driver time (measured around each call): before step 0 (the model and
+        # optimizer set up), over the first 17 steps, and over the timed steps after warm-up
+        res["gmlake_driver_s_setup"] = calls_at_start[1] if calls_at_start else 0.0
+        res["gmlake_driver_s_first17"] = calls_at_first17[1] - res["gmlake_driver_s_setup"]
+        res["gmlake_driver_s_after_warmup"] = calls_end[1] - calls_at_warmup[1]
     with open(args.out, "a") as f:
         f.write(json.dumps(res) + "\n")
     print(json.dumps({k: v for k, v in res.items() if k != "step_times"}))

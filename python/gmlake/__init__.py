@@ -35,7 +35,9 @@ class _Stats(ctypes.Structure):
     _fields_ = ([(n, ctypes.c_uint64) for n in _U64_BEFORE]
                 + [("utilization", ctypes.c_double),
                    ("device_calls", ctypes.c_uint64 * _DEVCALL_COUNT)]
-                + [(n, ctypes.c_uint64) for n in _U64_AFTER])
+                + [(n, ctypes.c_uint64) for n in _U64_AFTER]
+                + [("device_seconds", ctypes.c_double),
+                   ("device_seconds_by_call", ctypes.c_double * _DEVCALL_COUNT)])
 
 
 class GmlakeError(RuntimeError):
@@ -82,7 +84,8 @@ def enabled():
 def stats(device=0):
     """gmlake's figures for `device` as a dict, or None when gmlake is not loaded or has served
     nothing on that device yet.  Sizes are in bytes; device_calls maps each kind of driver call
-    (chunk_create, map, set_access, ...) to its count."""
+    (chunk_create, map, set_access, ...) to its count, device_seconds_by_call to the time spent
+    in those calls (device_seconds: all of them), in seconds."""
     lib = _lib()
     if lib is None:
         return None
@@ -94,8 +97,11 @@ def stats(device=0):
         _raise(rc)
     out = {n: int(getattr(s, n)) for n in _U64_BEFORE + _U64_AFTER}
     out["utilization"] = float(s.utilization)
-    out["device_calls"] = {lib.gmlake_devcall_name(i).decode(): int(s.device_calls[i])
-                           for i in range(_DEVCALL_COUNT)}
+    names = [lib.gmlake_devcall_name(i).decode() for i in range(_DEVCALL_COUNT)]
+    out["device_calls"] = {n: int(s.device_calls[i]) for i, n in enumerate(names)}
+    out["device_seconds"] = float(s.device_seconds)
+    out["device_seconds_by_call"] = {n: float(s.device_seconds_by_call[i])
+                                     for i, n in enumerate(names)}
     out["device"] = int(device)
     return out
 
@@ -136,6 +142,7 @@ def memory_summary(device=0):
               " stitches %d, reused %d, evicted %d; cache releases %d" % (
                   s["stitches"], s["stitch_reuses"], s["stitch_evictions"], s["cache_releases"]),
               " device calls: " + ", ".join("%s %d" % kv for kv in s["device_calls"].items() if kv[1]),
+              " driver time in them: %.1f ms" % (1e3 * s["device_seconds"]),
               "=" * width]
     return "\n".join(lines) + "\n"
 

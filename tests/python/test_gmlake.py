@@ -52,6 +52,9 @@ def preloaded(cudart_path):
     check(s["active_bytes"] == 11 * MiB + 700 * 1024, "active %d" % s["active_bytes"])
     check(s["reserved_bytes"] >= s["active_bytes"] and s["reserved_bytes"] % s["chunk_size"] == 0, s)
     check(s["device_calls"]["chunk_create"] >= 6, s["device_calls"])
+    by_call = s["device_seconds_by_call"]
+    check(set(by_call) == set(s["device_calls"]) and by_call["chunk_create"] > 0 and
+          abs(sum(by_call.values()) - s["device_seconds"]) < 1e-9, s)
     check(0 < s["utilization"] <= 1.0, "utilization %r" % s["utilization"])
     check(s["free_bytes"] <= s["reserved_bytes"], s)
     # free the two 3 MiB blocks (not neighbours) and ask for 6 MiB: stitching serves it

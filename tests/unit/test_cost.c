@@ -164,3 +164,32 @@ Test(cost, replay_reports_device_seconds_by_half)
     gml_trace_free(&t);
     fx_free(&fx);
 }
+
+/* The pool's stats give the driver time: on the sim the cost model's charges, by kind, summing to
+ * the total the replay reports. */
+Test(cost, stats_give_the_modeled_driver_time_by_kind)
+{
+    fixture fx = fx_make(256 * MiB, false, NULL);
+    uintptr_t p[3];
+    for (int i = 0; i < 3; i++)
+        cr_assert_eq(gml_pool_alloc(fx.pool, (size_t)(5 + i) * MiB, 0, &p[i]), GMLAKE_OK);
+    cr_assert_eq(gml_pool_free(fx.pool, p[1], 0), GMLAKE_OK);
+    gmlake_stats s;
+    gml_pool_stats(fx.pool, &s);
+    cr_assert(NEAR(s.device_seconds, gml_sim_device_seconds(fx.dev)), "%.9f against %.9f",
+              s.device_seconds, gml_sim_device_seconds(fx.dev));
+    double sum = 0;
+    for (int k = 0; k < GMLAKE_DC_COUNT; k++) {
+        sum += s.device_seconds_by_call[k];
+        cr_assert_eq(s.device_seconds_by_call[k] > 0, s.device_calls[k] > 0,
+                     "%s: %lu calls, %.9f s", gmlake_devcall_name(k),
+                     (unsigned long)s.device_calls[k], s.device_seconds_by_call[k]);
+    }
+    cr_assert(NEAR(sum, s.device_seconds));
+    cr_assert_geq(s.device_seconds_by_call[GMLAKE_DC_CHUNK_CREATE],
+                  (double)s.device_calls[GMLAKE_DC_CHUNK_CREATE] * per_handle(GMLAKE_DC_CHUNK_CREATE, 2) - 1e-12,
+                  "every handle is at least one chunk");
+    for (int i = 0; i < 3; i += 2)
+        cr_assert_eq(gml_pool_free(fx.pool, p[i], 0), GMLAKE_OK);
+    fx_free(&fx);
+}

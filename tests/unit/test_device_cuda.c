@@ -39,6 +39,15 @@ static CUresult primary_retain(CUcontext *c, CUdevice d)
     *c = (CUcontext)&ctx_b;
     return CUDA_SUCCESS;
 }
+static useconds_t create_sleep_us; /* cuMemCreate takes this long */
+static CUresult mem_create(CUmemGenericAllocationHandle *h, size_t size,
+                           const CUmemAllocationProp *prop, unsigned long long flags)
+{
+    (void)size, (void)prop, (void)flags;
+    usleep(create_sleep_us);
+    *h = 1;
+    return CUDA_SUCCESS;
+}
 static CUresult push(CUcontext c) { (void)c; return CUDA_SUCCESS; }
 static CUresult pop(CUcontext *c) { *c = (CUcontext)&ctx_b; return CUDA_SUCCESS; }
 
@@ -147,7 +156,7 @@ static const struct {
     {"cuCtxGetDevice", (void *)get_device}, {"cuDevicePrimaryCtxRetain", (void *)primary_retain},
     {"cuCtxPushCurrent_v2", (void *)push}, {"cuCtxPopCurrent_v2", (void *)pop},
     {"cuMemMap", (void *)mem_map}, {"cuMemUnmap", (void *)mem_unmap},
-    {"cuMemSetAccess", (void *)set_access},
+    {"cuMemSetAccess", (void *)set_access}, {"cuMemCreate", (void *)mem_create},
 };
 
 static void *stub(const char *name)
@@ -319,5 +328,26 @@ Test(device_cuda, a_grant_one_mapping_refuses_still_reaches_the_others)
     cr_assert_eq(gml_cuda_device_grant(dev, 2), GMLAKE_ERR_DEVICE, "the refusal is reported");
     cr_assert_eq(gml_cuda_last_error(), CUDA_ERROR_INVALID_VALUE);
     cr_assert_eq(access_of(R2), BIT(0) | BIT(2), "the grant goes on past the refused mapping");
+    gml_device_destroy(dev);
+}
+
+/* The device layer times every driver call (gmlake_stats.device_seconds on a GPU): two creates of
+ * 20 ms each show as at least 40 ms of chunk_create, and the other kinds keep their own time. */
+Test(device_cuda, driver_calls_are_timed_by_kind)
+{
+    gml_device *dev = stub_device();
+    create_sleep_us = 20 * 1000;
+    gml_handle h;
+    for (int i = 0; i < 2; i++)
+        cr_assert_eq(gml_dev_chunk_create(dev, RANGE, &h), GMLAKE_OK);
+    create_sleep_us = 0;
+    double create = gml_dev_seconds(dev, GMLAKE_DC_CHUNK_CREATE);
+    cr_assert(create >= 0.040 && create < 5.0, "chunk_create timed %.6f s", create);
+    cr_assert_eq(gml_dev_seconds(dev, GMLAKE_DC_MAP), 0, "no map made");
+    map_range(dev, R1);
+    double map = gml_dev_seconds(dev, GMLAKE_DC_MAP);
+    cr_assert(map > 0 && map < 0.040, "one quick map timed %.6f s", map);
+    cr_assert_eq(gml_dev_seconds(dev, GMLAKE_DC_CHUNK_CREATE), create, "the creates' time stays");
+    cr_assert_eq(gml_dev_unmap(dev, R1, RANGE), GMLAKE_OK);
     gml_device_destroy(dev);
 }
