@@ -17,11 +17,18 @@
  * destroy (CU_EVENT_DISABLE_TIMING, as gmlake creates them, on the idle default stream),
  * cuCtxSynchronize on an idle device.
  *
+ * With --threads T1,T2,...: instead, whether the driver grows faster from several threads: for
+ * each handle size and thread count T, the handles are split into T consecutive parts of the one
+ * range, each thread creating, mapping and setting access on its part (one set_access over it),
+ * then unmapping (one call) and releasing it; wall time from a barrier to the last thread's end,
+ * median of REPS ("bench":"growth_threads").
+ *
  * Output: JSON lines on stdout.  Exit status 1 with a message when the driver or a GPU is missing
  * or a call fails.
- *   gpu_growth [--reps N] [--total-mib M] [HANDLE_MIB...]
+ *   gpu_growth [--reps N] [--total-mib M] [--threads T1,T2,...] [HANDLE_MIB...]
  */
 #include <dlfcn.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -148,6 +155,94 @@ static void growth(size_t hsize, size_t total, int reps)
     free(v);
 }
 
+enum { MAX_THREADS = 64 };
+
+typedef struct part {
+    uintptr_t va;
+    size_t hsize, n;
+    gml_handle *hs;
+    int release; /* 0: create, map, set_access; 1: unmap, release */
+    pthread_barrier_t *start, *end;
+} part;
+
+static void *part_main(void *arg)
+{
+    part *p = arg;
+    pthread_barrier_wait(p->start);
+    if (!p->release) {
+        for (size_t i = 0; i < p->n; i++)
+            CHECK(gml_dev_chunk_create(dev, p->hsize, &p->hs[i]));
+        for (size_t i = 0; i < p->n; i++)
+            CHECK(gml_dev_map(dev, p->va + i * p->hsize, p->hsize, p->hs[i]));
+        CHECK(gml_dev_set_access(dev, p->va, p->n * p->hsize));
+    } else {
+        CHECK(gml_dev_unmap(dev, p->va, p->n * p->hsize));
+        for (size_t i = 0; i < p->n; i++)
+            CHECK(gml_dev_chunk_release(dev, p->hs[i]));
+    }
+    pthread_barrier_wait(p->end);
+    return NULL;
+}
+
+/* ms for one phase (grow or release) of `total` in handles of hsize split over t threads. */
+static double threaded_phase(uintptr_t va, size_t hsize, size_t n, int t, int release,
+                             gml_handle *hs)
+{
+    pthread_barrier_t start, end;
+    pthread_barrier_init(&start, NULL, (unsigned)t + 1);
+    pthread_barrier_init(&end, NULL, (unsigned)t + 1);
+    part parts[MAX_THREADS];
+    pthread_t th[MAX_THREADS];
+    for (int i = 0; i < t; i++) {
+        size_t first = n * (size_t)i / (size_t)t, last = n * (size_t)(i + 1) / (size_t)t;
+        parts[i] = (part){va + first * hsize, hsize, last - first, hs + first, release, &start, &end};
+        if (pthread_create(&th[i], NULL, part_main, &parts[i])) {
+            fprintf(stderr, "gpu_growth: cannot start a thread\n");
+            exit(1);
+        }
+    }
+    pthread_barrier_wait(&start);
+    double t0 = now_ms();
+    pthread_barrier_wait(&end);
+    double ms = now_ms() - t0;
+    for (int i = 0; i < t; i++)
+        pthread_join(th[i], NULL);
+    pthread_barrier_destroy(&start);
+    pthread_barrier_destroy(&end);
+    return ms;
+}
+
+static void growth_threads(size_t hsize, size_t total, int reps, int t)
+{
+    size_t n = total / hsize;
+    total = n * hsize;
+    if ((size_t)t > n)
+        return; /* fewer handles than threads */
+    gml_handle *hs = calloc(n, sizeof *hs);
+    double g[64], r[64];
+    uintptr_t va;
+    if (!hs) {
+        fprintf(stderr, "gpu_growth: out of host memory\n");
+        exit(1);
+    }
+    CHECK(gml_dev_va_reserve(dev, total, gml_dev_granularity(dev), &va));
+    for (int i = -1; i < reps; i++) { /* i = -1: warm-up */
+        double gm = threaded_phase(va, hsize, n, t, 0, hs);
+        double rm = threaded_phase(va, hsize, n, t, 1, hs);
+        if (i >= 0) {
+            g[i] = gm;
+            r[i] = rm;
+        }
+    }
+    CHECK(gml_dev_va_free(dev, va, total));
+    double gib = (double)total / (double)(1024 * MIB);
+    printf("{\"bench\":\"growth_threads\",\"handle_mib\":%zu,\"handles\":%zu,\"threads\":%d,"
+           "\"reps\":%d,\"grow_ms_per_gib\":%.4f,\"release_ms_per_gib\":%.4f}\n",
+           hsize / MIB, n, t, reps, bench_median(g, reps) / gib, bench_median(r, reps) / gib);
+    fflush(stdout);
+    free(hs);
+}
+
 static void call_costs(int reps)
 {
     size_t sizes[2] = {(size_t)1 << 30, (size_t)256 << 30};
@@ -204,7 +299,7 @@ int main(int argc, char **argv)
     int reps = 5;
     size_t total = 1024 * MIB;
     size_t handles[32];
-    int nh = 0;
+    int nh = 0, threads[16], nt = 0;
     for (int i = 1; i < argc; i++) {
         char *end;
         if (strcmp(argv[i], "--reps") == 0 && i + 1 < argc) {
@@ -220,10 +315,21 @@ int main(int argc, char **argv)
                 return 2;
             }
             total = (size_t)m * MIB;
+        } else if (strcmp(argv[i], "--threads") == 0 && i + 1 < argc) {
+            for (char *tok = strtok(argv[++i], ","); tok; tok = strtok(NULL, ",")) {
+                long t = strtol(tok, &end, 10);
+                if (*end || t < 1 || t > MAX_THREADS || nt == 16) {
+                    fprintf(stderr, "gpu_growth: --threads wants up to 16 counts of 1..%d, "
+                            "comma-separated\n", MAX_THREADS);
+                    return 2;
+                }
+                threads[nt++] = (int)t;
+            }
         } else {
             long m = strtol(argv[i], &end, 10);
             if (*end || m < 2 || nh == 32) {
-                fprintf(stderr, "usage: gpu_growth [--reps N] [--total-mib M] [HANDLE_MIB...] (up to 32 sizes >= 2)\n");
+                fprintf(stderr, "usage: gpu_growth [--reps N] [--total-mib M] [--threads T1,T2,...] "
+                        "[HANDLE_MIB...] (up to 32 sizes >= 2)\n");
                 return 2;
             }
             handles[nh++] = (size_t)m * MIB;
@@ -245,9 +351,13 @@ int main(int argc, char **argv)
                     "or larger than %zu MiB)\n", h / MIB, total / MIB);
             continue;
         }
-        growth(h, total, reps);
+        if (nt == 0)
+            growth(h, total, reps);
+        for (int t = 0; t < nt; t++)
+            growth_threads(h, total, reps, threads[t]);
     }
-    call_costs(1000);
+    if (nt == 0)
+        call_costs(1000);
     gml_device_destroy(dev);
     return 0;
 }

@@ -13,7 +13,7 @@
 # each, default 150) is recorded in train.jsonl as an error and the rest go on; runs that would
 # start after BUDGET seconds (default 450) are skipped and recorded so.
 # Settings: WORKLOADS, ALLOCATORS, TRACE_WORKLOADS (default offload), WARMUP, STEADY, WARMUP_RUNS
-# (untimed runs before each workload, default 1), REPEATS (rounds of the allocators per workload,
+# (untimed runs before each workload, default 1), GROWTH (off: no growth micro-benchmark), REPEATS (rounds of the allocators per workload,
 # each round starting one allocator later; default 1; report.md then gives the medians too).
 # Uses build/interpose/libgmlake.so and build/bench/gpu_growth as carried; builds with meson
 # (into build-gpu/) only where they are absent.
@@ -44,7 +44,9 @@ fi
 
 # 1. growth micro-benchmark
 say "growth micro-benchmark"
-if [ -x "$growth" ]; then
+if [ "${GROWTH:-on}" = off ]; then
+  say "GROWTH=off: growth micro-benchmark skipped"
+elif [ -x "$growth" ]; then
   timeout -k 5 120 "$growth" >"$out/growth.jsonl" 2>>"$log" || say "growth failed (rc $?)"
 else
   say "no $growth: growth micro-benchmark skipped"
