@@ -12,7 +12,7 @@
 # OUTDIR defaults to $OUT, else build/gpu-bench.  One failing or hanging run (RUN_TIMEOUT seconds
 # each, default 150) is recorded in train.jsonl as an error and the rest go on; runs that would
 # start after BUDGET seconds (default 450) are skipped and recorded so.
-# Settings: WORKLOADS, ALLOCATORS, TRACE_WORKLOADS (default offload), WARMUP, STEADY, WARMUP_RUNS
+# Settings: WORKLOADS (empty: none, e.g. to record traces only), ALLOCATORS, TRACE_WORKLOADS (default offload), WARMUP, STEADY, WARMUP_RUNS
 # (untimed runs before each workload, default 1), GROWTH (off: no growth micro-benchmark), REPEATS (rounds of the allocators per workload,
 # each round starting one allocator later; default 1; report.md then gives the medians too).
 # Uses build/interpose/libgmlake.so and build/bench/gpu_growth as carried; builds with meson
@@ -26,7 +26,7 @@ log=$out/run_all.log
 t0=$SECONDS
 budget=${BUDGET:-450}
 run_timeout=${RUN_TIMEOUT:-150}
-read -r -a workloads <<<"${WORKLOADS:-gpt2 llama_lora bert_varlen offload}"
+read -r -a workloads <<<"${WORKLOADS-gpt2 llama_lora bert_varlen offload}"
 read -r -a allocators <<<"${ALLOCATORS:-expandable cudaMallocAsync gmlake}"
 read -r -a trace_workloads <<<"${TRACE_WORKLOADS-offload}"
 say() { echo "[run_all +$((SECONDS - t0))s] $*" | tee -a "$log" >&2; }
