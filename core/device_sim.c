@@ -95,8 +95,7 @@ typedef struct sim {
     int hook_kind;                 /* tests: hook(hook_arg) runs before each call of hook_kind */
     void (*hook)(void *);
     void *hook_arg;
-    double charged;                      /* estimated driver seconds of the successful calls */
-    double charged_by[GMLAKE_DC_COUNT]; /* the same by kind */
+    double charged_by[GMLAKE_DC_COUNT]; /* estimated driver seconds of the successful calls, by kind */
 } sim;
 
 static sim *sim_of(gml_device *dev) { return (sim *)dev->ctx; }
@@ -123,9 +122,7 @@ static bool injected(sim *s, int kind)
 /* Called with the lock held: one call of `kind` on a handle of handle_bytes succeeded. */
 static void charge(sim *s, int kind, size_t handle_bytes)
 {
-    double c = gml_cost_call(kind, handle_bytes);
-    s->charged += c;
-    s->charged_by[kind] += c;
+    s->charged_by[kind] += gml_cost_call(kind, handle_bytes);
 }
 
 static sim_resv *resv_containing(sim *s, uintptr_t va, size_t size)
@@ -700,7 +697,9 @@ double gml_sim_device_seconds(gml_device *dev)
         return 0;
     sim *s = sim_of(dev);
     pthread_mutex_lock(&s->mu);
-    double t = s->charged;
+    double t = 0;
+    for (int k = 0; k < GMLAKE_DC_COUNT; k++)
+        t += s->charged_by[k];
     pthread_mutex_unlock(&s->mu);
     return t;
 }

@@ -91,7 +91,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import gmlake  # noqa: E402  (the repository's package: reads the preloaded library's stats)
 
 
-def gmlake_calls():
+def gmlake_driver():
     """gmlake's device calls on device 0 so far and the driver time they took in seconds, or
     None when gmlake is not preloaded or has no pool yet."""
     s = gmlake.stats(0)
@@ -191,12 +191,12 @@ def train(args):
     times, calls_at_warmup, calls_at_first17 = [], None, None
     torch.cuda.synchronize()
     nvml.mark("first17")
-    calls_at_start = gmlake_calls()
+    calls_at_start = gmlake_driver()
     for step in range(steps):
         if step == FIRST:
-            calls_at_first17 = gmlake_calls()
+            calls_at_first17 = gmlake_driver()
         if step == WARMUP:
-            calls_at_warmup = gmlake_calls()
+            calls_at_warmup = gmlake_driver()
             nvml.mark("steady")
         t0 = time.perf_counter()
         if offload:
@@ -217,7 +217,7 @@ def train(args):
         del batch
         torch.cuda.synchronize()
         times.append(time.perf_counter() - t0)
-    calls_end = gmlake_calls()
+    calls_end = gmlake_driver()
     nvml.close()
     res = {
         "workload": args.workload, "allocator": args.allocator, "order": args.order,
