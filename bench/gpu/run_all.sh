@@ -12,7 +12,8 @@
 # OUTDIR defaults to $OUT, else build/gpu-bench.  One failing or hanging run (RUN_TIMEOUT seconds
 # each, default 150) is recorded in train.jsonl as an error and the rest go on; runs that would
 # start after BUDGET seconds (default 450) are skipped and recorded so.
-# Settings: WORKLOADS (empty: none, e.g. to record traces only), ALLOCATORS, TRACE_WORKLOADS (default offload), WARMUP, STEADY, WARMUP_RUNS
+# Settings: WORKLOADS (empty: none, e.g. to record traces only), ALLOCATORS (expandable,
+# cudaMallocAsync, gmlake, or gmlake with settings: gmlake:KEY=VALUE,KEY=VALUE), TRACE_WORKLOADS (default offload), WARMUP, STEADY, WARMUP_RUNS
 # (untimed runs before each workload, default 1), GROWTH (off: no growth micro-benchmark), REPEATS (rounds of the allocators per workload,
 # each round starting one allocator later; default 1; report.md then gives the medians too).
 # Uses build/interpose/libgmlake.so and build/bench/gpu_growth as carried; builds with meson
@@ -58,6 +59,15 @@ alloc_env() { # the environment of allocator $1
     expandable) echo "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True" ;;
     cudaMallocAsync) echo "PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync" ;;
     gmlake) echo "PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync LD_PRELOAD=$lib GMLAKE_LOG_LEVEL=info" ;;
+    gmlake:*) # gmlake with settings: gmlake:extent_share=0,extent_size=64MiB -> GMLAKE_EXTENT_SHARE=0 ...
+      local kv env_list="" IFS=,
+      for kv in ${1#gmlake:}; do
+        case $kv in
+          [a-z]*=?*) env_list+=" GMLAKE_$(echo "${kv%%=*}" | tr a-z A-Z)=${kv#*=}" ;;
+          *) return 1 ;;
+        esac
+      done
+      echo "$(alloc_env gmlake)$env_list" ;;
     *) return 1 ;;
   esac
 }
@@ -68,7 +78,7 @@ run_one() { # workload allocator order [extra env...]
   local w=$1 a=$2 order=$3 envs
   shift 3
   if ! envs=$(alloc_env "$a"); then record_error "$w" "$a" "unknown allocator"; return; fi
-  if [ "$a" = gmlake ] && [ ! -f "$lib" ]; then record_error "$w" "$a" "no libgmlake.so"; return; fi
+  if [ "${a%%:*}" = gmlake ] && [ ! -f "$lib" ]; then record_error "$w" "$a" "no libgmlake.so"; return; fi
   if [ $((SECONDS - t0)) -ge "$budget" ]; then
     say "skip $w/$a: over the budget of ${budget}s"
     record_error "$w" "$a" "skipped: time budget"
