@@ -31,6 +31,11 @@ def mib(b):
     return f"{b / MIB:,.0f}" if b else "-"
 
 
+def pytorch(allocator):
+    """Whether a run's allocator is one of PyTorch's (the baseline), not gmlake or a variant."""
+    return not allocator.startswith("gmlake")
+
+
 def training(rows, stats):
     ok = [r for r in rows if "error" not in r]
     errors = [r for r in rows if "error" in r]
@@ -39,7 +44,7 @@ def training(rows, stats):
         runs = [r for r in ok if r["workload"] == w]
         out.append(f"### {w}\n")
         if runs:
-            best = {k: min((r[k] for r in runs if not r["allocator"].startswith("gmlake")), default=None)
+            best = {k: min((r[k] for r in runs if pytorch(r["allocator"])), default=None)
                     for k in ("first17_s_per_step", "steady_s_per_step")}
             out.append("| allocator | run order | first 17 steps, s/step | vs best PyTorch | "
                        "after warm-up, s/step | vs best PyTorch | NVML peak used MiB (above "
@@ -63,7 +68,7 @@ def training(rows, stats):
             if any(sum(r["allocator"] == a for r in runs) > 1 for a in allocs):
                 med = {a: {k: median([r[k] for r in runs if r["allocator"] == a])
                            for k in ("first17_s_per_step", "steady_s_per_step")} for a in allocs}
-                mbest = {k: min((med[a][k] for a in allocs if not a.startswith("gmlake")), default=None)
+                mbest = {k: min((med[a][k] for a in allocs if pytorch(a)), default=None)
                          for k in ("first17_s_per_step", "steady_s_per_step")}
                 out.append("\nMedians over the runs of each allocator:\n")
                 out.append("| allocator | runs | first 17 steps, s/step (median) | vs best PyTorch | "
