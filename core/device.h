@@ -89,6 +89,12 @@ typedef struct gml_device_ops {
     double (*modeled_seconds)(void *ctx, int kind);
     size_t (*granularity)(void *ctx);
     int (*mem_info)(void *ctx, size_t *free_bytes, size_t *total_bytes);
+    /* IPC (NULL: not supported): handle_export gives a new file descriptor for chunk h that
+     * another process may import (the caller closes it); handle_import makes a handle of `size`
+     * bytes from such a descriptor (not taken: the caller closes it), released with
+     * chunk_release. */
+    int (*handle_export)(void *ctx, gml_handle h, int *fd);
+    int (*handle_import)(void *ctx, int fd, size_t size, gml_handle *out);
     void (*destroy)(void *ctx);
 } gml_device_ops;
 
@@ -164,6 +170,13 @@ static inline bool gml_dev_stream_local(gml_device *d, gml_stream s)
 static inline size_t gml_dev_granularity(gml_device *d) { return d->ops->granularity(d->ctx); }
 static inline int gml_dev_mem_info(gml_device *d, size_t *free_bytes, size_t *total_bytes)
 { return d->ops->mem_info(d->ctx, free_bytes, total_bytes); }
+
+/* IPC export and import (contract in the ops table): not counted among the device calls (rare,
+ * and not part of any allocation); GMLAKE_ERR_DEVICE where the implementation has none. */
+static inline int gml_dev_handle_export(gml_device *d, gml_handle h, int *fd)
+{ return d->ops->handle_export ? d->ops->handle_export(d->ctx, h, fd) : GMLAKE_ERR_DEVICE; }
+static inline int gml_dev_handle_import(gml_device *d, int fd, size_t size, gml_handle *out)
+{ return d->ops->handle_import ? d->ops->handle_import(d->ctx, fd, size, out) : GMLAKE_ERR_DEVICE; }
 
 /* ---- sim: host-memory device (device_sim.c) ---- */
 typedef struct gml_sim_config {

@@ -31,36 +31,43 @@
 
 #include "device.h"
 
-typedef struct cuda_api {
-    CUresult (*cuMemCreate)(CUmemGenericAllocationHandle *, size_t, const CUmemAllocationProp *,
+/* The driver functions, named for what they do (a field never shares a name with a CUDA symbol,
+ * which the interposer's hooks carry). */
+typedef struct cuda_fns {
+    CUresult (*mem_create)(CUmemGenericAllocationHandle *, size_t, const CUmemAllocationProp *,
                             unsigned long long);
-    CUresult (*cuMemRelease)(CUmemGenericAllocationHandle);
-    CUresult (*cuMemAddressReserve)(CUdeviceptr *, size_t, size_t, CUdeviceptr, unsigned long long);
-    CUresult (*cuMemAddressFree)(CUdeviceptr, size_t);
-    CUresult (*cuMemMap)(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle,
+    CUresult (*mem_release)(CUmemGenericAllocationHandle);
+    CUresult (*mem_address_reserve)(CUdeviceptr *, size_t, size_t, CUdeviceptr, unsigned long long);
+    CUresult (*mem_address_free)(CUdeviceptr, size_t);
+    CUresult (*mem_map)(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle,
                          unsigned long long);
-    CUresult (*cuMemUnmap)(CUdeviceptr, size_t);
-    CUresult (*cuMemSetAccess)(CUdeviceptr, size_t, const CUmemAccessDesc *, size_t);
-    CUresult (*cuMemGetAllocationGranularity)(size_t *, const CUmemAllocationProp *,
+    CUresult (*mem_unmap)(CUdeviceptr, size_t);
+    CUresult (*mem_set_access)(CUdeviceptr, size_t, const CUmemAccessDesc *, size_t);
+    CUresult (*mem_get_allocation_granularity)(size_t *, const CUmemAllocationProp *,
                                               CUmemAllocationGranularity_flags);
-    CUresult (*cuEventCreate)(CUevent *, unsigned int);
-    CUresult (*cuEventDestroy_v2)(CUevent);
-    CUresult (*cuEventRecord)(CUevent, CUstream);
-    CUresult (*cuEventQuery)(CUevent);
-    CUresult (*cuEventSynchronize)(CUevent);
-    CUresult (*cuCtxSynchronize)(void);
-    CUresult (*cuMemGetInfo_v2)(size_t *, size_t *);
-    CUresult (*cuCtxGetCurrent)(CUcontext *);
-    CUresult (*cuCtxSetCurrent)(CUcontext);
-    CUresult (*cuDevicePrimaryCtxRetain)(CUcontext *, CUdevice);
-    CUresult (*cuCtxGetDevice)(CUdevice *);
-    CUresult (*cuCtxPushCurrent_v2)(CUcontext);
-    CUresult (*cuCtxPopCurrent_v2)(CUcontext *);
+    CUresult (*event_create)(CUevent *, unsigned int);
+    CUresult (*event_destroy)(CUevent);
+    CUresult (*event_record)(CUevent, CUstream);
+    CUresult (*event_query)(CUevent);
+    CUresult (*event_synchronize)(CUevent);
+    CUresult (*ctx_synchronize)(void);
+    CUresult (*mem_get_info)(size_t *, size_t *);
+    CUresult (*ctx_get_current)(CUcontext *);
+    CUresult (*ctx_set_current)(CUcontext);
+    CUresult (*device_primary_ctx_retain)(CUcontext *, CUdevice);
+    CUresult (*ctx_get_device)(CUdevice *);
+    CUresult (*ctx_push_current)(CUcontext);
+    CUresult (*ctx_pop_current)(CUcontext *);
     /* optional (NULL if the driver lacks them) */
-    CUresult (*cuThreadExchangeStreamCaptureMode)(CUstreamCaptureMode *);
-    CUresult (*cuStreamIsCapturing)(CUstream, CUstreamCaptureStatus *);
-    CUresult (*cuStreamGetCtx)(CUstream, CUcontext *);
-} cuda_api;
+    CUresult (*thread_exchange_stream_capture_mode)(CUstreamCaptureMode *);
+    CUresult (*stream_is_capturing)(CUstream, CUstreamCaptureStatus *);
+    CUresult (*stream_get_ctx)(CUstream, CUcontext *);
+    CUresult (*mem_export_to_shareable_handle)(void *, CUmemGenericAllocationHandle,
+                                               CUmemAllocationHandleType, unsigned long long);
+    CUresult (*mem_import_from_shareable_handle)(CUmemGenericAllocationHandle *, void *,
+                                                 CUmemAllocationHandleType);
+    CUresult (*device_get_attribute)(int *, CUdevice_attribute, CUdevice);
+} cuda_fns;
 
 typedef struct mapping {
     uintptr_t va;
@@ -70,7 +77,7 @@ typedef struct mapping {
 } mapping;
 
 typedef struct cuda_dev {
-    cuda_api api;
+    cuda_fns drv;
     int ordinal;
     size_t granularity;
     CUmemAllocationProp prop;
@@ -116,7 +123,7 @@ static CUresult primary_ctx(cuda_dev *d, CUcontext *out)
     if (!c) {
         pthread_mutex_lock(&d->primary_mu);
         c = __atomic_load_n(&d->primary, __ATOMIC_ACQUIRE);
-        if (!c && (r = d->api.cuDevicePrimaryCtxRetain(&c, d->ordinal)) == CUDA_SUCCESS)
+        if (!c && (r = d->drv.device_primary_ctx_retain(&c, d->ordinal)) == CUDA_SUCCESS)
             __atomic_store_n(&d->primary, c, __ATOMIC_RELEASE);
         pthread_mutex_unlock(&d->primary_mu);
     }
@@ -127,10 +134,10 @@ static CUresult primary_ctx(cuda_dev *d, CUcontext *out)
 static void ensure_ctx(cuda_dev *d)
 {
     CUcontext c = NULL;
-    if (d->api.cuCtxGetCurrent(&c) == CUDA_SUCCESS && c)
+    if (d->drv.ctx_get_current(&c) == CUDA_SUCCESS && c)
         return;
     if (primary_ctx(d, &c) == CUDA_SUCCESS)
-        d->api.cuCtxSetCurrent(c);
+        d->drv.ctx_set_current(c);
 }
 
 static __thread CUresult last_error;
@@ -153,15 +160,15 @@ static int st(CUresult r)
 static CUstreamCaptureMode relax(cuda_dev *d)
 {
     CUstreamCaptureMode m = CU_STREAM_CAPTURE_MODE_RELAXED;
-    if (d->api.cuThreadExchangeStreamCaptureMode)
-        d->api.cuThreadExchangeStreamCaptureMode(&m);
+    if (d->drv.thread_exchange_stream_capture_mode)
+        d->drv.thread_exchange_stream_capture_mode(&m);
     return m;
 }
 
 static void restore(cuda_dev *d, CUstreamCaptureMode m)
 {
-    if (d->api.cuThreadExchangeStreamCaptureMode)
-        d->api.cuThreadExchangeStreamCaptureMode(&m);
+    if (d->drv.thread_exchange_stream_capture_mode)
+        d->drv.thread_exchange_stream_capture_mode(&m);
 }
 
 /* The CUresult of `call`, made in relaxed capture mode. */
@@ -178,7 +185,7 @@ static int cu_chunk_create(void *ctx, size_t size, gml_handle *out)
     cuda_dev *d = ctx;
     ensure_ctx(d);
     CUmemGenericAllocationHandle h;
-    int rc = st(RELAXED(d, d->api.cuMemCreate(&h, size, &d->prop, 0)));
+    int rc = st(RELAXED(d, d->drv.mem_create(&h, size, &d->prop, 0)));
     if (rc == GMLAKE_OK)
         *out = (gml_handle)h;
     return rc;
@@ -187,7 +194,7 @@ static int cu_chunk_create(void *ctx, size_t size, gml_handle *out)
 static int cu_chunk_release(void *ctx, gml_handle h)
 {
     cuda_dev *d = ctx;
-    return st(RELAXED(d, d->api.cuMemRelease((CUmemGenericAllocationHandle)h)));
+    return st(RELAXED(d, d->drv.mem_release((CUmemGenericAllocationHandle)h)));
 }
 
 static int cu_va_reserve(void *ctx, size_t size, size_t align, uintptr_t *out)
@@ -195,7 +202,7 @@ static int cu_va_reserve(void *ctx, size_t size, size_t align, uintptr_t *out)
     cuda_dev *d = ctx;
     CUdeviceptr p;
     ensure_ctx(d);
-    int rc = st(RELAXED(d, d->api.cuMemAddressReserve(&p, size, align, 0, 0)));
+    int rc = st(RELAXED(d, d->drv.mem_address_reserve(&p, size, align, 0, 0)));
     if (rc == GMLAKE_OK)
         *out = (uintptr_t)p;
     return rc == GMLAKE_ERR_NOMEM ? GMLAKE_ERR_DEVICE : rc;
@@ -204,7 +211,7 @@ static int cu_va_reserve(void *ctx, size_t size, size_t align, uintptr_t *out)
 static int cu_va_free(void *ctx, uintptr_t va, size_t size)
 {
     cuda_dev *d = ctx;
-    return st(RELAXED(d, d->api.cuMemAddressFree((CUdeviceptr)va, size)));
+    return st(RELAXED(d, d->drv.mem_address_free((CUdeviceptr)va, size)));
 }
 
 static int cu_map(void *ctx, uintptr_t va, size_t size, gml_handle h)
@@ -213,7 +220,7 @@ static int cu_map(void *ctx, uintptr_t va, size_t size, gml_handle h)
     mapping *m = malloc(sizeof *m);
     if (!m)
         return GMLAKE_ERR_DEVICE;
-    int rc = st(RELAXED(d, d->api.cuMemMap((CUdeviceptr)va, size, 0, (CUmemGenericAllocationHandle)h, 0)));
+    int rc = st(RELAXED(d, d->drv.mem_map((CUdeviceptr)va, size, 0, (CUmemGenericAllocationHandle)h, 0)));
     if (rc != GMLAKE_OK) {
         free(m);
         return rc == GMLAKE_ERR_NOMEM ? GMLAKE_ERR_DEVICE : rc;
@@ -235,7 +242,7 @@ static int access_locked(cuda_dev *d, uintptr_t va, size_t size)
         if ((d->peers >> i & 1) && i != d->ordinal)
             a[n++] = (CUmemAccessDesc){.location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = i},
                                        .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
-    int rc = st(RELAXED(d, d->api.cuMemSetAccess((CUdeviceptr)va, size, a, n)));
+    int rc = st(RELAXED(d, d->drv.mem_set_access((CUdeviceptr)va, size, a, n)));
     return rc == GMLAKE_ERR_NOMEM ? GMLAKE_ERR_DEVICE : rc;
 }
 
@@ -276,7 +283,7 @@ static int cu_unmap(void *ctx, uintptr_t va, size_t size)
         tail = &m->next_out;
     }
     pthread_mutex_unlock(&d->mu);
-    int rc = st(RELAXED(d, d->api.cuMemUnmap((CUdeviceptr)va, size)));
+    int rc = st(RELAXED(d, d->drv.mem_unmap((CUdeviceptr)va, size)));
     if (rc != GMLAKE_OK) {
         maps_put_back(d, out, peers);
         return rc;
@@ -324,7 +331,7 @@ static int cu_event_create(void *ctx, gml_event *out)
 {
     CUevent e;
     ensure_ctx(ctx);
-    int rc = st(((cuda_dev *)ctx)->api.cuEventCreate(&e, CU_EVENT_DISABLE_TIMING));
+    int rc = st(((cuda_dev *)ctx)->drv.event_create(&e, CU_EVENT_DISABLE_TIMING));
     if (rc == GMLAKE_OK)
         *out = e;
     return rc == GMLAKE_ERR_NOMEM ? GMLAKE_ERR_DEVICE : rc;
@@ -332,7 +339,7 @@ static int cu_event_create(void *ctx, gml_event *out)
 
 static int cu_event_destroy(void *ctx, gml_event ev)
 {
-    return st(((cuda_dev *)ctx)->api.cuEventDestroy_v2((CUevent)ev));
+    return st(((cuda_dev *)ctx)->drv.event_destroy((CUevent)ev));
 }
 
 static CUstream stream_of(gml_stream s)
@@ -350,9 +357,9 @@ static bool cu_stream_here(void *ctx, gml_stream s)
     CUcontext c = NULL;
     CUdevice dev = -1;
     if (gml_stream_is_ptds(s))
-        return d->api.cuCtxGetDevice(&dev) == CUDA_SUCCESS && dev == (CUdevice)(s & 63);
+        return d->drv.ctx_get_device(&dev) == CUDA_SUCCESS && dev == (CUdevice)(s & 63);
     if (gml_stream_is_legacy(s))
-        return d->api.cuCtxGetCurrent(&c) == CUDA_SUCCESS && (uintptr_t)c == (s & ~GML_STREAM_TAGS);
+        return d->drv.ctx_get_current(&c) == CUDA_SUCCESS && (uintptr_t)c == (s & ~GML_STREAM_TAGS);
     return true;
 }
 
@@ -361,11 +368,11 @@ static int ctx_device(cuda_dev *d, CUcontext c)
 {
     CUdevice dev = -1;
     CUcontext popped;
-    if (!c || d->api.cuCtxPushCurrent_v2(c) != CUDA_SUCCESS)
+    if (!c || d->drv.ctx_push_current(c) != CUDA_SUCCESS)
         return -1;
-    if (d->api.cuCtxGetDevice(&dev) != CUDA_SUCCESS)
+    if (d->drv.ctx_get_device(&dev) != CUDA_SUCCESS)
         dev = -1;
-    d->api.cuCtxPopCurrent_v2(&popped);
+    d->drv.ctx_pop_current(&popped);
     return (int)dev;
 }
 
@@ -379,7 +386,7 @@ static bool cu_stream_local(void *ctx, gml_stream s)
         return (int)(s & 63) == d->ordinal;
     if (gml_stream_is_legacy(s))
         c = (CUcontext)(s & ~GML_STREAM_TAGS);
-    else if (!d->api.cuStreamGetCtx || d->api.cuStreamGetCtx((CUstream)s, &c) != CUDA_SUCCESS)
+    else if (!d->drv.stream_get_ctx || d->drv.stream_get_ctx((CUstream)s, &c) != CUDA_SUCCESS)
         return true;
     int dev = ctx_device(d, c);
     return dev < 0 || dev == d->ordinal;
@@ -392,9 +399,9 @@ static int cu_event_record(void *ctx, gml_event ev, gml_stream s)
     CUstreamCaptureMode m = relax(d);
     CUstreamCaptureStatus cs = CU_STREAM_CAPTURE_STATUS_NONE;
     int rc = GMLAKE_ERR_DEVICE;
-    if (!d->api.cuStreamIsCapturing ||
-        (d->api.cuStreamIsCapturing(cu_s, &cs) == CUDA_SUCCESS && cs == CU_STREAM_CAPTURE_STATUS_NONE))
-        rc = st(d->api.cuEventRecord((CUevent)ev, cu_s));
+    if (!d->drv.stream_is_capturing ||
+        (d->drv.stream_is_capturing(cu_s, &cs) == CUDA_SUCCESS && cs == CU_STREAM_CAPTURE_STATUS_NONE))
+        rc = st(d->drv.event_record((CUevent)ev, cu_s));
     restore(d, m);
     return rc;
 }
@@ -402,13 +409,13 @@ static int cu_event_record(void *ctx, gml_event ev, gml_stream s)
 static int cu_event_query(void *ctx, gml_event ev)
 {
     cuda_dev *d = ctx;
-    return st(RELAXED(d, d->api.cuEventQuery((CUevent)ev)));
+    return st(RELAXED(d, d->drv.event_query((CUevent)ev)));
 }
 
 static int cu_event_sync(void *ctx, gml_event ev)
 {
     cuda_dev *d = ctx;
-    return st(RELAXED(d, d->api.cuEventSynchronize((CUevent)ev)));
+    return st(RELAXED(d, d->drv.event_synchronize((CUevent)ev)));
 }
 
 static int cu_synchronize(void *ctx)
@@ -416,18 +423,18 @@ static int cu_synchronize(void *ctx)
     cuda_dev *d = ctx;
     CUdevice cur = -1;
     ensure_ctx(d);
-    if (d->api.cuCtxGetDevice(&cur) == CUDA_SUCCESS && cur == d->ordinal)
-        return st(d->api.cuCtxSynchronize());
+    if (d->drv.ctx_get_device(&cur) == CUDA_SUCCESS && cur == d->ordinal)
+        return st(d->drv.ctx_synchronize());
     CUcontext primary;
     int rc = st(primary_ctx(d, &primary));
     if (rc != GMLAKE_OK)
         return rc;
-    rc = st(d->api.cuCtxPushCurrent_v2(primary));
+    rc = st(d->drv.ctx_push_current(primary));
     if (rc != GMLAKE_OK)
         return rc;
-    rc = st(d->api.cuCtxSynchronize());
+    rc = st(d->drv.ctx_synchronize());
     CUcontext popped;
-    d->api.cuCtxPopCurrent_v2(&popped);
+    d->drv.ctx_pop_current(&popped);
     return rc;
 }
 
@@ -436,7 +443,7 @@ static size_t cu_granularity(void *ctx) { return ((cuda_dev *)ctx)->granularity;
 static int cu_mem_info(void *ctx, size_t *free_bytes, size_t *total_bytes)
 {
     ensure_ctx(ctx);
-    return st(((cuda_dev *)ctx)->api.cuMemGetInfo_v2(free_bytes, total_bytes));
+    return st(((cuda_dev *)ctx)->drv.mem_get_info(free_bytes, total_bytes));
 }
 
 static void cu_destroy(void *ctx)
@@ -459,6 +466,38 @@ static void cu_destroy(void *ctx)
     free(d);
 }
 
+/* IPC: chunks are created exportable as POSIX file descriptors where the device supports it
+ * (checked once, at creation: prop.requestedHandleTypes); an imported chunk is a handle of the
+ * exporter's memory, which this device maps like its own. */
+static int cu_handle_export(void *ctx, gml_handle h, int *fd)
+{
+    cuda_dev *d = ctx;
+    if (!d->drv.mem_export_to_shareable_handle ||
+        d->prop.requestedHandleTypes != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)
+        return GMLAKE_ERR_DEVICE;
+    int out = -1;
+    int rc = st(d->drv.mem_export_to_shareable_handle(&out, (CUmemGenericAllocationHandle)h,
+                                                      CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0));
+    if (rc == GMLAKE_OK)
+        *fd = out;
+    return rc;
+}
+
+static int cu_handle_import(void *ctx, int fd, size_t size, gml_handle *out)
+{
+    cuda_dev *d = ctx;
+    (void)size; /* the descriptor carries its size */
+    if (!d->drv.mem_import_from_shareable_handle)
+        return GMLAKE_ERR_DEVICE;
+    CUmemGenericAllocationHandle h;
+    ensure_ctx(d);
+    int rc = st(d->drv.mem_import_from_shareable_handle(&h, (void *)(uintptr_t)fd,
+                                                        CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR));
+    if (rc == GMLAKE_OK)
+        *out = (gml_handle)h;
+    return rc;
+}
+
 static const gml_device_ops cuda_ops = {
     .name = "cuda",
     .chunk_create = cu_chunk_create,
@@ -478,15 +517,17 @@ static const gml_device_ops cuda_ops = {
     .stream_local = cu_stream_local,
     .granularity = cu_granularity,
     .mem_info = cu_mem_info,
+    .handle_export = cu_handle_export,
+    .handle_import = cu_handle_import,
     .destroy = cu_destroy,
 };
 
-#define RESOLVE(name)                                                                             \
+#define RESOLVE(field, symbol)                                                                    \
     do {                                                                                          \
-        *(void **)&d->api.name = resolve(#name);                                                  \
-        if (!d->api.name) {                                                                       \
+        *(void **)&d->drv.field = resolve(#symbol);                                               \
+        if (!d->drv.field) {                                                                      \
             if (err)                                                                              \
-                *err = "the CUDA driver lacks " #name;                                            \
+                *err = "the CUDA driver lacks " #symbol;                                          \
             free(d);                                                                              \
             return NULL;                                                                          \
         }                                                                                         \
@@ -500,30 +541,33 @@ gml_device *gml_cuda_device_create(int ordinal, gml_sym_resolver resolve, const 
             *err = "out of host memory";
         return NULL;
     }
-    RESOLVE(cuMemCreate);
-    RESOLVE(cuMemRelease);
-    RESOLVE(cuMemAddressReserve);
-    RESOLVE(cuMemAddressFree);
-    RESOLVE(cuMemMap);
-    RESOLVE(cuMemUnmap);
-    RESOLVE(cuMemSetAccess);
-    RESOLVE(cuMemGetAllocationGranularity);
-    RESOLVE(cuEventCreate);
-    RESOLVE(cuEventDestroy_v2);
-    RESOLVE(cuEventRecord);
-    RESOLVE(cuEventQuery);
-    RESOLVE(cuEventSynchronize);
-    RESOLVE(cuCtxSynchronize);
-    RESOLVE(cuMemGetInfo_v2);
-    RESOLVE(cuCtxGetCurrent);
-    RESOLVE(cuCtxSetCurrent);
-    RESOLVE(cuDevicePrimaryCtxRetain);
-    RESOLVE(cuCtxGetDevice);
-    RESOLVE(cuCtxPushCurrent_v2);
-    RESOLVE(cuCtxPopCurrent_v2);
-    *(void **)&d->api.cuThreadExchangeStreamCaptureMode = resolve("cuThreadExchangeStreamCaptureMode");
-    *(void **)&d->api.cuStreamIsCapturing = resolve("cuStreamIsCapturing");
-    *(void **)&d->api.cuStreamGetCtx = resolve("cuStreamGetCtx");
+    RESOLVE(mem_create, cuMemCreate);
+    RESOLVE(mem_release, cuMemRelease);
+    RESOLVE(mem_address_reserve, cuMemAddressReserve);
+    RESOLVE(mem_address_free, cuMemAddressFree);
+    RESOLVE(mem_map, cuMemMap);
+    RESOLVE(mem_unmap, cuMemUnmap);
+    RESOLVE(mem_set_access, cuMemSetAccess);
+    RESOLVE(mem_get_allocation_granularity, cuMemGetAllocationGranularity);
+    RESOLVE(event_create, cuEventCreate);
+    RESOLVE(event_destroy, cuEventDestroy_v2);
+    RESOLVE(event_record, cuEventRecord);
+    RESOLVE(event_query, cuEventQuery);
+    RESOLVE(event_synchronize, cuEventSynchronize);
+    RESOLVE(ctx_synchronize, cuCtxSynchronize);
+    RESOLVE(mem_get_info, cuMemGetInfo_v2);
+    RESOLVE(ctx_get_current, cuCtxGetCurrent);
+    RESOLVE(ctx_set_current, cuCtxSetCurrent);
+    RESOLVE(device_primary_ctx_retain, cuDevicePrimaryCtxRetain);
+    RESOLVE(ctx_get_device, cuCtxGetDevice);
+    RESOLVE(ctx_push_current, cuCtxPushCurrent_v2);
+    RESOLVE(ctx_pop_current, cuCtxPopCurrent_v2);
+    *(void **)&d->drv.thread_exchange_stream_capture_mode = resolve("cuThreadExchangeStreamCaptureMode");
+    *(void **)&d->drv.stream_is_capturing = resolve("cuStreamIsCapturing");
+    *(void **)&d->drv.stream_get_ctx = resolve("cuStreamGetCtx");
+    *(void **)&d->drv.mem_export_to_shareable_handle = resolve("cuMemExportToShareableHandle");
+    *(void **)&d->drv.mem_import_from_shareable_handle = resolve("cuMemImportFromShareableHandle");
+    *(void **)&d->drv.device_get_attribute = resolve("cuDeviceGetAttribute");
     pthread_mutex_init(&d->mu, NULL);
     pthread_mutex_init(&d->primary_mu, NULL);
     d->ordinal = ordinal;
@@ -531,7 +575,12 @@ gml_device *gml_cuda_device_create(int ordinal, gml_sym_resolver resolve, const 
     d->prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
     d->prop.location.id = ordinal;
     ensure_ctx(d);
-    if (d->api.cuMemGetAllocationGranularity(&d->granularity, &d->prop,
+    int fd_ok = 0; /* exportable chunks (IPC) where the device can share them as descriptors */
+    if (d->drv.device_get_attribute && d->drv.mem_export_to_shareable_handle &&
+        d->drv.device_get_attribute(&fd_ok, CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED,
+                                    ordinal) == CUDA_SUCCESS && fd_ok)
+        d->prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+    if (d->drv.mem_get_allocation_granularity(&d->granularity, &d->prop,
                                              CU_MEM_ALLOC_GRANULARITY_MINIMUM) != CUDA_SUCCESS ||
         d->granularity == 0) {
         if (err)

@@ -6,6 +6,10 @@
  * reserved PROT_NONE range, so one chunk mapped at two addresses truly aliases.  Pages become
  * readable and writable only at set_access(), like CUDA.  A chunk's pages are punched out of the
  * memfd when it is released and unmapped everywhere.
+ * IPC (backed mode): an exported chunk is a new open file description of the memfd (through
+ * /proc/self/fd) whose file offset is the chunk's first byte, so one descriptor says both which
+ * file and where; an imported chunk keeps its own descriptor and offset, is mapped from them, and
+ * counts against no capacity (the exporter's device holds the memory).
  * Unbacked mode (replay of multi-GB traces): the same bookkeeping and checks, no host memory, and
  * reservations are fake addresses that must never be dereferenced.
  *
@@ -31,7 +35,9 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <stdio.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <uthash.h>
 
@@ -40,6 +46,9 @@ typedef struct sim_chunk {
     size_t unit0, nunits;
     int maps;
     bool released;
+    int fd;    /* imported: the descriptor the chunk is mapped from (-1: one of this sim's) */
+    off_t off; /* imported: the chunk's first byte in fd */
+    off_t end; /* imported: fd's size */
     UT_hash_handle hh;
 } sim_chunk;
 
@@ -136,6 +145,12 @@ static sim_resv *resv_containing(sim *s, uintptr_t va, size_t size)
 static void release_units(sim *s, sim_chunk *c)
 {
     size_t g = s->cfg.granularity;
+    if (c->fd >= 0) { /* imported: the exporter's memory, not this device's */
+        close(c->fd);
+        HASH_DEL(s->chunks, c);
+        free(c);
+        return;
+    }
     memset(s->unit_used + c->unit0, 0, c->nunits);
     s->used_units -= c->nunits;
     if (c->unit0 < s->hint)
@@ -178,6 +193,7 @@ static int sim_chunk_create(void *ctx, size_t size, gml_handle *out)
             goto out;
         }
         c->id = ++s->next_id;
+        c->fd = -1;
         c->unit0 = i;
         c->nunits = n;
         memset(s->unit_used + i, 1, n);
@@ -297,6 +313,8 @@ static int sim_map(void *ctx, uintptr_t va, size_t size, gml_handle h)
     sim_chunk *c = NULL;
     HASH_FIND(hh, s->chunks, &h, sizeof h, c);
     sim_resv *r = resv_containing(s, va, size);
+    if (c && c->fd >= 0 && c->nunits == 0 && size % g == 0 && (uint64_t)c->off + size <= (uint64_t)c->end)
+        c->nunits = size / g;
     if (!c || c->released || size != c->nunits * g || va % g || !r || injected(s, GMLAKE_DC_MAP))
         goto out;
     for (uintptr_t u = va; u < va + size; u += g) {
@@ -306,8 +324,9 @@ static int sim_map(void *ctx, uintptr_t va, size_t size, gml_handle h)
             goto out; /* overlaps a mapping */
     }
     if (s->cfg.backed) {
-        void *p = mmap((void *)va, size, PROT_NONE, MAP_SHARED | MAP_FIXED, s->memfd,
-                       (off_t)(c->unit0 * g));
+        void *p = c->fd >= 0 ? mmap((void *)va, size, PROT_NONE, MAP_SHARED | MAP_FIXED, c->fd, c->off)
+                             : mmap((void *)va, size, PROT_NONE, MAP_SHARED | MAP_FIXED, s->memfd,
+                                    (off_t)(c->unit0 * g));
         if (p == MAP_FAILED)
             goto out;
     }
@@ -549,6 +568,8 @@ static void sim_destroy(void *ctx)
     sim_chunk *c, *ct;
     HASH_ITER(hh, s->chunks, c, ct) {
         HASH_DEL(s->chunks, c);
+        if (c->fd >= 0)
+            close(c->fd);
         free(c);
     }
     while (s->resv) {
@@ -575,6 +596,59 @@ static void sim_destroy(void *ctx)
     free(s);
 }
 
+static int sim_handle_export(void *ctx, gml_handle h, int *fd)
+{
+    sim *s = ctx;
+    pthread_mutex_lock(&s->mu);
+    sim_chunk *c = NULL;
+    HASH_FIND(hh, s->chunks, &h, sizeof h, c);
+    int rc = GMLAKE_ERR_DEVICE;
+    if (c && !c->released && s->cfg.backed) {
+        char path[64];
+        int src = c->fd >= 0 ? c->fd : s->memfd;
+        off_t off = c->fd >= 0 ? c->off : (off_t)(c->unit0 * s->cfg.granularity);
+        snprintf(path, sizeof path, "/proc/self/fd/%d", src);
+        int nfd = open(path, O_RDWR | O_CLOEXEC); /* a description of its own: its own offset */
+        if (nfd >= 0 && lseek(nfd, off, SEEK_SET) == off) {
+            *fd = nfd;
+            rc = GMLAKE_OK;
+        } else if (nfd >= 0) {
+            close(nfd);
+        }
+    }
+    pthread_mutex_unlock(&s->mu);
+    return rc;
+}
+
+/* size 0: not known yet (the first map gives it, within the descriptor's file). */
+static int sim_handle_import(void *ctx, int fd, size_t size, gml_handle *out)
+{
+    sim *s = ctx;
+    size_t g = s->cfg.granularity;
+    struct stat st;
+    off_t off = lseek(fd, 0, SEEK_CUR);
+    if (!s->cfg.backed || size % g || off < 0 || fstat(fd, &st) != 0 ||
+        (uint64_t)off + size > (uint64_t)st.st_size)
+        return GMLAKE_ERR_DEVICE;
+    sim_chunk *c = calloc(1, sizeof *c);
+    if (!c)
+        return GMLAKE_ERR_DEVICE;
+    c->fd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+    if (c->fd < 0) {
+        free(c);
+        return GMLAKE_ERR_DEVICE;
+    }
+    c->off = off;
+    c->end = st.st_size;
+    c->nunits = size / g; /* 0: as CUDA's descriptors carry it, the first map says it */
+    pthread_mutex_lock(&s->mu);
+    c->id = ++s->next_id;
+    HASH_ADD(hh, s->chunks, id, sizeof c->id, c);
+    pthread_mutex_unlock(&s->mu);
+    *out = c->id;
+    return GMLAKE_OK;
+}
+
 static const gml_device_ops sim_ops = {
     .name = "sim",
     .chunk_create = sim_chunk_create,
@@ -593,6 +667,8 @@ static const gml_device_ops sim_ops = {
     .modeled_seconds = sim_modeled_seconds,
     .granularity = sim_granularity,
     .mem_info = sim_mem_info,
+    .handle_export = sim_handle_export,
+    .handle_import = sim_handle_import,
     .destroy = sim_destroy,
 };
 

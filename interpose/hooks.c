@@ -411,6 +411,8 @@ static int serve_free(api a, uintptr_t ptr, CUstream s, bool ptsz, const char *n
     int rc = gml_pool_free(p, ptr, stream);
     gml_depth--;
     gml_trace_free_end(tracing, rc == GMLAKE_OK, ptr, stream);
+    if (rc == GMLAKE_OK)
+        gml_ipc_forget(ptr);
     return rc == GMLAKE_OK || live_known ? drv_code(rc) : invalid_free(name, ptr);
 }
 
@@ -584,15 +586,125 @@ GML_HOOK cudaError_t cudaMemPoolTrimTo(cudaMemPool_t pool, size_t minBytesToKeep
     return PASS(rt_pool_trim_to, NO_RT, pool, minBytesToKeep);
 }
 
+/* ---- CUDA IPC (ipc.c) ----
+ * A handle of gmlake memory names the live allocation holding the pointer; opening it maps the
+ * exporter's extents into this process (both must run under gmlake).  Handles of other memory,
+ * and pointers gmlake did not open, go to CUDA. */
+static outcome ipc_get_op(api a, void *handle, uintptr_t ptr)
+{
+    int device = -1;
+    gml_pool *p = handle && ptr && gml_serving() ? gml_owner(ptr, &device) : NULL;
+    if (!p)
+        return PASS_THROUGH;
+    int sticky = rt_sticky(a);
+    if (sticky != cudaSuccess)
+        return (outcome){.code = sticky};
+    gml_depth++;
+    int r = gml_ipc_export(p, device, ptr, handle);
+    gml_depth--;
+    if (r == CUDA_ERROR_INVALID_VALUE)
+        gml_log(GML_LOG_ERROR, "IPC handle of %#lx: not inside a live allocation of gmlake's",
+                (unsigned long)ptr);
+    return answer(r);
+}
+
+static outcome ipc_open_op(api a, uintptr_t *out, const void *handle)
+{
+    if (!gml_serving() || !gml_ipc_is_ours(handle))
+        return PASS_THROUGH;
+    int sticky = rt_sticky(a);
+    if (sticky != cudaSuccess)
+        return (outcome){.code = sticky};
+    int device = current_device(a);
+    gml_depth++;
+    int r = gml_ipc_open(device, handle, out);
+    gml_depth--;
+    return answer(r);
+}
+
+static outcome ipc_close_op(uintptr_t ptr)
+{
+    if (!gml_serving() || !ptr)
+        return PASS_THROUGH;
+    gml_depth++;
+    int r = gml_ipc_close(ptr);
+    gml_depth--;
+    return r < 0 ? PASS_THROUGH : answer(r);
+}
+
 GML_HOOK cudaError_t cudaIpcGetMemHandle(cudaIpcMemHandle_t *handle, void *devPtr)
 {
     GML_RT_ENTRY();
-    if (gml_serving() && devPtr && gml_owner((uintptr_t)devPtr, NULL)) {
-        gml_log(GML_LOG_ERROR, "cudaIpcGetMemHandle(%p): gmlake memory cannot be shared by CUDA IPC; "
-                "run the exporting allocation with GMLAKE_ENABLE=0", devPtr);
-        return rt_error(cudaErrorInvalidValue);
+    outcome o = ipc_get_op(RT, handle, (uintptr_t)devPtr);
+    if (o.pass)
+        return PASS(rt_ipc_get_mem_handle, NO_RT, handle, devPtr);
+    return rt_finish(o);
+}
+
+GML_HOOK cudaError_t cudaIpcOpenMemHandle(void **devPtr, cudaIpcMemHandle_t handle, unsigned int flags)
+{
+    GML_RT_ENTRY();
+    uintptr_t p = 0;
+    outcome o = devPtr ? ipc_open_op(RT, &p, &handle) : PASS_THROUGH;
+    if (o.pass)
+        return PASS(rt_ipc_open_mem_handle, NO_RT, devPtr, handle, flags);
+    if (o.code == CUDA_SUCCESS)
+        *devPtr = (void *)p;
+    return rt_finish(o);
+}
+
+GML_HOOK cudaError_t cudaIpcCloseMemHandle(void *devPtr)
+{
+    GML_RT_ENTRY();
+    outcome o = ipc_close_op((uintptr_t)devPtr);
+    if (o.pass)
+        return PASS(rt_ipc_close_mem_handle, NO_RT, devPtr);
+    return rt_finish(o);
+}
+
+GML_HOOK CUresult cuIpcGetMemHandle(CUipcMemHandle *pHandle, CUdeviceptr dptr)
+{
+    outcome o = ipc_get_op(DRV, pHandle, (uintptr_t)dptr);
+    if (o.pass)
+        return PASS(drv_ipc_get_mem_handle, NO_DRV, pHandle, dptr);
+    return (CUresult)o.code;
+}
+
+/* A driver open's body; `real` is called to pass through. */
+static CUresult drv_ipc_open(PFN_cuIpcOpenMemHandle_v11000 real, CUdeviceptr *pdptr, CUipcMemHandle handle,
+                             unsigned int flags)
+{
+    uintptr_t p = 0;
+    outcome o = pdptr ? ipc_open_op(DRV, &p, &handle) : PASS_THROUGH;
+    if (o.pass) {
+        if (!real)
+            return NO_DRV;
+        gml_depth++;
+        CUresult r = real(pdptr, handle, flags);
+        gml_depth--;
+        return r;
     }
-    return PASS(rt_ipc_get_mem_handle, NO_RT, handle, devPtr);
+    if (o.code == CUDA_SUCCESS)
+        *pdptr = (CUdeviceptr)p;
+    return (CUresult)o.code;
+}
+
+GML_HOOK CUresult cuIpcOpenMemHandle_v2(CUdeviceptr *pdptr, CUipcMemHandle handle, unsigned int Flags)
+{
+    return drv_ipc_open(GML_REAL(drv_ipc_open_mem_handle), pdptr, handle, Flags);
+}
+
+GML_HOOK CUresult cuIpcOpenMemHandle(CUdeviceptr *pdptr, CUipcMemHandle handle, unsigned int Flags)
+{
+    return drv_ipc_open(GML_REAL(drv_ipc_open_mem_handle_v1), pdptr, handle, Flags);
+}
+
+GML_HOOK CUresult cuIpcCloseMemHandle(CUdeviceptr dptr)
+{
+    outcome o = ipc_close_op((uintptr_t)dptr);
+    if (o.pass)
+        return PASS(drv_ipc_close_mem_handle, NO_DRV, dptr);
+    return (CUresult)o.code;
 }
 
 /* ---- driver ---- */

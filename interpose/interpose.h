@@ -64,6 +64,9 @@
 CUresult cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags);
 #undef cuStreamDestroy
 CUresult cuStreamDestroy(CUstream hStream);
+/* cuda.h maps cuIpcOpenMemHandle to its _v2; libcuda exports both (the same prototype). */
+#undef cuIpcOpenMemHandle
+CUresult cuIpcOpenMemHandle(CUdeviceptr *pdptr, CUipcMemHandle handle, unsigned int Flags);
 /* cuda.h maps cuStreamBeginCapture to its _v2 (with a mode); CUDA 10.0's has none.  The _ptsz
  * variants are declared only under CUDA_API_PER_THREAD_DEFAULT_STREAM. */
 #undef cuStreamBeginCapture
@@ -110,6 +113,8 @@ cudaError_t cudaStreamEndCapture_ptsz(cudaStream_t stream, cudaGraph_t *pGraph);
     X(rt_pool_set_attribute, cudaMemPoolSetAttribute, RT_T(cudaMemPoolSetAttribute))              \
     X(rt_pool_trim_to, cudaMemPoolTrimTo, RT_T(cudaMemPoolTrimTo))                                \
     X(rt_ipc_get_mem_handle, cudaIpcGetMemHandle, RT_T(cudaIpcGetMemHandle))                      \
+    X(rt_ipc_open_mem_handle, cudaIpcOpenMemHandle, RT_T(cudaIpcOpenMemHandle))                   \
+    X(rt_ipc_close_mem_handle, cudaIpcCloseMemHandle, RT_T(cudaIpcCloseMemHandle))                \
     X(rt_get_driver_entry_point, cudaGetDriverEntryPoint, RT_T(cudaGetDriverEntryPoint))          \
     X(rt_get_driver_entry_point_by_version, cudaGetDriverEntryPointByVersion,                     \
       RT_T(cudaGetDriverEntryPointByVersion))                                                     \
@@ -158,7 +163,11 @@ cudaError_t cudaStreamEndCapture_ptsz(cudaStream_t stream, cudaGraph_t *pGraph);
     X(drv_ctx_get_current, cuCtxGetCurrent, PFN_cuCtxGetCurrent_v4000)                            \
     X(drv_device_primary_ctx_retain, cuDevicePrimaryCtxRetain, PFN_cuDevicePrimaryCtxRetain_v7000) \
     X(drv_stream_destroy_v2, cuStreamDestroy_v2, PFN_cuStreamDestroy_v4000)                       \
-    X(drv_stream_destroy, cuStreamDestroy, PFN_cuStreamDestroy_v4000)
+    X(drv_stream_destroy, cuStreamDestroy, PFN_cuStreamDestroy_v4000)                             \
+    X(drv_ipc_get_mem_handle, cuIpcGetMemHandle, PFN_cuIpcGetMemHandle_v4010)                     \
+    X(drv_ipc_open_mem_handle, cuIpcOpenMemHandle_v2, PFN_cuIpcOpenMemHandle_v11000)              \
+    X(drv_ipc_open_mem_handle_v1, cuIpcOpenMemHandle, PFN_cuIpcOpenMemHandle_v11000)              \
+    X(drv_ipc_close_mem_handle, cuIpcCloseMemHandle, PFN_cuIpcCloseMemHandle_v4010)
 
 /* cuStreamBeginCapture as CUDA 10.0 exported it (no mode: global); cudaTypedefs.h declares its
  * type only for CUDA's internal build. */
@@ -277,6 +286,20 @@ void gml_oom_report(int device, gml_pool *p, size_t size);
 enum gml_torch_action { GML_TORCH_KEEP, GML_TORCH_SET, GML_TORCH_BYPASS };
 int gml_torch_plan(const char *alloc_conf, const char *cuda_conf, const char **var, char *value,
                    size_t len);
+/* CUDA IPC of gmlake memory (ipc.c; how it works at the top of that file).  Codes are CUresult.
+ * gml_ipc_export: a handle (64 bytes) for the live allocation of pool p (device `device`) that
+ * holds ptr; CUDA_ERROR_INVALID_VALUE when ptr lies in no live allocation.
+ * gml_ipc_forget: the allocation starting at base was freed; its export, if any, ends.
+ * gml_ipc_is_ours: whether a handle is one gml_ipc_export made (in any process).
+ * gml_ipc_open: maps the allocation a handle of another process names on `device` (the caller's
+ * current one); the same handle opened again gives the same pointer and counts a reference.
+ * gml_ipc_close: drops a reference of a pointer gml_ipc_open gave (unmapped at the last);
+ * -1 when ptr is not one (the real function answers). */
+int gml_ipc_export(gml_pool *p, int device, uintptr_t ptr, void *handle);
+void gml_ipc_forget(uintptr_t base);
+bool gml_ipc_is_ours(const void *handle);
+int gml_ipc_open(int device, const void *handle, uintptr_t *out);
+int gml_ipc_close(uintptr_t ptr);
 /* Trace (trace.c).  Appends an event to the trace file, if one is configured.  The stream column is gmlake's key of
  * the stream (core/device.h: a created stream's handle, or the key of a thread's per-thread
  * default stream or of a context's legacy stream), so that replay tells the streams apart as the

@@ -25,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "../core/heap.h"
 #include "stitch.h"
@@ -307,6 +308,101 @@ size_t gml_pool_alloc_size(gml_pool *p, uintptr_t ptr)
     size_t n = b ? b->req : 0;
     pthread_mutex_unlock(&p->mu);
     return n;
+}
+
+/* With the lock held: the live allocation holding ptr (a LIVE home block, or a live stitched
+ * block's VIEW record), NULL if none; *sb_out the stitched block, or NULL. */
+static gml_block *live_holding(gml_pool *p, uintptr_t ptr, gml_sblock **sb_out)
+{
+    gml_heap *h = &p->heap;
+    *sb_out = NULL;
+    if (gml_in_arena(h, ptr)) {
+        size_t s = gml_slot_of(h, ptr);
+        if (s >= h->nslots || (h->slots[s].state != GML_SLOT_LARGE && h->slots[s].state != GML_SLOT_SMALL))
+            return NULL;
+        gml_block *b = gml_block_at(h, ptr);
+        return b && b->state == GML_B_LIVE && ptr < b->addr + b->size ? b : NULL;
+    }
+    gml_sblock *sb;
+    TAILQ_FOREACH(sb, &p->st.lru, lru)
+        if (sb->live && ptr >= sb->b.addr && ptr < sb->b.addr + sb->b.size) {
+            *sb_out = sb;
+            return &sb->b;
+        }
+    return NULL;
+}
+
+int gml_pool_find(gml_pool *p, uintptr_t ptr, uintptr_t *base, size_t *size)
+{
+    gml_sblock *sb;
+    pthread_mutex_lock(&p->mu);
+    gml_block *b = live_holding(p, ptr, &sb);
+    if (b) {
+        *base = b->addr;
+        *size = b->req;
+    }
+    pthread_mutex_unlock(&p->mu);
+    return b ? GMLAKE_OK : GMLAKE_ERR_INVALID;
+}
+
+void gml_share_clear(gml_share *s)
+{
+    for (size_t i = 0; s->fd && i < s->n; i++)
+        if (s->fd[i] >= 0)
+            close(s->fd[i]);
+    free(s->fd);
+    free(s->bytes);
+    memset(s, 0, sizeof *s);
+}
+
+/* With the lock held: appends the extent whose head slot is `slot` to *out and exports it. */
+static int share_extent(gml_pool *p, size_t slot, gml_share *out)
+{
+    gml_heap *h = &p->heap;
+    size_t head = gml_extent_head(h, slot);
+    out->bytes[out->n] = gml_extent_len(h, head) << h->chunk_shift;
+    out->fd[out->n] = -1;
+    int rc = gml_dev_handle_export(p->dev, h->slots[head].handle, &out->fd[out->n]);
+    out->n++;
+    return rc;
+}
+
+int gml_pool_share(gml_pool *p, uintptr_t ptr, gml_share *out)
+{
+    memset(out, 0, sizeof *out);
+    gml_heap *h = &p->heap;
+    gml_sblock *sb;
+    pthread_mutex_lock(&p->mu);
+    gml_block *b = live_holding(p, ptr, &sb);
+    int rc = b ? GMLAKE_OK : GMLAKE_ERR_INVALID;
+    /* the extents behind it: a stitched block's mapped chunks (whole extents, in order), or the
+     * home extents from the one holding its first byte to the one holding its last */
+    size_t first = 0, max = 0;
+    if (b && sb) {
+        max = sb->nchunks;
+    } else if (b) {
+        first = gml_slot_of(h, gml_extent_lo(h, b->addr));
+        max = gml_slot_of(h, b->addr + b->size - 1) + 1 - first;
+    }
+    if (b && (!(out->bytes = calloc(max, sizeof *out->bytes)) || !(out->fd = calloc(max, sizeof *out->fd))))
+        rc = GMLAKE_ERR_NOMEM;
+    if (rc == GMLAKE_OK) {
+        out->base = b->addr;
+        out->size = b->req;
+        if (sb) {
+            out->head = sb->head_off;
+            for (size_t i = 0; i < sb->nchunks && rc == GMLAKE_OK; i += gml_extent_len(h, sb->slots[i]))
+                rc = share_extent(p, sb->slots[i], out);
+        } else {
+            out->head = b->addr - gml_slot_addr(h, first);
+            for (size_t s = first; s < first + max && rc == GMLAKE_OK; s += gml_extent_len(h, s))
+                rc = share_extent(p, s, out);
+        }
+    }
+    pthread_mutex_unlock(&p->mu);
+    if (rc != GMLAKE_OK)
+        gml_share_clear(out);
+    return rc;
 }
 
 bool gml_pool_owns(gml_pool *p, uintptr_t ptr)

@@ -66,6 +66,29 @@ int gml_pool_alloc(gml_pool *p, size_t size, gml_stream stream, uintptr_t *out);
 int gml_pool_free(gml_pool *p, uintptr_t ptr, gml_stream stream);
 /* Size asked for by the live allocation at ptr, 0 if ptr is not one. */
 size_t gml_pool_alloc_size(gml_pool *p, uintptr_t ptr);
+/* The live allocation holding ptr (its start, and the size asked for): GMLAKE_OK, or
+ * GMLAKE_ERR_INVALID when ptr lies in no live allocation of this pool. */
+int gml_pool_find(gml_pool *p, uintptr_t ptr, uintptr_t *base, size_t *size);
+
+/* IPC export of a live allocation: the physical extents behind it, in virtual order, each as a
+ * file descriptor another process may import (core/device.h handle_export).  Mapped whole and
+ * in order into a fresh range, they hold the allocation from byte `head` on. */
+typedef struct gml_share {
+    uintptr_t base;  /* the live allocation holding the pointer asked about */
+    size_t size;     /* its size (bytes asked for) */
+    size_t head;     /* bytes of the first extent before base */
+    size_t n;        /* extents */
+    size_t *bytes;   /* n: each extent's size */
+    int *fd;         /* n: each extent's descriptor */
+} gml_share;
+/* Fills *out for the live allocation holding ptr (the export's driver calls are made under the
+ * pool lock, so that no extent can be released meanwhile).  GMLAKE_ERR_INVALID: ptr lies in no
+ * live allocation; GMLAKE_ERR_DEVICE: the device cannot export (its chunks were not created
+ * exportable, or the driver refused); GMLAKE_ERR_NOMEM: host memory.  On success the caller owns
+ * the descriptors and arrays: gml_share_clear closes and frees them. */
+int gml_pool_share(gml_pool *p, uintptr_t ptr, gml_share *out);
+void gml_share_clear(gml_share *s);
+
 /* The home arena's virtual range [*lo, *hi): fixed from gml_pool_create to gml_pool_destroy, so
  * it may be read without the pool lock.  Every block but a stitched one lies in it; a stitched
  * block's range lies outside every arena. */

@@ -153,6 +153,34 @@ EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *h, size_t n, const CUm
         *h = (CUmemGenericAllocationHandle)x;
     return r;
 }
+/* IPC of VMM memory: descriptors of the sim's chunks (core/device_sim.c says how). */
+EXPORT CUresult cuDeviceGetAttribute(int *v, CUdevice_attribute a, CUdevice d)
+{
+    GUARD();
+    if (a != CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED || d < 0 || d >= FAKE_DEVICES)
+        return CUDA_ERROR_INVALID_VALUE;
+    *v = getenv("FAKE_CUDA_NO_FD_EXPORT") ? 0 : 1;
+    return CUDA_SUCCESS;
+}
+EXPORT CUresult cuMemExportToShareableHandle(void *out, CUmemGenericAllocationHandle h, CUmemAllocationHandleType t,
+                                             unsigned long long f)
+{
+    GUARD();
+    if (t != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR || f)
+        return CUDA_ERROR_INVALID_VALUE;
+    return res(gml_dev_handle_export(dev(), h, (int *)out));
+}
+EXPORT CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *h, void *os, CUmemAllocationHandleType t)
+{
+    GUARD();
+    gml_handle g;
+    if (t != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)
+        return CUDA_ERROR_INVALID_VALUE;
+    CUresult r = res(gml_dev_handle_import(dev(), (int)(intptr_t)os, 0, &g));
+    if (r == CUDA_SUCCESS)
+        *h = g;
+    return r;
+}
 EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle h) { GUARD(); return res(gml_dev_chunk_release(dev(), h)); }
 EXPORT CUresult cuMemAddressReserve(CUdeviceptr *p, size_t n, size_t a, CUdeviceptr addr, unsigned long long f)
 {
@@ -285,3 +313,8 @@ EXPORT CUresult cuGetProcAddress(const char *sym, void **pfn, int ver, cuuint64_
 {
     return cuGetProcAddress_v2(sym, pfn, ver, flags, NULL);
 }
+
+/* CUDA's answers to IPC of memory that is not its own (the fake exports none). */
+EXPORT CUresult cuIpcGetMemHandle(CUipcMemHandle *h, CUdeviceptr p) { GUARD(); return CUDA_ERROR_INVALID_VALUE; }
+EXPORT CUresult cuIpcOpenMemHandle_v2(CUdeviceptr *p, CUipcMemHandle h, unsigned int f) { GUARD(); return CUDA_ERROR_INVALID_HANDLE; }
+EXPORT CUresult cuIpcCloseMemHandle(CUdeviceptr p) { GUARD(); return CUDA_ERROR_INVALID_VALUE; }

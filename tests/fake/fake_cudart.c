@@ -204,6 +204,19 @@ EXPORT cudaError_t cudaIpcGetMemHandle(cudaIpcMemHandle_t *h, void *p)
     memset(h, 0, sizeof *h);
     return leave(cudaSuccess);
 }
+/* CUDA's answers to handles and pointers that are not its own (no fake memory is exported). */
+EXPORT cudaError_t cudaIpcOpenMemHandle(void **p, cudaIpcMemHandle_t h, unsigned int flags)
+{
+    ENTER();
+    __atomic_fetch_add(&fake_cuda_counts()->rt_ipc, 1, __ATOMIC_RELAXED);
+    return leave(cudaErrorInvalidResourceHandle);
+}
+EXPORT cudaError_t cudaIpcCloseMemHandle(void *p)
+{
+    ENTER();
+    __atomic_fetch_add(&fake_cuda_counts()->rt_ipc, 1, __ATOMIC_RELAXED);
+    return leave(cudaErrorInvalidValue);
+}
 EXPORT cudaError_t cudaGetDriverEntryPoint(const char *sym, void **fn, unsigned long long flags, enum cudaDriverEntryPointQueryResult *st)
 {
     ENTER();
