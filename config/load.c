@@ -9,14 +9,6 @@
 
 extern char **environ;
 
-static int find_key(const char *key)
-{
-    for (int i = 0; i < gml_option_count; i++)
-        if (strcmp(gml_options[i].key, key) == 0)
-            return i;
-    return -1;
-}
-
 static void note(gml_config_report *rep, FILE *msgs, bool error, const char *fmt, const char *a,
                  const char *b, const char *c, const char *d)
 {
@@ -32,65 +24,10 @@ static void note(gml_config_report *rep, FILE *msgs, bool error, const char *fmt
     fputc('\n', out);
 }
 
-/* Edit distance between a and b (case-insensitive), capped at 9. */
-static int distance(const char *a, const char *b)
-{
-    size_t la = strlen(a), lb = strlen(b);
-    if (la > 40 || lb > 40)
-        return 9;
-    int row[41];
-    for (size_t j = 0; j <= lb; j++)
-        row[j] = (int)j;
-    for (size_t i = 1; i <= la; i++) {
-        int diag = row[0];
-        row[0] = (int)i;
-        for (size_t j = 1; j <= lb; j++) {
-            int up = row[j];
-            int same = tolower((unsigned char)a[i - 1]) == tolower((unsigned char)b[j - 1]);
-            int best = diag + !same;
-            if (up + 1 < best)
-                best = up + 1;
-            if (row[j - 1] + 1 < best)
-                best = row[j - 1] + 1;
-            row[j] = best;
-            diag = up;
-        }
-    }
-    return row[lb] > 9 ? 9 : row[lb];
-}
-
-const char *gml_config_closest_key(const char *key)
-{
-    const char *best = NULL;
-    int bd = 3; /* at most two edits, and fewer than a third of the key */
-    for (int i = 0; i < gml_option_count; i++) {
-        const char *names[2] = {gml_options[i].key, gml_options[i].alias};
-        for (int k = 0; k < 2; k++) {
-            if (!names[k])
-                continue;
-            int d = distance(key, names[k]);
-            if (d < bd && (size_t)d * 3 < strlen(names[k])) {
-                bd = d;
-                best = gml_options[i].key;
-            }
-        }
-    }
-    return best;
-}
-
-void gml_option_env_name(int i, char *buf, size_t len)
-{
-    const char *k = gml_options[i].key;
-    size_t n = (size_t)snprintf(buf, len, "GMLAKE_");
-    for (; *k && n + 1 < len; k++)
-        buf[n++] = (char)toupper((unsigned char)*k);
-    buf[n < len ? n : len - 1] = 0;
-}
-
 int gml_config_set(gml_config *c, gml_config_report *rep, const char *key, const char *value,
                    const char *where, FILE *msgs)
 {
-    int i = find_key(key);
+    int i = gml_option_find(key);
     if (i < 0) {
         const char *near = gml_config_closest_key(key);
         if (near) {
@@ -213,38 +150,52 @@ static void apply_file(gml_config *c, gml_config_report *rep, const char *path, 
     fclose(f);
 }
 
-/* Every GMLAKE_* variable must name a setting (or be GMLAKE_CONFIG / GMLAKE_SYSCONFDIR): a typo
- * would otherwise be ignored without a word. */
-static void check_environment(gml_config_report *rep, FILE *msgs)
+/* The environment: every variable whose name starts with GMLAKE_ (in any case) either names a
+ * setting by the one rule of names.c (gml_option_of_env), or is one of gmlake's other variables,
+ * or is reported as ignored, with the closest name: a typo or a wrong case would otherwise be
+ * ignored without a word.  GMLake's original names (aliases) follow; GMLAKE_<KEY> wins. */
+static void apply_environment(gml_config *c, gml_config_report *rep, FILE *msgs)
 {
+    const char *value[GML_OPTION_MAX] = {0};
     for (char **e = environ; e && *e; e++) {
-        if (strncmp(*e, "GMLAKE_", 7) != 0)
+        if (!gml_env_is_gmlake(*e))
             continue;
         const char *eq = strchr(*e, '=');
         size_t n = eq ? (size_t)(eq - *e) : strlen(*e);
-        char name[96], key[96];
+        char name[96];
         if (n >= sizeof name)
             n = sizeof name - 1;
         memcpy(name, *e, n);
         name[n] = 0;
-        if (strcmp(name, "GMLAKE_CONFIG") == 0 || strcmp(name, "GMLAKE_SYSCONFDIR") == 0)
+        if (gml_env_not_a_setting(name))
             continue;
-        for (size_t k = 7; k <= n; k++)
-            key[k - 7] = (char)tolower((unsigned char)name[k]);
-        if (find_key(key) >= 0)
+        int i = gml_option_of_env(name);
+        if (i >= 0) {
+            value[i] = eq ? eq + 1 : "";
             continue;
-        const char *near = gml_config_closest_key(key);
-        char hint[128] = "";
-        if (near) {
-            char up[96];
-            size_t k = 0;
-            for (; near[k] && k + 1 < sizeof up; k++)
-                up[k] = (char)toupper((unsigned char)near[k]);
-            up[k] = 0;
-            snprintf(hint, sizeof hint, "; did you mean GMLAKE_%s?", up);
         }
+        char near[96], hint[128] = "";
+        gml_env_closest(name, near, sizeof near);
+        if (near[0])
+            snprintf(hint, sizeof hint, "; did you mean %s?", near);
         note(rep, msgs, true, "environment %s: no such setting, ignored%s (gmlake config --example "
-             "lists the keys)%s%s", name, hint, "", "");
+             "lists the keys; variables are GMLAKE_ and the key in upper case)%s%s", name, hint, "", "");
+    }
+    for (int i = 0; i < gml_option_count; i++) {
+        const gml_option *o = &gml_options[i];
+        char var[96], where[128];
+        gml_option_env_name(i, var, sizeof var);
+        const char *v = value[i];
+        const char *a = o->alias ? getenv(o->alias) : NULL;
+        if (v && a)
+            note(rep, msgs, false, "both %s and %s are set; %s=%s wins", var, o->alias, var, v);
+        if (v) {
+            snprintf(where, sizeof where, "environment %s", var);
+            gml_config_set(c, rep, o->key, v, where, msgs);
+        } else if (a) {
+            snprintf(where, sizeof where, "environment %s", o->alias);
+            gml_config_set(c, rep, o->key, a, where, msgs);
+        }
     }
 }
 
@@ -271,24 +222,7 @@ void gml_config_load(gml_config *c, gml_config_report *rep, FILE *msgs)
     const char *named = getenv("GMLAKE_CONFIG");
     if (named && *named)
         apply_file(c, rep, named, true, msgs);
-    check_environment(rep, msgs);
-    for (int i = 0; i < gml_option_count; i++) {
-        const gml_option *o = &gml_options[i];
-        char var[96], where[128];
-        gml_option_env_name(i, var, sizeof var);
-        const char *v = getenv(var);
-        const char *a = o->alias ? getenv(o->alias) : NULL;
-        if (v && a) {
-            note(rep, msgs, false, "both %s and %s are set; %s=%s wins", var, o->alias, var, v);
-        }
-        if (v) {
-            snprintf(where, sizeof where, "environment %s", var);
-            gml_config_set(c, rep, o->key, v, where, msgs);
-        } else if (a) {
-            snprintf(where, sizeof where, "environment %s", o->alias);
-            gml_config_set(c, rep, o->key, a, where, msgs);
-        }
-    }
+    apply_environment(c, rep, msgs);
 }
 
 void gml_config_print(FILE *out, const gml_config *c, const gml_config_report *rep)

@@ -301,3 +301,34 @@ Test(config, man_page_names_every_key)
         cr_assert(strstr(buf, want), "%s missing", gml_options[i].key);
     }
 }
+
+/* One rule for environment names: GMLAKE_<KEY> in upper case, exactly.  Any other spelling is
+ * reported by the same function that reads the variables (issue 23: GMLAKE_stitch=off passed the
+ * unknown-name check and was never read). */
+Test(config, environment_names_are_upper_case_only_and_other_spellings_are_reported)
+{
+    sandbox();
+    setenv("GMLAKE_stitch", "off", 1);
+    setenv("GMLAKE_Auto_GC", "9", 1);
+    gml_config c;
+    gml_config_report rep;
+    char *m = load(&c, &rep);
+    cr_assert_eq(rep.errors, 2, "%s", m);
+    cr_assert(strstr(m, "environment GMLAKE_stitch: no such setting, ignored; did you mean GMLAKE_STITCH?"), "%s", m);
+    cr_assert(strstr(m, "environment GMLAKE_Auto_GC: no such setting, ignored; did you mean GMLAKE_AUTO_GC?"), "%s", m);
+    cr_assert(c.pool.vmm_defragment, "a variable that is reported as ignored is ignored");
+    cr_assert_eq(c.pool.auto_gc, 256);
+    /* the exact name is read, and nothing is reported */
+    unsetenv("GMLAKE_stitch");
+    unsetenv("GMLAKE_Auto_GC");
+    setenv("GMLAKE_STITCH", "off", 1);
+    m = load(&c, &rep);
+    cr_assert_eq(rep.errors, 0, "%s", m);
+    cr_assert(!c.pool.vmm_defragment);
+    char name[64];
+    cr_assert_eq(gml_option_of_env("GMLAKE_STITCH"), 1);
+    cr_assert_eq(gml_option_of_env("GMLAKE_stitch"), -1);
+    cr_assert_eq(gml_option_of_env("GMLAKE_STITCH_"), -1);
+    gml_option_env_name(1, name, sizeof name);
+    cr_assert_str_eq(name, "GMLAKE_STITCH");
+}
