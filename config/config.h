@@ -90,8 +90,21 @@ void gml_config_apply_text(gml_config *c, gml_config_report *rep, const char *te
 /* Sets one key from text; 0 or -1 with a message naming `where`. */
 int gml_config_set(gml_config *c, gml_config_report *rep, const char *key, const char *value,
                    const char *where, FILE *msgs);
-/* Parses `text` for option i into c (internal to config/): 0, or -1 with the accepted values. */
-int gml_option_parse(gml_config *c, int i, const char *text, char *acc, size_t acclen);
+/* Parses `text` for option i into c (internal to config/): 0, or -1 with *why (may be NULL)
+ * saying what is wrong (negative, too large (overflow), not a number, above the allowed range...)
+ * and *acc the accepted values. */
+int gml_option_parse(gml_config *c, int i, const char *text, const char **why, char *acc,
+                     size_t acclen);
+/* Whether option i's value in c is one the table accepts: NULL, or why not. */
+const char *gml_option_check(const gml_config *c, int i);
+/* check.c: the one validation of a configuration, shared by `gmlake config --check`, the library
+ * and replay: every value in its table range, and the rules between settings (chunk_size a power
+ * of two, small_limit <= chunk_size, ...), the same whether the device's granularity is known
+ * (the pool's chunk is chunk_size rounded up to it) or not (0).  0, or -1 with `why` naming the
+ * setting and the reason. */
+int gml_config_check(const gml_config *c, size_t granularity, char *why, size_t len);
+/* gml_config_check, printing "PREFIX: invalid settings: WHY" to msgs when it fails. */
+int gml_config_check_print(const gml_config *c, size_t granularity, const char *prefix, FILE *msgs);
 /* `key = value  # source` for every option. */
 void gml_config_print(FILE *out, const gml_config *c, const gml_config_report *rep);
 /* The current value of option i as text. */

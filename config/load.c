@@ -2,6 +2,7 @@
  * place in gmlake that reads GMLAKE_* environment variables. */
 #include <ctype.h>
 #include <errno.h>
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -9,8 +10,8 @@
 
 extern char **environ;
 
-static void note(gml_config_report *rep, FILE *msgs, bool error, const char *fmt, const char *a,
-                 const char *b, const char *c, const char *d)
+__attribute__((format(printf, 4, 5))) static void note(gml_config_report *rep, FILE *msgs,
+                                                        bool error, const char *fmt, ...)
 {
     if (rep) {
         if (error)
@@ -19,9 +20,22 @@ static void note(gml_config_report *rep, FILE *msgs, bool error, const char *fmt
             rep->warnings++;
     }
     FILE *out = msgs ? msgs : stderr;
+    va_list ap;
+    va_start(ap, fmt);
     fputs("gmlake: ", out);
-    fprintf(out, fmt, a, b, c, d);
+    vfprintf(out, fmt, ap);
     fputc('\n', out);
+    va_end(ap);
+}
+
+static char *trim(char *s)
+{
+    while (isspace((unsigned char)*s))
+        s++;
+    char *e = s + strlen(s);
+    while (e > s && isspace((unsigned char)e[-1]))
+        *--e = 0;
+    return s;
 }
 
 int gml_config_set(gml_config *c, gml_config_report *rep, const char *key, const char *value,
@@ -41,10 +55,18 @@ int gml_config_set(gml_config *c, gml_config_report *rep, const char *key, const
         note(rep, msgs, true, "%s: unknown key '%s' (known keys: %s)%s", where, key, known, "");
         return -1;
     }
-    char acc[200];
-    if (gml_option_parse(c, i, value, acc, sizeof acc) != 0) {
-        note(rep, msgs, true, "%s: %s = '%s' is not valid; accepted: %s (the setting keeps its previous value)",
-             where, key, value, acc);
+    char acc[200], text[GML_PATH_MAX + 64];
+    const char *why = NULL;
+    /* one rule for blanks, every type alike: those around a value are not part of it */
+    snprintf(text, sizeof text, "%s", value);
+    char *v = trim(text);
+    if (strlen(value) >= sizeof text) {
+        why = "too long";
+        gml_option_accepted(&gml_options[i], acc, sizeof acc);
+    }
+    if (why || gml_option_parse(c, i, v, &why, acc, sizeof acc) != 0) {
+        note(rep, msgs, true, "%s: %s = '%s' is not valid (%s); accepted: %s (the setting keeps its "
+             "previous value)", where, key, value, why ? why : "", acc);
         return -1;
     }
     if (rep)
@@ -52,15 +74,6 @@ int gml_config_set(gml_config *c, gml_config_report *rep, const char *key, const
     return 0;
 }
 
-static char *trim(char *s)
-{
-    while (isspace((unsigned char)*s))
-        s++;
-    char *e = s + strlen(s);
-    while (e > s && isspace((unsigned char)e[-1]))
-        *--e = 0;
-    return s;
-}
 
 void gml_config_apply_text(gml_config *c, gml_config_report *rep, const char *text, size_t len,
                            const char *origin, FILE *msgs)

@@ -3,6 +3,7 @@
  * value of each type (the mechanism: which field, which type, which range).  Adding a setting: a
  * row here and a case in field_of().  Calls only units.c; everything else in config/ is above it.
  */
+#include <math.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <string.h>
@@ -108,11 +109,22 @@ void gml_option_accepted(const gml_option *o, char *buf, size_t len)
     }
 }
 
-/* Parses `text` for option i into c; 0, or -1 with *acc describing what is accepted. */
-int gml_option_parse(gml_config *c, int i, const char *text, char *acc, size_t acclen)
+/* Whether number v is in option o's range: NULL, or why not. */
+static const char *out_of_range(const gml_option *o, double v)
+{
+    if (v < o->min)
+        return v < 0 ? "negative" : "below the allowed range";
+    if (o->max > 0 && v > o->max)
+        return "above the allowed range";
+    return NULL;
+}
+
+int gml_option_parse(gml_config *c, int i, const char *text, const char **why, char *acc,
+                     size_t acclen)
 {
     const gml_option *o = &gml_options[i];
     void *f = field_of(c, i);
+    const char *w = "not one of the accepted values";
     switch (o->type) {
     case GML_OPT_BOOL: {
         bool v;
@@ -120,11 +132,12 @@ int gml_option_parse(gml_config *c, int i, const char *text, char *acc, size_t a
             *(bool *)f = v;
             return 0;
         }
+        w = "not a boolean";
         break;
     }
     case GML_OPT_SIZE: {
         size_t v;
-        if (gml_parse_size(text, &v) == 0 && v >= o->min && (o->max == 0 || v <= o->max)) {
+        if (gml_parse_size_why(text, &v, &w) == 0 && !(w = out_of_range(o, (double)v))) {
             *(size_t *)f = v;
             return 0;
         }
@@ -132,7 +145,7 @@ int gml_option_parse(gml_config *c, int i, const char *text, char *acc, size_t a
     }
     case GML_OPT_DOUBLE: {
         double v;
-        if (gml_parse_double(text, &v) == 0 && v >= o->min && v <= o->max) {
+        if (gml_parse_double_why(text, &v, &w) == 0 && !(w = out_of_range(o, v))) {
             *(double *)f = v;
             return 0;
         }
@@ -141,7 +154,7 @@ int gml_option_parse(gml_config *c, int i, const char *text, char *acc, size_t a
     case GML_OPT_INT:
     case GML_OPT_UINT: {
         long v;
-        if (gml_parse_int(text, &v) == 0 && v >= o->min && v <= o->max) {
+        if (gml_parse_int_why(text, &v, &w) == 0 && !(w = out_of_range(o, (double)v))) {
             if (o->type == GML_OPT_UINT)
                 *(unsigned *)f = (unsigned)v;
             else
@@ -156,16 +169,41 @@ int gml_option_parse(gml_config *c, int i, const char *text, char *acc, size_t a
                 *(int *)f = k;
                 return 0;
             }
+        w = "not one of the choices";
         break;
     case GML_OPT_PATH:
         if (strlen(text) < GML_PATH_MAX) {
             snprintf((char *)f, GML_PATH_MAX, "%s", text);
             return 0;
         }
+        w = "too long";
         break;
     }
+    if (why)
+        *why = w;
     gml_option_accepted(o, acc, acclen);
     return -1;
+}
+
+const char *gml_option_check(const gml_config *cc, int i)
+{
+    const gml_option *o = &gml_options[i];
+    const void *f = field_of((gml_config *)cc, i);
+    switch (o->type) {
+    case GML_OPT_SIZE: return out_of_range(o, (double)*(const size_t *)f);
+    case GML_OPT_DOUBLE:
+        return isfinite(*(const double *)f) ? out_of_range(o, *(const double *)f) : "not a number";
+    case GML_OPT_INT: return out_of_range(o, *(const int *)f);
+    case GML_OPT_UINT: return out_of_range(o, *(const unsigned *)f);
+    case GML_OPT_ENUM: {
+        int k = *(const int *)f, n = 0;
+        while (o->choices[n])
+            n++;
+        return k >= 0 && k < n ? NULL : "not one of the choices";
+    }
+    case GML_OPT_PATH: return memchr(f, 0, GML_PATH_MAX) ? NULL : "too long";
+    default: return NULL;
+    }
 }
 
 void gml_config_value_text(const gml_config *cc, int i, char *buf, size_t len)
@@ -189,7 +227,7 @@ void gml_config_defaults(gml_config *c)
     memset(c, 0, sizeof *c);
     char acc[160];
     for (int i = 0; i < gml_option_count; i++)
-        gml_option_parse(c, i, gml_options[i].def, acc, sizeof acc);
+        gml_option_parse(c, i, gml_options[i].def, NULL, acc, sizeof acc);
 }
 
 void gml_pool_settings_default(gml_pool_settings *s)

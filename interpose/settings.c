@@ -141,8 +141,8 @@ static void load_cfg(void)
             break;
     }
     free(msgs);
-    const char *why = NULL;
-    if (cfg.enable && gml_pool_settings_check(&cfg.pool, 0, &why) != 0) {
+    char why[GML_PATH_MAX + 300];
+    if (cfg.enable && gml_config_check(&cfg, 0, why, sizeof why) != 0) {
         gml_log_line(GML_LOG_ERROR, "invalid settings (%s): gmlake is OFF, every allocation passes "
                      "to CUDA (gmlake config --check shows the settings)", why);
         cfg.enable = false;

@@ -67,6 +67,20 @@ check "config --check applies the pool's rules" '[ $? -eq 1 ] && grep -q "small_
 "$g" config --check --set auto_gc=7 >/dev/null
 check "config --check passes on good settings" '[ $? -eq 0 ]'
 
+# --- one validation: config --check, replay and the library give one answer to one setting
+verdicts() { # prints "check replay library" for --set $1: 0 accepted, 1 refused
+  local a b c
+  "$g" config --check --set "$1" >/dev/null 2>&1 && a=0 || a=1
+  "$g" replay --policy gmlake --set "$1" >/dev/null 2>&1 && b=0 || b=1
+  local k=${1%%=*}
+  env "GMLAKE_${k^^}=${1#*=}" LD_PRELOAD="$lib" "$prog" alloc >/dev/null 2>"$tmp/lib.err"
+  grep -q "gmlake is OFF" "$tmp/lib.err" && c=1 || c=0
+  echo "$a $b $c"
+}
+check "chunk_size=3MiB: refused by all three" '[ "$(verdicts chunk_size=3MiB)" = "1 1 1" ]'
+check "chunk_size=4MiB: accepted by all three" '[ "$(verdicts chunk_size=4MiB)" = "0 0 0" ]'
+check "small_limit=4MiB: refused by all three" '[ "$(verdicts small_limit=4MiB)" = "1 1 1" ]'
+
 # --- the rest of the command line
 "$g" run -- sh -c 'exit 7'
 check "exit status is the program's" '[ $? -eq 7 ]'

@@ -4,14 +4,14 @@
  *   gmlake-config --example    a commented gmlake.conf with every key at its default
  *   gmlake-config --man        gmlake.conf(5), generated from the option table
  *   gmlake-config --version    gmlake's version
- * --check also applies the pool's own rules between settings (gml_pool_settings_check): settings
- * the pool would refuse are an error here, not a silently disabled gmlake later.
+ * --check also applies the one validation of the settings (gml_config_check, config/check.c, which
+ * the library and replay call too): settings the library would refuse are an error here, not a
+ * disabled gmlake later.
  */
 #include <stdio.h>
 #include <string.h>
 
 #include "../config/config.h"
-#include "../stitch/pool.h"
 
 int main(int argc, char **argv)
 {
@@ -44,10 +44,10 @@ int main(int argc, char **argv)
     gml_config_report rep;
     gml_config_load(&c, &rep, stderr);
     gml_config_print(stdout, &c, &rep);
-    const char *why = NULL;
-    if (gml_pool_settings_check(&c.pool, 0, &why) != 0) {
-        fprintf(stderr, "gmlake: these settings would be refused by the pool (%s): gmlake would "
-                        "turn itself off and pass every allocation to CUDA\n", why);
+    char why[GML_PATH_MAX + 300];
+    if (gml_config_check(&c, 0, why, sizeof why) != 0) {
+        fprintf(stderr, "gmlake: these settings would be refused (%s): gmlake would turn itself "
+                        "off and pass every allocation to CUDA\n", why);
         rep.errors++;
     }
     if (check && rep.errors) {
