@@ -5,7 +5,9 @@
  *   of the build: /etc for --prefix=/usr, PREFIX/etc otherwise)
  *   < $XDG_CONFIG_HOME/gmlake/gmlake.conf (default ~/.config/gmlake/gmlake.conf)
  *   < the file named by GMLAKE_CONFIG < environment variables.
- * Files: `key = value` lines and blank lines.  A comment starts with `#` at the start of a line
+ * Files: regular files of at most 1 MiB (GML_CONFIG_FILE_MAX bytes); a FIFO, device or directory
+ *   is refused without being read (opened non-blocking, checked with fstat).  A UTF-8 byte-order
+ *   mark at the start is skipped.  `key = value` lines and blank lines.  A comment starts with `#` at the start of a line
  *   (after optional blanks) or with a `#` that follows a blank; a `#` inside a value
  *   (`log_file = /tmp/run#3.log`) is part of it.
  * Environment: one rule for names: a setting's variable is GMLAKE_ and its key in upper case,
@@ -16,9 +18,13 @@
  *   (interpose/settings.c); any other variable whose name starts with GMLAKE_ in any case is an
  *   error, reported with the closest name (a typo or a wrong case).  One function decides
  *   (gml_option_of_env, names.c), for the reader and for the check alike.
- * Validity of each value alone is the table's; rules between settings (small_limit <= chunk_size,
- *   chunk_size a power of two) are the pool's own (gml_pool_settings_check), which callers apply
- *   to the loaded settings: `gmlake config --check` fails, the library logs an error and stays off.
+ * Values: blanks around a value are not part of it, for every type and every source.
+ * Validity of each value alone is the table's, and a bad value is reported with the field and why
+ *   (negative, too large (overflow), not a number, above the allowed range...).  The one
+ *   validation of a whole configuration is gml_config_check (check.c): every value in its range
+ *   and the rules between settings (chunk_size a power of two, small_limit <= chunk_size), with
+ *   one answer whether a device's granularity is known or not; `gmlake config --check` fails on
+ *   it, the library logs an error and stays off, replay refuses to run.
  *
  * One table (options.c) drives parsing, validation, printing, the example file and the docs.
  * Bad input (unknown key, malformed or out-of-range value, unreadable file) gives one message that
@@ -67,6 +73,7 @@ extern const gml_option gml_options[];
 extern const int gml_option_count;
 
 #define GML_SOURCE_MAX 160
+#define GML_CONFIG_FILE_MAX 1048576 /* the largest configuration file read: 1 MiB */
 
 #define GML_OPTION_MAX 32 /* rows the table may have */
 /* The variable in which the library notes the configuration messages it has printed (a hash), so

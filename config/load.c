@@ -2,9 +2,12 @@
  * place in gmlake that reads GMLAKE_* environment variables. */
 #include <ctype.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "config.h"
 
@@ -80,6 +83,8 @@ void gml_config_apply_text(gml_config *c, gml_config_report *rep, const char *te
 {
     size_t pos = 0;
     unsigned line = 0;
+    if (len >= 3 && memcmp(text, "\xEF\xBB\xBF", 3) == 0)
+        pos = 3; /* a UTF-8 byte-order mark (editors on Windows write one) is not part of the text */
     while (pos < len) {
         line++;
         size_t end = pos;
@@ -124,43 +129,50 @@ void gml_config_apply_text(gml_config *c, gml_config_report *rep, const char *te
     }
 }
 
+/* Reads a configuration file: opened without blocking (a FIFO or a device would block a plain
+ * open or read for ever), then fstat on the descriptor itself (no race between a check and the
+ * open): only a regular file of at most GML_CONFIG_FILE_MAX bytes is read. */
 static void apply_file(gml_config *c, gml_config_report *rep, const char *path, bool must_exist,
                        FILE *msgs)
 {
-    FILE *f = fopen(path, "r");
-    if (!f) {
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+    if (fd < 0) {
         if (must_exist || errno != ENOENT)
-            note(rep, msgs, true, "%s: cannot read the configuration file: %s%s%s", path,
-                 strerror(errno), "", "");
+            note(rep, msgs, true, "%s: cannot read the configuration file: %s", path, strerror(errno));
         return;
     }
-    char *text = NULL;
-    size_t len = 0, cap = 0;
-    for (;;) {
-        if (len + 4096 > cap) {
-            cap = cap ? cap * 2 : 8192;
-            if (cap > ((size_t)1 << 20)) {
-                note(rep, msgs, true, "%s: larger than 1 MiB, ignored%s%s%s", path, "", "", "");
-                free(text);
-                fclose(f);
-                return;
-            }
-            char *t = realloc(text, cap);
-            if (!t)
-                break;
-            text = t;
-        }
-        size_t got = fread(text + len, 1, cap - len, f);
-        len += got;
-        if (got == 0)
-            break;
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        note(rep, msgs, true, "%s: cannot read the configuration file: %s", path, strerror(errno));
+    } else if (S_ISDIR(st.st_mode)) {
+        note(rep, msgs, true, "%s: is a directory, not a configuration file; ignored", path);
+    } else if (!S_ISREG(st.st_mode)) {
+        const char *kind = S_ISFIFO(st.st_mode)   ? "a FIFO"
+                           : S_ISSOCK(st.st_mode) ? "a socket"
+                           : S_ISCHR(st.st_mode)  ? "a character device"
+                           : S_ISBLK(st.st_mode)  ? "a block device"
+                                                  : "not a file";
+        note(rep, msgs, true, "%s: not a regular file (%s); ignored", path, kind);
+    } else {
+        /* one byte more than the limit tells a file that grew past it since fstat */
+        size_t cap = st.st_size > GML_CONFIG_FILE_MAX ? 0 : (size_t)GML_CONFIG_FILE_MAX + 1;
+        char *text = cap ? malloc(cap) : NULL;
+        size_t len = 0;
+        ssize_t got = 0;
+        while (text && len < cap && ((got = read(fd, text + len, cap - len)) > 0 || (got < 0 && errno == EINTR)))
+            len += got > 0 ? (size_t)got : 0;
+        if (!cap || len > GML_CONFIG_FILE_MAX)
+            note(rep, msgs, true, "%s: %lld bytes, more than the limit of %d bytes (1 MiB); ignored", path,
+                 cap ? (long long)len : (long long)st.st_size, GML_CONFIG_FILE_MAX);
+        else if (!text)
+            note(rep, msgs, true, "%s: out of memory reading the configuration file", path);
+        else if (got < 0)
+            note(rep, msgs, true, "%s: read error: %s", path, strerror(errno));
+        else
+            gml_config_apply_text(c, rep, text, len, path, msgs);
+        free(text);
     }
-    if (ferror(f))
-        note(rep, msgs, true, "%s: read error%s%s%s", path, "", "", "");
-    else if (text)
-        gml_config_apply_text(c, rep, text, len, path, msgs);
-    free(text);
-    fclose(f);
+    close(fd);
 }
 
 /* The environment: every variable whose name starts with GMLAKE_ (in any case) either names a

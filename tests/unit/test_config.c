@@ -419,3 +419,70 @@ Test(config, blanks_around_a_value_are_ignored_for_every_type)
     cr_assert_eq(c.pool.auto_gc, 5);
     cr_assert_str_eq(c.log_file, "/tmp/x.log");
 }
+
+/* The configuration file: a UTF-8 byte-order mark, the size limit (exactly 1 MiB), a directory
+ * and a FIFO (refused at once, not read: fopen of a FIFO without a writer blocked for ever). */
+Test(config, file_bom_is_skipped)
+{
+    sandbox();
+    write_file(path("named.conf"), "\xEF\xBB\xBF" "auto_gc = 11\n");
+    setenv("GMLAKE_CONFIG", path("named.conf"), 1);
+    gml_config c;
+    gml_config_report rep;
+    char *m = load(&c, &rep);
+    cr_assert_eq(rep.errors, 0, "%s", m);
+    cr_assert_eq(c.pool.auto_gc, 11);
+}
+
+static void write_size(const char *p, size_t n)
+{
+    FILE *f = fopen(p, "w");
+    cr_assert_not_null(f);
+    fputs("auto_gc = 13\n", f);
+    for (size_t k = 13; k < n; k++)
+        fputc(k % 64 == 63 ? '\n' : '#', f);
+    fclose(f);
+}
+
+Test(config, file_size_limit_is_exactly_one_mib)
+{
+    sandbox();
+    setenv("GMLAKE_CONFIG", path("named.conf"), 1);
+    gml_config c;
+    gml_config_report rep;
+    write_size(path("named.conf"), 1048012);
+    char *m = load(&c, &rep);
+    cr_assert_eq(rep.errors, 0, "1,048,012 bytes are less than 1 MiB: %s", m);
+    cr_assert_eq(c.pool.auto_gc, 13);
+    write_size(path("named.conf"), 1048576);
+    m = load(&c, &rep);
+    cr_assert_eq(rep.errors, 0, "exactly 1 MiB is accepted: %s", m);
+    write_size(path("named.conf"), 1048577);
+    m = load(&c, &rep);
+    cr_assert_eq(rep.errors, 1, "%s", m);
+    cr_assert(strstr(m, "named.conf: 1048577 bytes, more than the limit of 1048576 bytes (1 MiB); ignored"), "%s", m);
+    cr_assert_eq(c.pool.auto_gc, 256);
+}
+
+Test(config, a_directory_is_named_as_such)
+{
+    sandbox();
+    setenv("GMLAKE_CONFIG", root, 1);
+    gml_config c;
+    gml_config_report rep;
+    char *m = load(&c, &rep);
+    cr_assert_eq(rep.errors, 1, "%s", m);
+    cr_assert(strstr(m, ": is a directory, not a configuration file; ignored"), "%s", m);
+}
+
+Test(config, a_fifo_is_refused_without_blocking, .timeout = 5)
+{
+    sandbox();
+    cr_assert_eq(mkfifo(path("fifo"), 0600), 0);
+    setenv("GMLAKE_CONFIG", path("fifo"), 1);
+    gml_config c;
+    gml_config_report rep;
+    char *m = load(&c, &rep);
+    cr_assert_eq(rep.errors, 1, "%s", m);
+    cr_assert(strstr(m, "fifo: not a regular file (a FIFO); ignored"), "%s", m);
+}
