@@ -52,12 +52,20 @@ check "%r %p %% expand" 'ls "$tmp" | grep -Eq "^s-3-[0-9]+-%\.json$"'
 check "one process: the name as given" '[ -s "$tmp/one.json" ]'
 "$g" run --set stats_file="$tmp/none.json" --set trace_file="$tmp/none.trace" -- true
 check "a process that served nothing writes no stats or trace file" '[ ! -e "$tmp/none.json" ] && [ ! -e "$tmp/none.trace" ]'
-err=$(RANK=5 "$g" run --set memory_limit=0x10 -- "$prog" alloc 2>&1)
+err=$(RANK=5 GMLAKE_MEMORY_LIMIT=0x10 "$g" run -- "$prog" alloc 2>&1)
 check "log lines name pid and rank" '[[ "$err" =~ gmlake\[[0-9]+\ rank\ 5\]:\ environment\ GMLAKE_MEMORY_LIMIT ]]'
 
-# --- typos (reported when gmlake's settings load: the program's first CUDA call)
-err=$("$g" run --set stich=off -- "$prog" alloc 2>&1)
-check "an unknown --set key is a warning at start-up, with the closest key" '[[ "$err" == *"GMLAKE_STICH: no such setting, ignored; did you mean GMLAKE_STITCH?"* ]]'
+# --- typos: gmlake run checks its --set before it starts the program; variables and files are
+# reported when gmlake's settings load (the program's first CUDA call)
+err=$("$g" run --set stich=off -- sh -c 'echo RAN' 2>&1)
+check "run: an unknown --set key is refused up front, naming the argument and the closest key" \
+  '[ $? -eq 2 ] && [[ "$err" == *"--set stich=off: unknown key '"'"'stich'"'"'; did you mean '"'"'stitch'"'"'?"* && "$err" != *RAN* && "$err" != *GMLAKE_STICH* ]]'
+err=$("$g" run --set auto_gc=-1 -- sh -c 'echo RAN' 2>&1)
+check "run: a bad --set value is refused up front, with why" '[ $? -eq 2 ] && [[ "$err" == *"--set auto_gc=-1: auto_gc = '"'"'-1'"'"' is not valid (negative)"* && "$err" != *RAN* ]]'
+err=$("$g" run --set chunk_size=3MiB -- sh -c 'echo RAN' 2>&1)
+check "run: --set refused by the shared validation, up front" '[ $? -eq 2 ] && [[ "$err" == *"chunk_size must be a power of two"* && "$err" != *RAN* ]]'
+err=$(GMLAKE_STICH=off "$g" run -- "$prog" alloc 2>&1)
+check "an unknown GMLAKE_ variable is a warning at start-up, with the closest key" '[[ "$err" == *"GMLAKE_STICH: no such setting, ignored; did you mean GMLAKE_STITCH?"* ]]'
 "$g" config --check --set stich=off >/dev/null 2>"$tmp/err"
 check "... and an error in config --check" '[ $? -eq 1 ] && grep -q "did you mean GMLAKE_STITCH" "$tmp/err"'
 GMLAKE_STICH=off "$g" config --check >/dev/null 2>&1
