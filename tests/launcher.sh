@@ -89,6 +89,16 @@ check "chunk_size=3MiB: refused by all three" '[ "$(verdicts chunk_size=3MiB)" =
 check "chunk_size=4MiB: accepted by all three" '[ "$(verdicts chunk_size=4MiB)" = "0 0 0" ]'
 check "small_limit=4MiB: refused by all three" '[ "$(verdicts small_limit=4MiB)" = "1 1 1" ]'
 
+# --- a warning about a setting appears once per process tree (a chain of 6 processes, each
+# loading the settings; the first warns, the others inherit GMLAKE_WARNED_CONFIG and stay quiet)
+err=$(GMLAKE_STICH=off GMLAKE_AUTO_GC=lots LD_PRELOAD="$lib" "$prog" chain 5 2>&1 >/dev/null)
+check "one warning per process tree, not per process" \
+  '[ "$(grep -c "GMLAKE_STICH: no such setting" <<<"$err")" = 1 ] && [ "$(grep -c "auto_gc = .lots. is not valid" <<<"$err")" = 1 ]'
+err=$(GMLAKE_STICH=off GMLAKE_WARNED_CONFIG=0123456789abcdef LD_PRELOAD="$lib" "$prog" chain 1 2>&1 >/dev/null)
+check "other warnings than the ones inherited are printed (once)" '[ "$(grep -c "GMLAKE_STICH: no such setting" <<<"$err")" = 1 ]'
+err=$(GMLAKE_SMALL_LIMIT=1GiB LD_PRELOAD="$lib" "$prog" chain 3 2>&1 >/dev/null)
+check "gmlake is OFF: said once per process tree" '[ "$(grep -c "gmlake is OFF" <<<"$err")" = 1 ]'
+
 # --- the rest of the command line
 "$g" run -- sh -c 'exit 7'
 check "exit status is the program's" '[ $? -eq 7 ]'
