@@ -10,9 +10,10 @@ void gml_config_print_example(FILE *out)
     fprintf(out, "# gmlake.conf — settings of libgmlake (every key, at its default).\n"
                  "# Sources, later ones winning: built-in defaults < " GML_SYSCONFDIR "/gmlake.conf\n"
                  "#   < ~/.config/gmlake/gmlake.conf ($XDG_CONFIG_HOME) < the file named by\n"
-                 "#   GMLAKE_CONFIG < environment variables GMLAKE_<KEY>.\n"
+                 "#   GMLAKE_CONFIG < environment variables GMLAKE_<KEY> (the key in upper case).\n"
                  "# Format: key = value.  '#' starts a comment at the start of a line or after a\n"
-                 "# blank; inside a value it is kept (log_file = /tmp/run#3.log).\n"
+                 "# blank; inside a value it is kept (log_file = /tmp/run#3.log).  Blanks around\n"
+                 "# a value are not part of it.\n"
                  "# Sizes are decimal with an optional unit: 512KiB, 2MiB, 1G (no hex).\n"
                  "# File settings expand %%p (pid), %%r (rank: RANK, else LOCAL_RANK, else 0), %%%%.\n");
     for (int i = 0; i < gml_option_count; i++) {
@@ -54,8 +55,19 @@ void gml_config_print_man(FILE *out, const char *version)
                  "several processes run (\\fBWORLD_SIZE\\fR or \\fBLOCAL_WORLD_SIZE\\fR above 1) and\n"
                  "stats_file or trace_file names neither, each process writes its own file,\n"
                  "with \\fB.rank\\fIR\\fR inserted before the extension. Bad values, unknown keys and\n"
-                 "unknown \\fBGMLAKE_*\\fR variables are reported (with the closest key) and\n"
-                 "ignored; \\fBgmlake config \\-\\-check\\fR exits 1 on them.\n.SH KEYS\n",
+                 "unknown \\fBGMLAKE_*\\fR variables are reported (with the closest key and why)\n"
+                 "and ignored, once per process tree; \\fBgmlake config \\-\\-check\\fR exits 1 on\n"
+                 "them, and on settings that are valid alone but not together (chunk_size a power\n"
+                 "of two, small_limit at most chunk_size), which turn libgmlake off.\n"
+                 ".PP\nA file must be a regular file of at most 1 MiB (1048576 bytes); a directory,\n"
+                 "FIFO or device is refused without being read. A UTF\\-8 byte\\-order mark at its\n"
+                 "start is skipped. Blanks around a value are not part of it, for every type.\n"
+                 ".PP\nThe environment variable of a key is \\fBGMLAKE_\\fR and the key in upper case,\n"
+                 "exactly (\\fBGMLAKE_STITCH\\fR; \\fBGMLAKE_stitch\\fR is not it). Any other variable\n"
+                 "whose name starts with \\fBGMLAKE_\\fR, in any case, is reported with the closest\n"
+                 "name and ignored, except \\fBGMLAKE_CONFIG\\fR, \\fBGMLAKE_SYSCONFDIR\\fR and\n"
+                 "\\fBGMLAKE_WARNED_CONFIG\\fR (set by libgmlake: the warnings a parent process gave).\n"
+                 ".SH KEYS\n",
             version);
     for (int i = 0; i < gml_option_count; i++) {
         const gml_option *o = &gml_options[i];

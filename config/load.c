@@ -48,14 +48,14 @@ int gml_config_set(gml_config *c, gml_config_report *rep, const char *key, const
     if (i < 0) {
         const char *near = gml_config_closest_key(key);
         if (near) {
-            note(rep, msgs, true, "%s: unknown key '%s'; did you mean '%s'?%s", where, key, near, "");
+            note(rep, msgs, true, "%s: unknown key '%s'; did you mean '%s'?", where, key, near);
             return -1;
         }
         char known[512];
         size_t n = 0;
         for (int k = 0; k < gml_option_count && n < sizeof known; k++)
             n += (size_t)snprintf(known + n, sizeof known - n, "%s%s", k ? ", " : "", gml_options[k].key);
-        note(rep, msgs, true, "%s: unknown key '%s' (known keys: %s)%s", where, key, known, "");
+        note(rep, msgs, true, "%s: unknown key '%s' (known keys: %s)", where, key, known);
         return -1;
     }
     char acc[200], text[GML_PATH_MAX + 64];
@@ -94,7 +94,7 @@ void gml_config_apply_text(gml_config *c, gml_config_report *rep, const char *te
         snprintf(where, sizeof where, "%s:%u", origin, line);
         size_t n = end - pos;
         if (n >= sizeof buf) {
-            note(rep, msgs, true, "%s: line longer than %s bytes, ignored%s%s", where, "2047", "", "");
+            note(rep, msgs, true, "%s: line longer than %s bytes, ignored", where, "2047");
             pos = end + 1;
             continue;
         }
@@ -102,7 +102,7 @@ void gml_config_apply_text(gml_config *c, gml_config_report *rep, const char *te
         buf[n] = 0;
         pos = end + 1;
         if (memchr(buf, 0, n)) {
-            note(rep, msgs, true, "%s: a NUL byte in the line, ignored%s%s%s", where, "", "", "");
+            note(rep, msgs, true, "%s: a NUL byte in the line, ignored", where);
             continue;
         }
         /* a comment: '#' at the start of the line or after a blank; inside a value it is kept */
@@ -116,13 +116,13 @@ void gml_config_apply_text(gml_config *c, gml_config_report *rep, const char *te
             continue;
         char *eq = strchr(s, '=');
         if (!eq) {
-            note(rep, msgs, true, "%s: expected 'key = value', found '%s'%s%s", where, s, "", "");
+            note(rep, msgs, true, "%s: expected 'key = value', found '%s'", where, s);
             continue;
         }
         *eq = 0;
         char *key = trim(s), *value = trim(eq + 1);
         if (!*key) {
-            note(rep, msgs, true, "%s: a value with no key%s%s%s", where, "", "", "");
+            note(rep, msgs, true, "%s: a value with no key", where);
             continue;
         }
         gml_config_set(c, rep, key, value, where, msgs);
@@ -204,7 +204,7 @@ static void apply_environment(gml_config *c, gml_config_report *rep, FILE *msgs)
         if (near[0])
             snprintf(hint, sizeof hint, "; did you mean %s?", near);
         note(rep, msgs, true, "environment %s: no such setting, ignored%s (gmlake config --example "
-             "lists the keys; variables are GMLAKE_ and the key in upper case)%s%s", name, hint, "", "");
+             "lists the keys; variables are GMLAKE_ and the key in upper case)", name, hint);
     }
     for (int i = 0; i < gml_option_count; i++) {
         const gml_option *o = &gml_options[i];

@@ -295,6 +295,7 @@ Test(config, man_page_names_every_key)
     gml_config_print_man(m, "9.9");
     fclose(m);
     cr_assert(strstr(buf, ".TH GMLAKE.CONF 5"), "%s", buf);
+    cr_assert(strstr(buf, "GMLAKE_STITCH"), "the rule for environment names is documented");
     for (int i = 0; i < gml_option_count; i++) {
         char want[64];
         snprintf(want, sizeof want, ".B %s\n", gml_options[i].key);
