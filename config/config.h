@@ -5,17 +5,26 @@
  *   of the build: /etc for --prefix=/usr, PREFIX/etc otherwise)
  *   < $XDG_CONFIG_HOME/gmlake/gmlake.conf (default ~/.config/gmlake/gmlake.conf)
  *   < the file named by GMLAKE_CONFIG < environment variables.
- * Files: `key = value` lines and blank lines.  A comment starts with `#` at the start of a line
+ * Files: regular files of at most 1 MiB (GML_CONFIG_FILE_MAX bytes); a FIFO, device or directory
+ *   is refused without being read (opened non-blocking, checked with fstat).  A UTF-8 byte-order
+ *   mark at the start is skipped.  `key = value` lines and blank lines.  A comment starts with `#` at the start of a line
  *   (after optional blanks) or with a `#` that follows a blank; a `#` inside a value
  *   (`log_file = /tmp/run#3.log`) is part of it.
- * Environment: GMLAKE_<KEY> (upper case) for every key, and GMLake's original names
- *   (vmmDefragment, fragLimit, reuseLimit, defragLevel, autoGC) as aliases; when both are set,
+ * Environment: one rule for names: a setting's variable is GMLAKE_ and its key in upper case,
+ *   exactly (GMLAKE_STITCH; GMLAKE_stitch is not it).  GMLake's original names (vmmDefragment,
+ *   fragLimit, reuseLimit, defragLevel, autoGC) are aliases, spelt exactly so; when both are set,
  *   GMLAKE_<KEY> wins and a warning says so.  GMLAKE_SYSCONFDIR replaces SYSCONFDIR (tests,
- *   relocated installs), GMLAKE_CONFIG names a file; any other GMLAKE_* variable is an error
- *   (a typo: the message suggests the closest key).
- * Validity of each value alone is the table's; rules between settings (small_limit <= chunk_size,
- *   chunk_size a power of two) are the pool's own (gml_pool_settings_check), which callers apply
- *   to the loaded settings: `gmlake config --check` fails, the library logs an error and stays off.
+ *   relocated installs), GMLAKE_CONFIG names a file, GMLAKE_WARNED_CONFIG is the library's own
+ *   (interpose/settings.c); any other variable whose name starts with GMLAKE_ in any case is an
+ *   error, reported with the closest name (a typo or a wrong case).  One function decides
+ *   (gml_option_of_env, names.c), for the reader and for the check alike.
+ * Values: blanks around a value are not part of it, for every type and every source.
+ * Validity of each value alone is the table's, and a bad value is reported with the field and why
+ *   (negative, too large (overflow), not a number, above the allowed range...).  The one
+ *   validation of a whole configuration is gml_config_check (check.c): every value in its range
+ *   and the rules between settings (chunk_size a power of two, small_limit <= chunk_size), with
+ *   one answer whether a device's granularity is known or not; `gmlake config --check` fails on
+ *   it, the library logs an error and stays off, replay refuses to run.
  *
  * One table (options.c) drives parsing, validation, printing, the example file and the docs.
  * Bad input (unknown key, malformed or out-of-range value, unreadable file) gives one message that
@@ -64,9 +73,15 @@ extern const gml_option gml_options[];
 extern const int gml_option_count;
 
 #define GML_SOURCE_MAX 160
+#define GML_CONFIG_FILE_MAX 1048576 /* the largest configuration file read: 1 MiB */
+
+#define GML_OPTION_MAX 32 /* rows the table may have */
+/* The variable in which the library notes the configuration messages it has printed (a hash), so
+ * that the processes it starts stay silent about the same ones (interpose/settings.c). */
+#define GML_WARNED_ENV "GMLAKE_WARNED_CONFIG"
 
 typedef struct gml_config_report {
-    char source[32][GML_SOURCE_MAX]; /* per option (index in gml_options): where its value came from */
+    char source[GML_OPTION_MAX][GML_SOURCE_MAX]; /* per option (index in gml_options): where its value came from */
     int errors;                      /* bad inputs seen */
     int warnings;
 } gml_config_report;
@@ -82,19 +97,48 @@ void gml_config_apply_text(gml_config *c, gml_config_report *rep, const char *te
 /* Sets one key from text; 0 or -1 with a message naming `where`. */
 int gml_config_set(gml_config *c, gml_config_report *rep, const char *key, const char *value,
                    const char *where, FILE *msgs);
-/* Parses `text` for option i into c (internal to config/): 0, or -1 with the accepted values. */
-int gml_option_parse(gml_config *c, int i, const char *text, char *acc, size_t acclen);
+/* Parses `text` for option i into c (internal to config/): 0, or -1 with *why (may be NULL)
+ * saying what is wrong (negative, too large (overflow), not a number, above the allowed range...)
+ * and *acc the accepted values. */
+int gml_option_parse(gml_config *c, int i, const char *text, const char **why, char *acc,
+                     size_t acclen);
+/* Whether option i's value in c is one the table accepts: NULL, or why not. */
+const char *gml_option_check(const gml_config *c, int i);
+/* check.c: the one validation of a configuration, shared by `gmlake config --check`, the library
+ * and replay: every value in its table range, and the rules between settings (chunk_size a power
+ * of two, small_limit <= chunk_size, ...), the same whether the device's granularity is known
+ * (the pool's chunk is chunk_size rounded up to it) or not (0).  0, or -1 with `why` naming the
+ * setting and the reason. */
+int gml_config_check(const gml_config *c, size_t granularity, char *why, size_t len);
+/* gml_config_check, printing "PREFIX: invalid settings: WHY" to msgs when it fails. */
+int gml_config_check_print(const gml_config *c, size_t granularity, const char *prefix, FILE *msgs);
 /* `key = value  # source` for every option. */
 void gml_config_print(FILE *out, const gml_config *c, const gml_config_report *rep);
-/* A commented example file with every key at its default. */
-void gml_config_print_example(FILE *out);
-/* The known key closest to `key` (a likely typo), or NULL. */
-const char *gml_config_closest_key(const char *key);
-/* The environment variable of option i (GMLAKE_<KEY>) into buf. */
-void gml_option_env_name(int i, char *buf, size_t len);
-/* A man page, gmlake.conf(5), generated from the table. */
-void gml_config_print_man(FILE *out, const char *version);
 /* The current value of option i as text. */
 void gml_config_value_text(const gml_config *c, int i, char *buf, size_t len);
+/* What option o accepts, in words (for messages and the docs). */
+void gml_option_accepted(const gml_option *o, char *buf, size_t len);
+
+/* names.c: the names of settings outside a file. */
+/* The option whose key is exactly `key`, or -1. */
+int gml_option_find(const char *key);
+/* The environment variable of option i (GMLAKE_<KEY>) into buf. */
+void gml_option_env_name(int i, char *buf, size_t len);
+/* The option whose variable is exactly `name` (the one rule), or -1. */
+int gml_option_of_env(const char *name);
+/* Whether `name` starts with GMLAKE_ in any case (the variables the check looks at). */
+bool gml_env_is_gmlake(const char *name);
+/* Whether `name` is one of gmlake's variables that are not settings (GMLAKE_CONFIG, ...). */
+bool gml_env_not_a_setting(const char *name);
+/* The known key closest to `key` (a likely typo; case is ignored), or NULL. */
+const char *gml_config_closest_key(const char *key);
+/* The variable closest to a GMLAKE_* name that names no setting, or "" (into buf). */
+void gml_env_closest(const char *name, char *buf, size_t len);
+
+/* docs.c: texts generated from the table. */
+/* A commented example file with every key at its default. */
+void gml_config_print_example(FILE *out);
+/* A man page, gmlake.conf(5), generated from the table. */
+void gml_config_print_man(FILE *out, const char *version);
 
 #endif /* GML_CONFIG_H */

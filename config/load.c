@@ -2,23 +2,19 @@
  * place in gmlake that reads GMLAKE_* environment variables. */
 #include <ctype.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "config.h"
 
 extern char **environ;
 
-static int find_key(const char *key)
-{
-    for (int i = 0; i < gml_option_count; i++)
-        if (strcmp(gml_options[i].key, key) == 0)
-            return i;
-    return -1;
-}
-
-static void note(gml_config_report *rep, FILE *msgs, bool error, const char *fmt, const char *a,
-                 const char *b, const char *c, const char *d)
+__attribute__((format(printf, 4, 5))) static void note(gml_config_report *rep, FILE *msgs,
+                                                        bool error, const char *fmt, ...)
 {
     if (rep) {
         if (error)
@@ -27,92 +23,12 @@ static void note(gml_config_report *rep, FILE *msgs, bool error, const char *fmt
             rep->warnings++;
     }
     FILE *out = msgs ? msgs : stderr;
+    va_list ap;
+    va_start(ap, fmt);
     fputs("gmlake: ", out);
-    fprintf(out, fmt, a, b, c, d);
+    vfprintf(out, fmt, ap);
     fputc('\n', out);
-}
-
-/* Edit distance between a and b (case-insensitive), capped at 9. */
-static int distance(const char *a, const char *b)
-{
-    size_t la = strlen(a), lb = strlen(b);
-    if (la > 40 || lb > 40)
-        return 9;
-    int row[41];
-    for (size_t j = 0; j <= lb; j++)
-        row[j] = (int)j;
-    for (size_t i = 1; i <= la; i++) {
-        int diag = row[0];
-        row[0] = (int)i;
-        for (size_t j = 1; j <= lb; j++) {
-            int up = row[j];
-            int same = tolower((unsigned char)a[i - 1]) == tolower((unsigned char)b[j - 1]);
-            int best = diag + !same;
-            if (up + 1 < best)
-                best = up + 1;
-            if (row[j - 1] + 1 < best)
-                best = row[j - 1] + 1;
-            row[j] = best;
-            diag = up;
-        }
-    }
-    return row[lb] > 9 ? 9 : row[lb];
-}
-
-const char *gml_config_closest_key(const char *key)
-{
-    const char *best = NULL;
-    int bd = 3; /* at most two edits, and fewer than a third of the key */
-    for (int i = 0; i < gml_option_count; i++) {
-        const char *names[2] = {gml_options[i].key, gml_options[i].alias};
-        for (int k = 0; k < 2; k++) {
-            if (!names[k])
-                continue;
-            int d = distance(key, names[k]);
-            if (d < bd && (size_t)d * 3 < strlen(names[k])) {
-                bd = d;
-                best = gml_options[i].key;
-            }
-        }
-    }
-    return best;
-}
-
-void gml_option_env_name(int i, char *buf, size_t len)
-{
-    const char *k = gml_options[i].key;
-    size_t n = (size_t)snprintf(buf, len, "GMLAKE_");
-    for (; *k && n + 1 < len; k++)
-        buf[n++] = (char)toupper((unsigned char)*k);
-    buf[n < len ? n : len - 1] = 0;
-}
-
-int gml_config_set(gml_config *c, gml_config_report *rep, const char *key, const char *value,
-                   const char *where, FILE *msgs)
-{
-    int i = find_key(key);
-    if (i < 0) {
-        const char *near = gml_config_closest_key(key);
-        if (near) {
-            note(rep, msgs, true, "%s: unknown key '%s'; did you mean '%s'?%s", where, key, near, "");
-            return -1;
-        }
-        char known[512];
-        size_t n = 0;
-        for (int k = 0; k < gml_option_count && n < sizeof known; k++)
-            n += (size_t)snprintf(known + n, sizeof known - n, "%s%s", k ? ", " : "", gml_options[k].key);
-        note(rep, msgs, true, "%s: unknown key '%s' (known keys: %s)%s", where, key, known, "");
-        return -1;
-    }
-    char acc[200];
-    if (gml_option_parse(c, i, value, acc, sizeof acc) != 0) {
-        note(rep, msgs, true, "%s: %s = '%s' is not valid; accepted: %s (the setting keeps its previous value)",
-             where, key, value, acc);
-        return -1;
-    }
-    if (rep)
-        snprintf(rep->source[i], GML_SOURCE_MAX, "%s", where);
-    return 0;
+    va_end(ap);
 }
 
 static char *trim(char *s)
@@ -125,11 +41,50 @@ static char *trim(char *s)
     return s;
 }
 
+int gml_config_set(gml_config *c, gml_config_report *rep, const char *key, const char *value,
+                   const char *where, FILE *msgs)
+{
+    int i = gml_option_find(key);
+    if (i < 0) {
+        const char *near = gml_config_closest_key(key);
+        if (near) {
+            note(rep, msgs, true, "%s: unknown key '%s'; did you mean '%s'?", where, key, near);
+            return -1;
+        }
+        char known[512];
+        size_t n = 0;
+        for (int k = 0; k < gml_option_count && n < sizeof known; k++)
+            n += (size_t)snprintf(known + n, sizeof known - n, "%s%s", k ? ", " : "", gml_options[k].key);
+        note(rep, msgs, true, "%s: unknown key '%s' (known keys: %s)", where, key, known);
+        return -1;
+    }
+    char acc[200], text[GML_PATH_MAX + 64];
+    const char *why = NULL;
+    /* one rule for blanks, every type alike: those around a value are not part of it */
+    snprintf(text, sizeof text, "%s", value);
+    char *v = trim(text);
+    if (strlen(value) >= sizeof text) {
+        why = "too long";
+        gml_option_accepted(&gml_options[i], acc, sizeof acc);
+    }
+    if (why || gml_option_parse(c, i, v, &why, acc, sizeof acc) != 0) {
+        note(rep, msgs, true, "%s: %s = '%s' is not valid (%s); accepted: %s (the setting keeps its "
+             "previous value)", where, key, value, why ? why : "", acc);
+        return -1;
+    }
+    if (rep)
+        snprintf(rep->source[i], GML_SOURCE_MAX, "%s", where);
+    return 0;
+}
+
+
 void gml_config_apply_text(gml_config *c, gml_config_report *rep, const char *text, size_t len,
                            const char *origin, FILE *msgs)
 {
     size_t pos = 0;
     unsigned line = 0;
+    if (len >= 3 && memcmp(text, "\xEF\xBB\xBF", 3) == 0)
+        pos = 3; /* a UTF-8 byte-order mark (editors on Windows write one) is not part of the text */
     while (pos < len) {
         line++;
         size_t end = pos;
@@ -139,7 +94,7 @@ void gml_config_apply_text(gml_config *c, gml_config_report *rep, const char *te
         snprintf(where, sizeof where, "%s:%u", origin, line);
         size_t n = end - pos;
         if (n >= sizeof buf) {
-            note(rep, msgs, true, "%s: line longer than %s bytes, ignored%s%s", where, "2047", "", "");
+            note(rep, msgs, true, "%s: line longer than %s bytes, ignored", where, "2047");
             pos = end + 1;
             continue;
         }
@@ -147,7 +102,7 @@ void gml_config_apply_text(gml_config *c, gml_config_report *rep, const char *te
         buf[n] = 0;
         pos = end + 1;
         if (memchr(buf, 0, n)) {
-            note(rep, msgs, true, "%s: a NUL byte in the line, ignored%s%s%s", where, "", "", "");
+            note(rep, msgs, true, "%s: a NUL byte in the line, ignored", where);
             continue;
         }
         /* a comment: '#' at the start of the line or after a blank; inside a value it is kept */
@@ -161,90 +116,111 @@ void gml_config_apply_text(gml_config *c, gml_config_report *rep, const char *te
             continue;
         char *eq = strchr(s, '=');
         if (!eq) {
-            note(rep, msgs, true, "%s: expected 'key = value', found '%s'%s%s", where, s, "", "");
+            note(rep, msgs, true, "%s: expected 'key = value', found '%s'", where, s);
             continue;
         }
         *eq = 0;
         char *key = trim(s), *value = trim(eq + 1);
         if (!*key) {
-            note(rep, msgs, true, "%s: a value with no key%s%s%s", where, "", "", "");
+            note(rep, msgs, true, "%s: a value with no key", where);
             continue;
         }
         gml_config_set(c, rep, key, value, where, msgs);
     }
 }
 
+/* Reads a configuration file: opened without blocking (a FIFO or a device would block a plain
+ * open or read for ever), then fstat on the descriptor itself (no race between a check and the
+ * open): only a regular file of at most GML_CONFIG_FILE_MAX bytes is read. */
 static void apply_file(gml_config *c, gml_config_report *rep, const char *path, bool must_exist,
                        FILE *msgs)
 {
-    FILE *f = fopen(path, "r");
-    if (!f) {
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+    if (fd < 0) {
         if (must_exist || errno != ENOENT)
-            note(rep, msgs, true, "%s: cannot read the configuration file: %s%s%s", path,
-                 strerror(errno), "", "");
+            note(rep, msgs, true, "%s: cannot read the configuration file: %s", path, strerror(errno));
         return;
     }
-    char *text = NULL;
-    size_t len = 0, cap = 0;
-    for (;;) {
-        if (len + 4096 > cap) {
-            cap = cap ? cap * 2 : 8192;
-            if (cap > ((size_t)1 << 20)) {
-                note(rep, msgs, true, "%s: larger than 1 MiB, ignored%s%s%s", path, "", "", "");
-                free(text);
-                fclose(f);
-                return;
-            }
-            char *t = realloc(text, cap);
-            if (!t)
-                break;
-            text = t;
-        }
-        size_t got = fread(text + len, 1, cap - len, f);
-        len += got;
-        if (got == 0)
-            break;
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        note(rep, msgs, true, "%s: cannot read the configuration file: %s", path, strerror(errno));
+    } else if (S_ISDIR(st.st_mode)) {
+        note(rep, msgs, true, "%s: is a directory, not a configuration file; ignored", path);
+    } else if (!S_ISREG(st.st_mode)) {
+        const char *kind = S_ISFIFO(st.st_mode)   ? "a FIFO"
+                           : S_ISSOCK(st.st_mode) ? "a socket"
+                           : S_ISCHR(st.st_mode)  ? "a character device"
+                           : S_ISBLK(st.st_mode)  ? "a block device"
+                                                  : "not a file";
+        note(rep, msgs, true, "%s: not a regular file (%s); ignored", path, kind);
+    } else {
+        /* one byte more than the limit tells a file that grew past it since fstat */
+        size_t cap = st.st_size > GML_CONFIG_FILE_MAX ? 0 : (size_t)GML_CONFIG_FILE_MAX + 1;
+        char *text = cap ? malloc(cap) : NULL;
+        size_t len = 0;
+        ssize_t got = 0;
+        while (text && len < cap && ((got = read(fd, text + len, cap - len)) > 0 || (got < 0 && errno == EINTR)))
+            len += got > 0 ? (size_t)got : 0;
+        if (!cap || len > GML_CONFIG_FILE_MAX)
+            note(rep, msgs, true, "%s: %lld bytes, more than the limit of %d bytes (1 MiB); ignored", path,
+                 cap ? (long long)len : (long long)st.st_size, GML_CONFIG_FILE_MAX);
+        else if (!text)
+            note(rep, msgs, true, "%s: out of memory reading the configuration file", path);
+        else if (got < 0)
+            note(rep, msgs, true, "%s: read error: %s", path, strerror(errno));
+        else
+            gml_config_apply_text(c, rep, text, len, path, msgs);
+        free(text);
     }
-    if (ferror(f))
-        note(rep, msgs, true, "%s: read error%s%s%s", path, "", "", "");
-    else if (text)
-        gml_config_apply_text(c, rep, text, len, path, msgs);
-    free(text);
-    fclose(f);
+    close(fd);
 }
 
-/* Every GMLAKE_* variable must name a setting (or be GMLAKE_CONFIG / GMLAKE_SYSCONFDIR): a typo
- * would otherwise be ignored without a word. */
-static void check_environment(gml_config_report *rep, FILE *msgs)
+/* The environment: every variable whose name starts with GMLAKE_ (in any case) either names a
+ * setting by the one rule of names.c (gml_option_of_env), or is one of gmlake's other variables,
+ * or is reported as ignored, with the closest name: a typo or a wrong case would otherwise be
+ * ignored without a word.  GMLake's original names (aliases) follow; GMLAKE_<KEY> wins. */
+static void apply_environment(gml_config *c, gml_config_report *rep, FILE *msgs)
 {
+    const char *value[GML_OPTION_MAX] = {0};
     for (char **e = environ; e && *e; e++) {
-        if (strncmp(*e, "GMLAKE_", 7) != 0)
+        if (!gml_env_is_gmlake(*e))
             continue;
         const char *eq = strchr(*e, '=');
         size_t n = eq ? (size_t)(eq - *e) : strlen(*e);
-        char name[96], key[96];
+        char name[96];
         if (n >= sizeof name)
             n = sizeof name - 1;
         memcpy(name, *e, n);
         name[n] = 0;
-        if (strcmp(name, "GMLAKE_CONFIG") == 0 || strcmp(name, "GMLAKE_SYSCONFDIR") == 0)
+        if (gml_env_not_a_setting(name))
             continue;
-        for (size_t k = 7; k <= n; k++)
-            key[k - 7] = (char)tolower((unsigned char)name[k]);
-        if (find_key(key) >= 0)
+        int i = gml_option_of_env(name);
+        if (i >= 0) {
+            value[i] = eq ? eq + 1 : "";
             continue;
-        const char *near = gml_config_closest_key(key);
-        char hint[128] = "";
-        if (near) {
-            char up[96];
-            size_t k = 0;
-            for (; near[k] && k + 1 < sizeof up; k++)
-                up[k] = (char)toupper((unsigned char)near[k]);
-            up[k] = 0;
-            snprintf(hint, sizeof hint, "; did you mean GMLAKE_%s?", up);
         }
+        char near[96], hint[128] = "";
+        gml_env_closest(name, near, sizeof near);
+        if (near[0])
+            snprintf(hint, sizeof hint, "; did you mean %s?", near);
         note(rep, msgs, true, "environment %s: no such setting, ignored%s (gmlake config --example "
-             "lists the keys)%s%s", name, hint, "", "");
+             "lists the keys; variables are GMLAKE_ and the key in upper case)", name, hint);
+    }
+    for (int i = 0; i < gml_option_count; i++) {
+        const gml_option *o = &gml_options[i];
+        char var[96], where[128];
+        gml_option_env_name(i, var, sizeof var);
+        const char *v = value[i];
+        const char *a = o->alias ? getenv(o->alias) : NULL;
+        if (v && a)
+            note(rep, msgs, false, "both %s and %s are set; %s=%s wins", var, o->alias, var, v);
+        if (v) {
+            snprintf(where, sizeof where, "environment %s", var);
+            gml_config_set(c, rep, o->key, v, where, msgs);
+        } else if (a) {
+            snprintf(where, sizeof where, "environment %s", o->alias);
+            gml_config_set(c, rep, o->key, a, where, msgs);
+        }
     }
 }
 
@@ -271,24 +247,7 @@ void gml_config_load(gml_config *c, gml_config_report *rep, FILE *msgs)
     const char *named = getenv("GMLAKE_CONFIG");
     if (named && *named)
         apply_file(c, rep, named, true, msgs);
-    check_environment(rep, msgs);
-    for (int i = 0; i < gml_option_count; i++) {
-        const gml_option *o = &gml_options[i];
-        char var[96], where[128];
-        gml_option_env_name(i, var, sizeof var);
-        const char *v = getenv(var);
-        const char *a = o->alias ? getenv(o->alias) : NULL;
-        if (v && a) {
-            note(rep, msgs, false, "both %s and %s are set; %s=%s wins", var, o->alias, var, v);
-        }
-        if (v) {
-            snprintf(where, sizeof where, "environment %s", var);
-            gml_config_set(c, rep, o->key, v, where, msgs);
-        } else if (a) {
-            snprintf(where, sizeof where, "environment %s", o->alias);
-            gml_config_set(c, rep, o->key, a, where, msgs);
-        }
-    }
+    apply_environment(c, rep, msgs);
 }
 
 void gml_config_print(FILE *out, const gml_config *c, const gml_config_report *rep)

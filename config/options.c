@@ -1,7 +1,9 @@
 /*
  * options.c — the one table of gmlake's settings, and the code that reads, checks and prints a
- * value of each type.  Adding a setting: a row here and a case in field_of().
+ * value of each type (the mechanism: which field, which type, which range).  Adding a setting: a
+ * row here and a case in field_of().  Calls only units.c; everything else in config/ is above it.
  */
+#include <math.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <string.h>
@@ -54,6 +56,7 @@ const gml_option gml_options[] = {
      "chunk; 0: no bound but extent_size)"},
 };
 const int gml_option_count = (int)(sizeof gml_options / sizeof gml_options[0]);
+_Static_assert(sizeof gml_options / sizeof gml_options[0] <= GML_OPTION_MAX, "GML_OPTION_MAX rows at most");
 
 /* The field option i sets. */
 static void *field_of(gml_config *c, int i)
@@ -81,8 +84,7 @@ static void *field_of(gml_config *c, int i)
     }
 }
 
-/* Writes the accepted values of option o into buf (for messages). */
-static void accepted(const gml_option *o, char *buf, size_t len)
+void gml_option_accepted(const gml_option *o, char *buf, size_t len)
 {
     switch (o->type) {
     case GML_OPT_BOOL: snprintf(buf, len, "on/off, true/false, yes/no, 1/0"); break;
@@ -107,11 +109,22 @@ static void accepted(const gml_option *o, char *buf, size_t len)
     }
 }
 
-/* Parses `text` for option i into c; 0, or -1 with *acc describing what is accepted. */
-int gml_option_parse(gml_config *c, int i, const char *text, char *acc, size_t acclen)
+/* Whether number v is in option o's range: NULL, or why not. */
+static const char *out_of_range(const gml_option *o, double v)
+{
+    if (v < o->min)
+        return v < 0 ? "negative" : "below the allowed range";
+    if (o->max > 0 && v > o->max)
+        return "above the allowed range";
+    return NULL;
+}
+
+int gml_option_parse(gml_config *c, int i, const char *text, const char **why, char *acc,
+                     size_t acclen)
 {
     const gml_option *o = &gml_options[i];
     void *f = field_of(c, i);
+    const char *w = "not one of the accepted values";
     switch (o->type) {
     case GML_OPT_BOOL: {
         bool v;
@@ -119,11 +132,12 @@ int gml_option_parse(gml_config *c, int i, const char *text, char *acc, size_t a
             *(bool *)f = v;
             return 0;
         }
+        w = "not a boolean";
         break;
     }
     case GML_OPT_SIZE: {
         size_t v;
-        if (gml_parse_size(text, &v) == 0 && v >= o->min && (o->max == 0 || v <= o->max)) {
+        if (gml_parse_size_why(text, &v, &w) == 0 && !(w = out_of_range(o, (double)v))) {
             *(size_t *)f = v;
             return 0;
         }
@@ -131,7 +145,7 @@ int gml_option_parse(gml_config *c, int i, const char *text, char *acc, size_t a
     }
     case GML_OPT_DOUBLE: {
         double v;
-        if (gml_parse_double(text, &v) == 0 && v >= o->min && v <= o->max) {
+        if (gml_parse_double_why(text, &v, &w) == 0 && !(w = out_of_range(o, v))) {
             *(double *)f = v;
             return 0;
         }
@@ -140,7 +154,7 @@ int gml_option_parse(gml_config *c, int i, const char *text, char *acc, size_t a
     case GML_OPT_INT:
     case GML_OPT_UINT: {
         long v;
-        if (gml_parse_int(text, &v) == 0 && v >= o->min && v <= o->max) {
+        if (gml_parse_int_why(text, &v, &w) == 0 && !(w = out_of_range(o, (double)v))) {
             if (o->type == GML_OPT_UINT)
                 *(unsigned *)f = (unsigned)v;
             else
@@ -155,16 +169,41 @@ int gml_option_parse(gml_config *c, int i, const char *text, char *acc, size_t a
                 *(int *)f = k;
                 return 0;
             }
+        w = "not one of the choices";
         break;
     case GML_OPT_PATH:
         if (strlen(text) < GML_PATH_MAX) {
             snprintf((char *)f, GML_PATH_MAX, "%s", text);
             return 0;
         }
+        w = "too long";
         break;
     }
-    accepted(o, acc, acclen);
+    if (why)
+        *why = w;
+    gml_option_accepted(o, acc, acclen);
     return -1;
+}
+
+const char *gml_option_check(const gml_config *cc, int i)
+{
+    const gml_option *o = &gml_options[i];
+    const void *f = field_of((gml_config *)cc, i);
+    switch (o->type) {
+    case GML_OPT_SIZE: return out_of_range(o, (double)*(const size_t *)f);
+    case GML_OPT_DOUBLE:
+        return isfinite(*(const double *)f) ? out_of_range(o, *(const double *)f) : "not a number";
+    case GML_OPT_INT: return out_of_range(o, *(const int *)f);
+    case GML_OPT_UINT: return out_of_range(o, *(const unsigned *)f);
+    case GML_OPT_ENUM: {
+        int k = *(const int *)f, n = 0;
+        while (o->choices[n])
+            n++;
+        return k >= 0 && k < n ? NULL : "not one of the choices";
+    }
+    case GML_OPT_PATH: return memchr(f, 0, GML_PATH_MAX) ? NULL : "too long";
+    default: return NULL;
+    }
 }
 
 void gml_config_value_text(const gml_config *cc, int i, char *buf, size_t len)
@@ -188,7 +227,7 @@ void gml_config_defaults(gml_config *c)
     memset(c, 0, sizeof *c);
     char acc[160];
     for (int i = 0; i < gml_option_count; i++)
-        gml_option_parse(c, i, gml_options[i].def, acc, sizeof acc);
+        gml_option_parse(c, i, gml_options[i].def, NULL, acc, sizeof acc);
 }
 
 void gml_pool_settings_default(gml_pool_settings *s)
@@ -209,73 +248,4 @@ int gml_setting_choice(const char *key, const char *name)
                 return k;
     }
     return -1;
-}
-
-void gml_config_print_example(FILE *out)
-{
-    fprintf(out, "# gmlake.conf — settings of libgmlake (every key, at its default).\n"
-                 "# Sources, later ones winning: built-in defaults < " GML_SYSCONFDIR "/gmlake.conf\n"
-                 "#   < ~/.config/gmlake/gmlake.conf ($XDG_CONFIG_HOME) < the file named by\n"
-                 "#   GMLAKE_CONFIG < environment variables GMLAKE_<KEY>.\n"
-                 "# Format: key = value.  '#' starts a comment at the start of a line or after a\n"
-                 "# blank; inside a value it is kept (log_file = /tmp/run#3.log).\n"
-                 "# Sizes are decimal with an optional unit: 512KiB, 2MiB, 1G (no hex).\n"
-                 "# File settings expand %%p (pid), %%r (rank: RANK, else LOCAL_RANK, else 0), %%%%.\n");
-    for (int i = 0; i < gml_option_count; i++) {
-        const gml_option *o = &gml_options[i];
-        char acc[200];
-        accepted(o, acc, sizeof acc);
-        fprintf(out, "\n# %s\n# accepted: %s", o->help, acc);
-        if (o->alias)
-            fprintf(out, "; environment alias: %s", o->alias);
-        fprintf(out, "\n#%s = %s\n", o->key, o->def);
-    }
-}
-
-/* Escapes roff's special characters at line starts and backslashes. */
-static void man_text(FILE *out, const char *t)
-{
-    for (; *t; t++) {
-        if (*t == '\\')
-            fputs("\\e", out);
-        else if (*t == '-')
-            fputs("\\-", out);
-        else
-            fputc(*t, out);
-    }
-}
-
-void gml_config_print_man(FILE *out, const char *version)
-{
-    fprintf(out, ".TH GMLAKE.CONF 5 \"\" \"gmlake %s\" \"File Formats\"\n"
-                 ".SH NAME\ngmlake.conf \\- settings of libgmlake, the GPU memory allocator\n"
-                 ".SH SYNOPSIS\n" GML_SYSCONFDIR "/gmlake.conf, ~/.config/gmlake/gmlake.conf,\n"
-                 "the file named by \\fBGMLAKE_CONFIG\\fR, and \\fBGMLAKE_\\fIKEY\\fR variables\n"
-                 ".SH DESCRIPTION\nSources are read in the order above; later ones win. Each line is\n"
-                 ".I key = value\nor blank. A comment starts with \\fB#\\fR at the start of a line or\n"
-                 "after a blank; a \\fB#\\fR inside a value is kept. Sizes are decimal numbers with an\n"
-                 "optional unit (512KiB, 2MiB, 1G; K, M, G, T are powers of 1024); hexadecimal is\n"
-                 "refused. In file settings \\fB%%p\\fR is the process id, \\fB%%r\\fR the rank\n"
-                 "(\\fBRANK\\fR, else \\fBLOCAL_RANK\\fR, else 0), \\fB%%%%\\fR a percent sign. When\n"
-                 "several processes run (\\fBWORLD_SIZE\\fR or \\fBLOCAL_WORLD_SIZE\\fR above 1) and\n"
-                 "stats_file or trace_file names neither, each process writes its own file,\n"
-                 "with \\fB.rank\\fIR\\fR inserted before the extension. Bad values, unknown keys and\n"
-                 "unknown \\fBGMLAKE_*\\fR variables are reported (with the closest key) and\n"
-                 "ignored; \\fBgmlake config \\-\\-check\\fR exits 1 on them.\n.SH KEYS\n",
-            version);
-    for (int i = 0; i < gml_option_count; i++) {
-        const gml_option *o = &gml_options[i];
-        char acc[200], env[96];
-        accepted(o, acc, sizeof acc);
-        gml_option_env_name(i, env, sizeof env);
-        fprintf(out, ".TP\n.B %s\n", o->key);
-        man_text(out, o->help);
-        fputs(".\nAccepted: ", out);
-        man_text(out, acc);
-        fprintf(out, ". Default: %s. Environment: \\fB%s\\fR", *o->def ? o->def : "empty", env);
-        if (o->alias)
-            fprintf(out, " (alias \\fB%s\\fR)", o->alias);
-        fputs(".\n", out);
-    }
-    fputs(".SH SEE ALSO\n.BR gmlake (1)\n", out);
 }

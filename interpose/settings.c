@@ -117,6 +117,45 @@ static void fork_child(void)
     fork_release();
 }
 
+/* Warnings about the settings are given once per process tree, not once per process (a pyenv
+ * shim, torchrun, a compile worker pool all start processes that load the same settings): a
+ * process that prints them sets GMLAKE_WARNED_CONFIG to a hash of what it printed; its children
+ * inherit the variable and stay quiet about the same messages (other messages are printed, and
+ * the variable then names those).  The variable is created, empty, by a constructor while the
+ * process still has one thread, so that the first hook call only replaces its value: setenv
+ * that adds a variable may move the environment under another thread's getenv. */
+static char warned_inherited[24]; /* the variable's value as the process started */
+
+__attribute__((constructor)) static void warned_marker(void)
+{
+    const char *v = getenv(GML_WARNED_ENV);
+    snprintf(warned_inherited, sizeof warned_inherited, "%s", v && strlen(v) < sizeof warned_inherited ? v : "");
+    if (v)
+        return;
+    gml_depth++;
+    gml_config c;
+    char *msgs = NULL;
+    size_t len = 0;
+    FILE *m = open_memstream(&msgs, &len);
+    if (m) {
+        gml_config_load(&c, NULL, m);
+        fclose(m);
+        if (len || gml_config_check(&c, 0, (char[8]){0}, 8) != 0)
+            setenv(GML_WARNED_ENV, "", 1);
+        free(msgs);
+    }
+    gml_depth--;
+}
+
+/* FNV-1a of the text, as 16 hex digits. */
+static void text_hash(const char *t, char out[17])
+{
+    unsigned long long h = 1469598103934665603ull;
+    for (; t && *t; t++)
+        h = (h ^ (unsigned char)*t) * 1099511628211ull;
+    snprintf(out, 17, "%016llx", h);
+}
+
 static void load_cfg(void)
 {
     gml_depth++;
@@ -131,8 +170,20 @@ static void load_cfg(void)
     if (mf)
         fclose(mf);
     gml_log_open(cfg.log_level, cfg.log_file);
-    /* the configuration's own messages (bad values, unknown keys), now that the log is open */
-    for (char *line = msgs, *next; line && *line; line = next) {
+    char why[GML_PATH_MAX + 300] = "";
+    bool off = cfg.enable && gml_config_check(&cfg, 0, why, sizeof why) != 0;
+    /* the configuration's own messages (bad values, unknown keys), now that the log is open, unless
+     * a parent process printed the same ones */
+    char hash[17] = "";
+    if ((msgs && *msgs) || off) {
+        char *all = NULL;
+        if (asprintf(&all, "%s%s", msgs ? msgs : "", why) >= 0) {
+            text_hash(all, hash);
+            free(all);
+        }
+    }
+    bool quiet = hash[0] && strcmp(hash, warned_inherited) == 0;
+    for (char *line = msgs, *next; !quiet && line && *line; line = next) {
         next = strchr(line, '\n');
         if (next)
             *next++ = 0;
@@ -141,12 +192,15 @@ static void load_cfg(void)
             break;
     }
     free(msgs);
-    const char *why = NULL;
-    if (cfg.enable && gml_pool_settings_check(&cfg.pool, 0, &why) != 0) {
-        gml_log_line(GML_LOG_ERROR, "invalid settings (%s): gmlake is OFF, every allocation passes "
-                     "to CUDA (gmlake config --check shows the settings)", why);
+    if (off) {
+        if (!quiet)
+            gml_log_line(GML_LOG_ERROR, "invalid settings (%s): gmlake is OFF, every allocation passes "
+                         "to CUDA (gmlake config --check shows the settings)", why);
         cfg.enable = false;
     }
+    /* only replaces the value of the variable the constructor created (see warned_marker) */
+    if (hash[0] && !quiet && getenv(GML_WARNED_ENV))
+        setenv(GML_WARNED_ENV, hash, 1);
     if (cfg.enable) {
         gml_trace_setup(cfg.trace_file);
         gml_summary_setup(cfg.stats_file);

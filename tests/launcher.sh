@@ -52,12 +52,20 @@ check "%r %p %% expand" 'ls "$tmp" | grep -Eq "^s-3-[0-9]+-%\.json$"'
 check "one process: the name as given" '[ -s "$tmp/one.json" ]'
 "$g" run --set stats_file="$tmp/none.json" --set trace_file="$tmp/none.trace" -- true
 check "a process that served nothing writes no stats or trace file" '[ ! -e "$tmp/none.json" ] && [ ! -e "$tmp/none.trace" ]'
-err=$(RANK=5 "$g" run --set memory_limit=0x10 -- "$prog" alloc 2>&1)
+err=$(RANK=5 GMLAKE_MEMORY_LIMIT=0x10 "$g" run -- "$prog" alloc 2>&1)
 check "log lines name pid and rank" '[[ "$err" =~ gmlake\[[0-9]+\ rank\ 5\]:\ environment\ GMLAKE_MEMORY_LIMIT ]]'
 
-# --- typos (reported when gmlake's settings load: the program's first CUDA call)
-err=$("$g" run --set stich=off -- "$prog" alloc 2>&1)
-check "an unknown --set key is a warning at start-up, with the closest key" '[[ "$err" == *"GMLAKE_STICH: no such setting, ignored; did you mean GMLAKE_STITCH?"* ]]'
+# --- typos: gmlake run checks its --set before it starts the program; variables and files are
+# reported when gmlake's settings load (the program's first CUDA call)
+err=$("$g" run --set stich=off -- sh -c 'echo RAN' 2>&1)
+check "run: an unknown --set key is refused up front, naming the argument and the closest key" \
+  '[ $? -eq 2 ] && [[ "$err" == *"--set stich=off: unknown key '"'"'stich'"'"'; did you mean '"'"'stitch'"'"'?"* && "$err" != *RAN* && "$err" != *GMLAKE_STICH* ]]'
+err=$("$g" run --set auto_gc=-1 -- sh -c 'echo RAN' 2>&1)
+check "run: a bad --set value is refused up front, with why" '[ $? -eq 2 ] && [[ "$err" == *"--set auto_gc=-1: auto_gc = '"'"'-1'"'"' is not valid (negative)"* && "$err" != *RAN* ]]'
+err=$("$g" run --set chunk_size=3MiB -- sh -c 'echo RAN' 2>&1)
+check "run: --set refused by the shared validation, up front" '[ $? -eq 2 ] && [[ "$err" == *"chunk_size must be a power of two"* && "$err" != *RAN* ]]'
+err=$(GMLAKE_STICH=off "$g" run -- "$prog" alloc 2>&1)
+check "an unknown GMLAKE_ variable is a warning at start-up, with the closest key" '[[ "$err" == *"GMLAKE_STICH: no such setting, ignored; did you mean GMLAKE_STITCH?"* ]]'
 "$g" config --check --set stich=off >/dev/null 2>"$tmp/err"
 check "... and an error in config --check" '[ $? -eq 1 ] && grep -q "did you mean GMLAKE_STITCH" "$tmp/err"'
 GMLAKE_STICH=off "$g" config --check >/dev/null 2>&1
@@ -66,6 +74,30 @@ check "an unknown GMLAKE_ variable is an error in config --check" '[ $? -eq 1 ]'
 check "config --check applies the pool's rules" '[ $? -eq 1 ] && grep -q "small_limit must not exceed chunk_size" "$tmp/err"'
 "$g" config --check --set auto_gc=7 >/dev/null
 check "config --check passes on good settings" '[ $? -eq 0 ]'
+
+# --- one validation: config --check, replay and the library give one answer to one setting
+verdicts() { # prints "check replay library" for --set $1: 0 accepted, 1 refused
+  local a b c
+  "$g" config --check --set "$1" >/dev/null 2>&1 && a=0 || a=1
+  "$g" replay --policy gmlake --set "$1" >/dev/null 2>&1 && b=0 || b=1
+  local k=${1%%=*}
+  env "GMLAKE_${k^^}=${1#*=}" LD_PRELOAD="$lib" "$prog" alloc >/dev/null 2>"$tmp/lib.err"
+  grep -q "gmlake is OFF" "$tmp/lib.err" && c=1 || c=0
+  echo "$a $b $c"
+}
+check "chunk_size=3MiB: refused by all three" '[ "$(verdicts chunk_size=3MiB)" = "1 1 1" ]'
+check "chunk_size=4MiB: accepted by all three" '[ "$(verdicts chunk_size=4MiB)" = "0 0 0" ]'
+check "small_limit=4MiB: refused by all three" '[ "$(verdicts small_limit=4MiB)" = "1 1 1" ]'
+
+# --- a warning about a setting appears once per process tree (a chain of 6 processes, each
+# loading the settings; the first warns, the others inherit GMLAKE_WARNED_CONFIG and stay quiet)
+err=$(GMLAKE_STICH=off GMLAKE_AUTO_GC=lots LD_PRELOAD="$lib" "$prog" chain 5 2>&1 >/dev/null)
+check "one warning per process tree, not per process" \
+  '[ "$(grep -c "GMLAKE_STICH: no such setting" <<<"$err")" = 1 ] && [ "$(grep -c "auto_gc = .lots. is not valid" <<<"$err")" = 1 ]'
+err=$(GMLAKE_STICH=off GMLAKE_WARNED_CONFIG=0123456789abcdef LD_PRELOAD="$lib" "$prog" chain 1 2>&1 >/dev/null)
+check "other warnings than the ones inherited are printed (once)" '[ "$(grep -c "GMLAKE_STICH: no such setting" <<<"$err")" = 1 ]'
+err=$(GMLAKE_SMALL_LIMIT=1GiB LD_PRELOAD="$lib" "$prog" chain 3 2>&1 >/dev/null)
+check "gmlake is OFF: said once per process tree" '[ "$(grep -c "gmlake is OFF" <<<"$err")" = 1 ]'
 
 # --- the rest of the command line
 "$g" run -- sh -c 'exit 7'

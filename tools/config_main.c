@@ -4,18 +4,49 @@
  *   gmlake-config --example    a commented gmlake.conf with every key at its default
  *   gmlake-config --man        gmlake.conf(5), generated from the option table
  *   gmlake-config --version    gmlake's version
- * --check also applies the pool's own rules between settings (gml_pool_settings_check): settings
- * the pool would refuse are an error here, not a silently disabled gmlake later.
+ *   gmlake-config --check-set KEY=VALUE...   checks `gmlake run --set` arguments before the
+ *                              program starts: each key and value, then the configuration they
+ *                              give (files and environment included) with the one validation;
+ *                              exit 2 naming the argument on the first error, 0 and silent else
+ * --check also applies the one validation of the settings (gml_config_check, config/check.c, which
+ * the library and replay call too): settings the library would refuse are an error here, not a
+ * disabled gmlake later.
  */
 #include <stdio.h>
 #include <string.h>
 
 #include "../config/config.h"
-#include "../stitch/pool.h"
+
+/* --check-set KEY=VALUE...: the messages name the --set argument; the sources' own messages are
+ * the library's to give (once, as the program starts), not repeated here. */
+static int check_sets(int n, char **kv)
+{
+    gml_config c;
+    FILE *quiet = fopen("/dev/null", "w");
+    gml_config_load(&c, NULL, quiet);
+    if (quiet)
+        fclose(quiet);
+    gml_config_report rep = {0};
+    for (int i = 0; i < n; i++) {
+        char key[128], where[300];
+        const char *eq = strchr(kv[i], '=');
+        snprintf(where, sizeof where, "--set %s", kv[i]);
+        if (!eq || eq == kv[i] || (size_t)(eq - kv[i]) >= sizeof key) {
+            fprintf(stderr, "gmlake: %s: not key=value\n", where);
+            return 2;
+        }
+        snprintf(key, sizeof key, "%.*s", (int)(eq - kv[i]), kv[i]);
+        if (gml_config_set(&c, &rep, key, eq + 1, where, stderr) != 0)
+            return 2;
+    }
+    return gml_config_check_print(&c, 0, "gmlake: --set", stderr) ? 2 : 0;
+}
 
 int main(int argc, char **argv)
 {
     bool check = false;
+    if (argc >= 2 && strcmp(argv[1], "--check-set") == 0)
+        return check_sets(argc - 2, argv + 2);
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--check") == 0) {
             check = true;
@@ -44,10 +75,10 @@ int main(int argc, char **argv)
     gml_config_report rep;
     gml_config_load(&c, &rep, stderr);
     gml_config_print(stdout, &c, &rep);
-    const char *why = NULL;
-    if (gml_pool_settings_check(&c.pool, 0, &why) != 0) {
-        fprintf(stderr, "gmlake: these settings would be refused by the pool (%s): gmlake would "
-                        "turn itself off and pass every allocation to CUDA\n", why);
+    char why[GML_PATH_MAX + 300];
+    if (gml_config_check(&c, 0, why, sizeof why) != 0) {
+        fprintf(stderr, "gmlake: these settings would be refused (%s): gmlake would turn itself "
+                        "off and pass every allocation to CUDA\n", why);
         rep.errors++;
     }
     if (check && rep.errors) {

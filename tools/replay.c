@@ -207,6 +207,8 @@ int main(int argc, char **argv)
         default: usage(stderr); return 2;
         }
     }
+    if (gml_config_check_print(&base, 0, "gmlake replay", stderr) != 0) /* config/check.c */
+        return 2;
     if (optind >= argc) {
         usage(stderr);
         return 2;

@@ -2,6 +2,7 @@
  * must give messages, never a crash, a hang or an out-of-range setting. */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "config/config.h"
 #include "stitch/stitch.h" /* the strategy enum only */
@@ -19,5 +20,9 @@ int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size)
         c.pool.defrag_level > 2 || (unsigned)c.pool.strategy >= GML_STITCH_STRATEGY_COUNT ||
         c.log_level < 0 || c.log_level > GML_LOG_DEBUG || c.pool.chunk_size < (2u << 20))
         abort(); /* a value outside its table range got in */
+    char why[2048];
+    if (rep.errors == 0 && gml_config_check(&c, 0, why, sizeof why) != 0 && !strstr(why, "chunk_size") &&
+        !strstr(why, "small_limit"))
+        abort(); /* the parser let in a value the shared validation refuses on its own */
     return 0;
 }

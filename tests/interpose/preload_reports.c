@@ -8,11 +8,15 @@
  *                         says gmlake is off, and allocations reach CUDA
  *   preload_reports alloc a 1 MiB allocation and its free (for the launcher tests: a process that
  *                         gmlake served, so that it writes its stats and trace files)
+ *   preload_reports chain N  the allocation, then the same in a child (fork and exec of this
+ *                         program with N-1, waited for): a process tree of N+1 processes, each
+ *                         loading gmlake's settings (the warnings are once per tree)
  * Prints "N passed, M failed"; exit status 1 on any failure. */
 #include <cuda_runtime_api.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "gmlake.h"
@@ -115,8 +119,26 @@ int main(int argc, char **argv)
         void *a = NULL;
         CHECK(cudaMalloc(&a, MiB) == cudaSuccess && cudaFree(a) == cudaSuccess, "1 MiB");
     }
+    else if (argc == 3 && strcmp(argv[1], "chain") == 0) {
+        void *a = NULL;
+        CHECK(cudaMalloc(&a, MiB) == cudaSuccess && cudaFree(a) == cudaSuccess, "1 MiB");
+        int n = atoi(argv[2]);
+        if (n > 0) {
+            char next[16];
+            snprintf(next, sizeof next, "%d", n - 1);
+            fflush(NULL);
+            pid_t pid = fork();
+            if (pid == 0) {
+                execl("/proc/self/exe", argv[0], "chain", next, (char *)NULL);
+                _exit(127);
+            }
+            int st = 0;
+            CHECK(pid > 0 && waitpid(pid, &st, 0) == pid && WIFEXITED(st) && WEXITSTATUS(st) == 0,
+                  "the child's run");
+        }
+    }
     else
-        CHECK(0, "usage: preload_reports oom|off");
+        CHECK(0, "usage: preload_reports oom|off|alloc|chain N");
     printf("%d passed, %d failed\n", pass, fail);
     return fail != 0;
 }
