@@ -34,6 +34,9 @@ fi
 if [ ! -x "$g/stitch_ends" ]; then
   nvcc -O2 -arch=sm_90 -I "$root/include" -cudart shared -o "$g/stitch_ends" "$root/tests/gpu/stitch_ends.cu" -ldl || exit 1
 fi
+if [ ! -x "$g/ipc_gpu" ]; then
+  nvcc -O2 -arch=sm_90 -I "$root/include" -cudart shared -o "$g/ipc_gpu" "$root/tests/gpu/ipc_gpu.cu" -lcuda -ldl || exit 1
+fi
 if [ ! -x "$g/rtld_local_main" ]; then
   nvcc -O2 -arch=sm_90 -cudart shared -shared -Xcompiler -fPIC -o "$g/rtld_local_plugin.so" "$root/tests/gpu/rtld_local_plugin.cu" || exit 1
   cc -O2 -I "$root/include" -o "$g/rtld_local_main" "$root/tests/gpu/rtld_local_main.c" -ldl || exit 1
@@ -46,6 +49,7 @@ run semantics_peers LD_PRELOAD=$lib "$g/semantics" peers
 run rtld_local LD_PRELOAD=$lib "$g/rtld_local_main" "$g/rtld_local_plugin.so"
 run rtld_local_off LD_PRELOAD=$lib GMLAKE_ENABLE=0 "$g/rtld_local_main" "$g/rtld_local_plugin.so"
 run streams_gpu LD_PRELOAD=$lib "$g/streams_gpu"
+run ipc_gpu LD_PRELOAD=$lib GMLAKE_EXTENT_SIZE=2MiB "$g/ipc_gpu"
 run stitch_ends LD_PRELOAD=$lib GMLAKE_EXTENT_SHARE=0 GMLAKE_EXTENT_SIZE=8MiB "$g/stitch_ends"
 echo "== pytest"
 LIBGMLAKE=$lib python3 -m pytest -q "$root/tests/gpu/test_gpu.py" "$root/tests/gpu/test_pytorch_route.py" 2>&1 | tee "$out/pytest.log"
