@@ -5,11 +5,13 @@
 # so that every rank inherits it (LD_PRELOAD included).  Rank 0 appends one line per run to
 # OUTDIR/dist.jsonl; then report.py writes OUTDIR/report.md (step time and NVML peak per rank:
 # medians and min-max per allocator and mode, gmlake's ratio to the best PyTorch allocator).
+# Rounds are outermost (round 1 of every mode, then round 2, ...), so a BUDGET cut shortens
+# every mode alike.
 # Settings: MODES (default "ddp fsdp2"), NPROC (default: the number of GPUs nvidia-smi lists, or 1),
 # ALLOCATORS (default "expandable cudaMallocAsync gmlake"; also gmlake-native and
 # gmlake:KEY=VALUE,...: bench/gpu/lib.sh), REPEATS (rounds of the allocators per mode, default 3;
 # each round, and each mode, starts one allocator later), WARMUP_RUNS (untimed launches before each
-# mode's first round, under its first allocator, written to dist_warmup.jsonl; default 1), WARMUP
+# mode's first round, under the first allocator, written to dist_warmup.jsonl; default 1), WARMUP
 # and STEADY (steps per run: default 4 and 10), BATCH, LAYERS, CKPT (dist_train.py), RUN_TIMEOUT
 # (seconds per launch, default 180; a run past it is killed and recorded as an error), BUDGET
 # (seconds; runs that would start after it are skipped and recorded so; default 450).
@@ -59,8 +61,7 @@ run_one() { # mode allocator order
 }
 
 n=${#allocators[@]}
-for i in "${!modes[@]}"; do
-  m=${modes[$i]}
+for m in "${modes[@]}"; do
   for _ in $(seq 1 "${WARMUP_RUNS:-1}"); do
     over_budget && break
     say "$m: untimed warm-up launch"
@@ -68,9 +69,12 @@ for i in "${!modes[@]}"; do
     launch "$m" warmup 0 "$out/dist_warmup.jsonl" $(alloc_env "${allocators[0]}") ||
       say "warm-up of $m failed (rc $?)"
   done
-  for r in $(seq 0 $((${REPEATS:-3} - 1))); do
+done
+# rounds outermost, so that a budget cut shortens every mode alike
+for r in $(seq 0 $((${REPEATS:-3} - 1))); do
+  for i in "${!modes[@]}"; do
     for j in $(seq 0 $((n - 1))); do
-      run_one "$m" "$(rotated "$i" "$r" "$j")" "$((r * n + j))"
+      run_one "${modes[$i]}" "$(rotated "$i" "$r" "$j")" "$((r * n + j))"
     done
   done
 done
