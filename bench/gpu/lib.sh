@@ -58,3 +58,22 @@ over_budget() { [ $((SECONDS - t0)) -ge "$budget" ]; }
 rotated() { # index round position: the allocator at this position; each index and round start one later
   echo "${allocators[$((($1 + $3 + $2) % ${#allocators[@]}))]}"
 }
+
+# The caller defines record_error WHAT ALLOCATOR WHY (one JSON line in its results).
+run_env() { # what allocator: prints the allocator's environment, or records why the run cannot
+  # start (unknown allocator, no libgmlake.so, over the budget) and fails
+  local envs
+  if ! envs=$(alloc_env "$2"); then record_error "$1" "$2" "unknown allocator"; return 1; fi
+  if uses_gmlake "$2" && [ ! -f "$lib" ]; then record_error "$1" "$2" "no libgmlake.so"; return 1; fi
+  if over_budget; then
+    say "skip $1/$2: over the budget of ${budget}s"
+    record_error "$1" "$2" "skipped: time budget"
+    return 1
+  fi
+  echo "$envs"
+}
+run_done() { # what allocator rc: a failed run is said and recorded (124: past RUN_TIMEOUT)
+  [ "$3" -eq 0 ] && return 0
+  say "$1 under $2 failed (rc $3$([ "$3" -eq 124 ] && echo ": over RUN_TIMEOUT=${run_timeout}s"), see $logname)"
+  record_error "$1" "$2" "rc $3"
+}

@@ -46,23 +46,13 @@ record_error() { # workload allocator what
 run_one() { # workload allocator order [extra env...]
   local w=$1 a=$2 order=$3 envs
   shift 3
-  if ! envs=$(alloc_env "$a"); then record_error "$w" "$a" "unknown allocator"; return; fi
-  if uses_gmlake "$a" && [ ! -f "$lib" ]; then record_error "$w" "$a" "no libgmlake.so"; return; fi
-  if over_budget; then
-    say "skip $w/$a: over the budget of ${budget}s"
-    record_error "$w" "$a" "skipped: time budget"
-    return
-  fi
+  envs=$(run_env "$w" "$a") || return
   say "$w under $a"
   # shellcheck disable=SC2086
   # env after timeout: only the Python process gets libgmlake and its settings
   timeout -k 10 "$run_timeout" env $envs "$@" python3 "$root/bench/gpu/train.py" --workload "$w" \
     --allocator "$a" --order "$order" --out "$out/train.jsonl" >>"$log" 2>&1
-  local rc=$?
-  if [ $rc -ne 0 ]; then
-    say "$w under $a failed (rc $rc, see run_all.log)"
-    record_error "$w" "$a" "rc $rc"
-  fi
+  run_done "$w" "$a" $?
 }
 n=${#allocators[@]}
 for i in "${!workloads[@]}"; do

@@ -42,22 +42,12 @@ launch() { # mode allocator-label order result-file envs...
     --order "$order" --out "$res" >>"$log" 2>&1
 }
 run_one() { # mode allocator order
-  local m=$1 a=$2 order=$3 envs rc
-  if ! envs=$(alloc_env "$a"); then record_error "$m" "$a" "unknown allocator"; return; fi
-  if uses_gmlake "$a" && [ ! -f "$lib" ]; then record_error "$m" "$a" "no libgmlake.so"; return; fi
-  if over_budget; then
-    say "skip $m/$a: over the budget of ${budget}s"
-    record_error "$m" "$a" "skipped: time budget"
-    return
-  fi
+  local m=$1 a=$2 order=$3 envs
+  envs=$(run_env "$m" "$a") || return
   say "$m under $a ($nproc process(es)): $envs"
   # shellcheck disable=SC2086
   launch "$m" "$a" "$order" "$dist" $envs
-  rc=$?
-  if [ $rc -ne 0 ]; then
-    say "$m under $a failed (rc $rc$([ $rc -eq 124 ] && echo ": over RUN_TIMEOUT=${run_timeout}s"), see $logname)"
-    record_error "$m" "$a" "rc $rc"
-  fi
+  run_done "$m" "$a" $?
 }
 
 n=${#allocators[@]}
