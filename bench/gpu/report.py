@@ -1,5 +1,5 @@
-"""Turns the results of bench/gpu/run_all.sh into markdown tables.
-   python3 bench/gpu/report.py OUTDIR      (reads train.jsonl, growth.jsonl, gmlake_stats_*.json)"""
+"""Turns the results of bench/gpu/run_all.sh and bench/gpu/run_dist.sh into markdown tables.
+   python3 bench/gpu/report.py OUTDIR   (reads train.jsonl, dist.jsonl, growth.jsonl, gmlake_stats_*.json)"""
 import glob, json, os, sys
 
 MIB = 1 << 20
@@ -97,6 +97,66 @@ def training(rows, stats):
     return out
 
 
+def spread(xs, fmt):
+    """median (min-max) of xs, each written with fmt."""
+    if not xs:
+        return "-"
+    return f"{fmt.format(median(xs))} ({fmt.format(min(xs))}-{fmt.format(max(xs))})"
+
+
+def distributed(rows):
+    """DDP / FSDP2 (dist.jsonl): per mode, each allocator's median step and NVML peak per rank
+    (the largest rank's), with their spread over the runs, against the best PyTorch allocator's."""
+    ok = [r for r in rows if "error" not in r]
+    out = ["## DDP and FSDP2 (bench/gpu/run_dist.sh)\n"]
+    if ok:
+        r0 = ok[0]
+        out.append(f"PyTorch {r0.get('torch', '')}; {r0.get('warmup')} warm-up steps, then "
+                   f"{r0.get('steady')} timed; a step's time is the slowest rank's; median (min-max) "
+                   "over the runs of each allocator; NVML peak used MiB of the largest rank.\n")
+    for m in dict.fromkeys((r.get("mode", "?"), r.get("world_size", "?")) for r in rows):
+        runs = [r for r in ok if (r["mode"], r["world_size"]) == m]
+        out.append(f"### {m[0]}, world of {m[1]}\n")
+        allocs = list(dict.fromkeys(r["allocator"] for r in runs))
+        step = {a: [r["median_s_per_step"] for r in runs if r["allocator"] == a] for a in allocs}
+        first = {a: [r["first_s_per_step"] for r in runs if r["allocator"] == a] for a in allocs}
+        peak = {a: [max(r["nvml_peak_used_mib"]) for r in runs if r["allocator"] == a and r.get("nvml")]
+                for a in allocs}
+        best_step = min((median(step[a]) for a in allocs if pytorch(a)), default=None)
+        best_peak = min((median(peak[a]) for a in allocs if pytorch(a) and peak[a]), default=None)
+        ref = runs[0]["losses"] if runs else []
+        if runs:
+            out.append("| allocator | runs | s/step after warm-up | vs best PyTorch | s/step, warm-up "
+                       "steps | NVML peak MiB | vs best PyTorch | gmlake peak reserved / active MiB | "
+                       "largest loss difference to the first run |")
+            out.append("|---|---|---|---|---|---|---|---|---|")
+        for a in allocs:
+            rel_step = f"{median(step[a]) / best_step:.3f}" if best_step else "-"
+            rel_peak = f"{median(peak[a]) / best_peak:.3f}" if best_peak and peak[a] else "-"
+            gm = [g for r in runs if r["allocator"] == a for g in (r.get("gmlake") or []) if g]
+            gm = (f"{median([g['peak_reserved_mib'] for g in gm]):,.0f} / "
+                  f"{median([g['peak_active_mib'] for g in gm]):,.0f}") if gm else "-"
+            dl = [abs(x - y) for r in runs if r["allocator"] == a for x, y in zip(r["losses"], ref)]
+            dl = f"{max(dl):.2e}" if dl else "-"
+            out.append(f"| {a} | {len(step[a])} | {spread(step[a], '{:.4f}')} | {rel_step} | "
+                       f"{spread(first[a], '{:.4f}')} | {spread(peak[a], '{:,.0f}')} | {rel_peak} | {gm} | "
+                       f"{dl} |")
+        base = [a for a in allocs if pytorch(a)]
+        fast = min(base, key=lambda a: median(step[a]), default=None)
+        small = min((a for a in base if peak[a]), key=lambda a: median(peak[a]), default=None)
+        for a in allocs:
+            if not pytorch(a) and fast:
+                mem = (f", NVML peak {median(peak[a]) / median(peak[small]):.3f} x {small}'s (the smallest)"
+                       if small and peak[a] else "")
+                out.append(f"\n{a}: median step {median(step[a]) / median(step[fast]):.3f} x "
+                           f"{fast}'s (the fastest PyTorch allocator){mem}.")
+        for r in rows:
+            if "error" in r and (r.get("mode", "?"), r.get("world_size", "?")) == m:
+                out.append(f"\n- {r['allocator']}: {r['error']}")
+        out.append("")
+    return out
+
+
 def growth(rows):
     g = [r for r in rows if r.get("bench") == "growth"]
     calls = [r for r in rows if r.get("bench") == "call"]
@@ -125,7 +185,7 @@ def growth(rows):
 
 def main():
     if len(sys.argv) != 2 or not os.path.isdir(sys.argv[1]):
-        sys.exit("usage: report.py OUTDIR (the folder bench/gpu/run_all.sh wrote)")
+        sys.exit("usage: report.py OUTDIR (the folder bench/gpu/run_all.sh or run_dist.sh wrote)")
     d = sys.argv[1]
     stats = {}
     for p in glob.glob(os.path.join(d, "gmlake_stats_*.json")):
@@ -133,7 +193,7 @@ def main():
         got = lines(p)
         if got:
             stats[w] = got[0]
-    out = ["## GPU benchmarks (bench/gpu/run_all.sh)\n"]
+    out = ["## GPU benchmarks (bench/gpu/run_all.sh, run_dist.sh)\n"]
     train = lines(os.path.join(d, "train.jsonl"))
     if train:
         host = train[0].get("torch", "")
@@ -141,6 +201,9 @@ def main():
                    "`after warm-up` the median after 20 warm-up steps; NVML peak used memory of "
                    "the device (baseline: before the model was built).\n")
         out += training(train, stats)
+    dist = lines(os.path.join(d, "dist.jsonl"))
+    if dist:
+        out += distributed(dist)
     out += growth(lines(os.path.join(d, "growth.jsonl")))
     for p in sorted(glob.glob(os.path.join(d, "*.trace.gz"))):
         out.append(f"Trace recorded: {os.path.basename(p)} ({os.path.getsize(p):,} bytes)")

@@ -13,35 +13,21 @@
 # each, default 150) is recorded in train.jsonl as an error and the rest go on; runs that would
 # start after BUDGET seconds (default 450) are skipped and recorded so.
 # Settings: WORKLOADS (empty: none, e.g. to record traces only), ALLOCATORS (expandable,
-# cudaMallocAsync, gmlake, or gmlake with settings: gmlake:KEY=VALUE,KEY=VALUE), TRACE_WORKLOADS (default offload), WARMUP, STEADY, WARMUP_RUNS
+# cudaMallocAsync, gmlake, gmlake-native, or a gmlake one with settings: gmlake:KEY=VALUE,KEY=VALUE;
+# bench/gpu/lib.sh), TRACE_WORKLOADS (default offload), WARMUP, STEADY, WARMUP_RUNS
 # (untimed runs before each workload, default 1), GROWTH (off: no growth micro-benchmark), REPEATS (rounds of the allocators per workload,
 # each round starting one allocator later; default 1; report.md then gives the medians too).
 # Uses build/interpose/libgmlake.so and build/bench/gpu_growth as carried; builds with meson
 # (into build-gpu/) only where they are absent.
 set -uo pipefail
-root=$(cd "$(dirname "$0")/../.." && pwd)
-out=${1:-${OUT:-$root/build/gpu-bench}}
-mkdir -p "$out"
-out=$(cd "$out" && pwd)
-log=$out/run_all.log
-t0=$SECONDS
-budget=${BUDGET:-450}
-run_timeout=${RUN_TIMEOUT:-150}
+name=run_all logname=run_all.log
+# shellcheck source=bench/gpu/lib.sh
+. "$(dirname "$0")/lib.sh"
 read -r -a workloads <<<"${WORKLOADS-gpt2 llama_lora bert_varlen offload}"
-read -r -a allocators <<<"${ALLOCATORS:-expandable cudaMallocAsync gmlake}"
 read -r -a trace_workloads <<<"${TRACE_WORKLOADS-offload}"
-say() { echo "[run_all +$((SECONDS - t0))s] $*" | tee -a "$log" >&2; }
-
-lib=$root/build/interpose/libgmlake.so
+build_missing bench/gpu_growth
 growth=$root/build/bench/gpu_growth
-if [ ! -f "$lib" ] || [ ! -x "$growth" ]; then
-  # a carried build/ is used as it is; what it lacks is built in build-gpu/
-  say "building with meson into build-gpu/ (build/ lacks libgmlake.so or gpu_growth)"
-  [ -f "$root/build-gpu/build.ninja" ] || meson setup "$root/build-gpu" "$root" -Dtests=false >>"$log" 2>&1
-  ninja -C "$root/build-gpu" >>"$log" 2>&1 || say "meson build failed (see run_all.log)"
-  [ -f "$lib" ] || lib=$root/build-gpu/interpose/libgmlake.so
-  [ -x "$growth" ] || growth=$root/build-gpu/bench/gpu_growth
-fi
+[ -x "$growth" ] || growth=$root/build-gpu/bench/gpu_growth
 
 # 1. growth micro-benchmark
 say "growth micro-benchmark"
@@ -54,46 +40,19 @@ else
 fi
 
 # 2. training runs
-alloc_env() { # the environment of allocator $1
-  case $1 in
-    expandable) echo "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True" ;;
-    cudaMallocAsync) echo "PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync" ;;
-    gmlake) echo "PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync LD_PRELOAD=$lib GMLAKE_LOG_LEVEL=info" ;;
-    gmlake:*) # gmlake with settings: gmlake:extent_share=0,extent_size=64MiB -> GMLAKE_EXTENT_SHARE=0 ...
-      local kv env_list="" IFS=,
-      for kv in ${1#gmlake:}; do
-        case $kv in
-          [a-z]*=?*) env_list+=" GMLAKE_$(echo "${kv%%=*}" | tr a-z A-Z)=${kv#*=}" ;;
-          *) return 1 ;;
-        esac
-      done
-      echo "$(alloc_env gmlake)$env_list" ;;
-    *) return 1 ;;
-  esac
-}
 record_error() { # workload allocator what
   printf '{"workload":"%s","allocator":"%s","error":"%s"}\n' "$1" "$2" "$3" >>"$out/train.jsonl"
 }
 run_one() { # workload allocator order [extra env...]
   local w=$1 a=$2 order=$3 envs
   shift 3
-  if ! envs=$(alloc_env "$a"); then record_error "$w" "$a" "unknown allocator"; return; fi
-  if [ "${a%%:*}" = gmlake ] && [ ! -f "$lib" ]; then record_error "$w" "$a" "no libgmlake.so"; return; fi
-  if [ $((SECONDS - t0)) -ge "$budget" ]; then
-    say "skip $w/$a: over the budget of ${budget}s"
-    record_error "$w" "$a" "skipped: time budget"
-    return
-  fi
+  envs=$(run_env "$w" "$a") || return
   say "$w under $a"
   # shellcheck disable=SC2086
   # env after timeout: only the Python process gets libgmlake and its settings
   timeout -k 10 "$run_timeout" env $envs "$@" python3 "$root/bench/gpu/train.py" --workload "$w" \
     --allocator "$a" --order "$order" --out "$out/train.jsonl" >>"$log" 2>&1
-  local rc=$?
-  if [ $rc -ne 0 ]; then
-    say "$w under $a failed (rc $rc, see run_all.log)"
-    record_error "$w" "$a" "rc $rc"
-  fi
+  run_done "$w" "$a" $?
 }
 n=${#allocators[@]}
 for i in "${!workloads[@]}"; do
@@ -109,7 +68,7 @@ for i in "${!workloads[@]}"; do
   # REPEATS rounds; the first allocator of a round moves on by one each round (and each workload)
   for r in $(seq 0 $((${REPEATS:-1} - 1))); do
     for j in $(seq 0 $((n - 1))); do
-      a=${allocators[$(((i + j + r) % n))]}
+      a=$(rotated "$i" "$r" "$j")
       extra=()
       [ "$a" = gmlake ] && extra=(GMLAKE_STATS_FILE="$out/gmlake_stats_${workloads[$i]}.json")
       run_one "${workloads[$i]}" "$a" "$((r * n + j))" "${extra[@]}"
@@ -120,7 +79,7 @@ done
 # 3. traces (separate gmlake runs; their timings go to trace_runs.jsonl, not train.jsonl)
 for w in "${trace_workloads[@]}"; do
   [ -f "$lib" ] || break
-  if [ $((SECONDS - t0)) -ge "$budget" ]; then say "skip the $w trace: over the budget"; continue; fi
+  if over_budget; then say "skip the $w trace: over the budget"; continue; fi
   say "recording the $w trace under gmlake"
   rm -f "$out/$w.trace" "$out/$w.trace.gz"
   # shellcheck disable=SC2046

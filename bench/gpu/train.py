@@ -34,7 +34,10 @@ class NvmlPeak:
     class _Mem(ctypes.Structure):
         _fields_ = [("total", ctypes.c_ulonglong), ("free", ctypes.c_ulonglong), ("used", ctypes.c_ulonglong)]
 
-    def __init__(self, period=0.005):
+    def __init__(self, period=0.005, uuid=None, cuda_index=0):
+        """The device: by its UUID ("GPU-..."), where given and NVML knows it; else the
+        cuda_index-th entry of CUDA_VISIBLE_DEVICES when that is a number, else NVML's device
+        cuda_index (the process's own CUDA device number)."""
         self.ok, self.peak, self.phase_peak, self.baseline = False, 0, {}, 0
         self.phase, self.period, self.why = None, period, ""
         try:
@@ -45,12 +48,16 @@ class NvmlPeak:
         if self.lib.nvmlInit_v2() != 0:
             self.why = "nvmlInit_v2 failed"
             return
-        vis = os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0]
-        self.index = int(vis) if vis.isdigit() else 0
         self.handle = ctypes.c_void_p()
-        if self.lib.nvmlDeviceGetHandleByIndex_v2(self.index, ctypes.byref(self.handle)) != 0:
-            self.why = f"no NVML device {self.index}"
-            return
+        if uuid and self.lib.nvmlDeviceGetHandleByUUID(uuid.encode(), ctypes.byref(self.handle)) == 0:
+            self.index = uuid
+        else:
+            vis = os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")
+            pick = vis[cuda_index] if cuda_index < len(vis) else ""
+            self.index = int(pick) if pick.isdigit() else cuda_index
+            if self.lib.nvmlDeviceGetHandleByIndex_v2(self.index, ctypes.byref(self.handle)) != 0:
+                self.why = f"no NVML device {self.index}"
+                return
         self.ok = True
         self.baseline = self.used()
         self.stop = threading.Event()

@@ -2,7 +2,7 @@
 # tests/gpu/run.sh — the GPU tests: builds the C/CUDA tests with nvcc (if build/gpu lacks them),
 # runs gpu_hooks under libgmlake (shared and static cudart), multi_gpu, streams_gpu (streams,
 # cudaFree, empty_cache, fork), stitch_ends (stitched ranges entering partly used extents), then
-# the pytest suite.  Skips where no GPU is present.
+# the pytest suite (test_gpu.py, test_pytorch_route.py, test_torch_features.py).  Skips where no GPU is present.
 # Usage: tests/gpu/run.sh [OUTDIR]   (logs go to OUTDIR, default build/gpu)
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -52,6 +52,7 @@ run streams_gpu LD_PRELOAD=$lib "$g/streams_gpu"
 run ipc_gpu LD_PRELOAD=$lib GMLAKE_EXTENT_SIZE=2MiB "$g/ipc_gpu"
 run stitch_ends LD_PRELOAD=$lib GMLAKE_EXTENT_SHARE=0 GMLAKE_EXTENT_SIZE=8MiB "$g/stitch_ends"
 echo "== pytest"
-LIBGMLAKE=$lib python3 -m pytest -q "$root/tests/gpu/test_gpu.py" "$root/tests/gpu/test_pytorch_route.py" 2>&1 | tee "$out/pytest.log"
+LIBGMLAKE=$lib python3 -m pytest -q "$root/tests/gpu/test_gpu.py" "$root/tests/gpu/test_pytorch_route.py" \
+  "$root/tests/gpu/test_torch_features.py" 2>&1 | tee "$out/pytest.log"
 [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 exit $status

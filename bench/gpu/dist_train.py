@@ -1,0 +1,183 @@
+"""DDP or FSDP2 training of a GPT-2-style model under one allocator, launched by torchrun (NCCL);
+rank 0 appends one JSON line to --out.  Issues 20 (item 4) and 21.
+
+    torchrun --standalone --nproc_per_node=N bench/gpu/dist_train.py --mode ddp|fsdp2 \\
+        --allocator LABEL --out dist.jsonl
+
+The allocator is chosen by the environment (PYTORCH_CUDA_ALLOC_CONF, LD_PRELOAD), which torchrun's
+workers inherit: bench/gpu/run_dist.sh sets it.  The model: GPT-2 (transformers' GPT2LMHeadModel
+from a config, random weights, no download), LAYERS (12) x 1024, 16 heads, activation
+checkpointing (non-reentrant; CKPT=0 turns it off), bf16 autocast, AdamW, BATCH (8) sequences per
+rank whose length changes every step (128..1024 in steps of 64, from a fixed seed: the same
+schedule on every rank and under every allocator; tokens seeded by step and rank).
+  --mode ddp    torch.nn.parallel.DistributedDataParallel
+  --mode fsdp2  torch.distributed.fsdp.fully_shard (PyTorch 2.6+) on each transformer block,
+                then on the whole model (parameters fp32, sharded; bf16 by autocast)
+Timing: WARMUP (4) steps, then STEADY (10) timed steps; every step ends with
+torch.cuda.synchronize() on each rank, and a step's time is the slowest rank's.  `first` is the
+mean over the warm-up steps (growth included), `median` the median of the timed steps.
+Memory: NVML's used memory of each rank's own device, polled every 5 ms (bench/gpu/train.py's
+NvmlPeak), gathered to rank 0; gmlake's own figures per rank (peak reserved / peak active) when
+libgmlake is loaded (python/gmlake).  Losses of every step (rank 0's) are written, so that runs
+under different allocators can be compared.
+"""
+import argparse, datetime, json, os, random, statistics, sys, time
+
+import torch
+import torch.distributed as dist
+
+# bench/gpu/train.py: the NVML poller, building on the device, the repository's gmlake package
+from train import NvmlPeak, gmlake, on_device
+
+WARMUP = int(os.environ.get("WARMUP", "4"))
+STEADY = int(os.environ.get("STEADY", "10"))
+BATCH = int(os.environ.get("BATCH", "8"))
+LAYERS = int(os.environ.get("LAYERS", "12"))
+CKPT = os.environ.get("CKPT", "1") != "0"
+MIB = 1 << 20
+
+
+def lengths(steps, seed=1234):
+    """The sequence length of every step: 128..1024 in steps of 64, the same for everyone."""
+    rng = random.Random(seed)
+    return [rng.randrange(128, 1025, 64) for _ in range(steps)]
+
+
+def build(dev):
+    from transformers import GPT2Config, GPT2LMHeadModel
+    cfg = GPT2Config(n_layer=LAYERS, n_embd=1024, n_head=16, n_positions=1024, vocab_size=50257,
+                     use_cache=False)
+    torch.manual_seed(0)  # the same weights on every rank and under every allocator
+    model = on_device(lambda: GPT2LMHeadModel(cfg), dev)
+    model.train()
+    if CKPT:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    return model, cfg
+
+
+def wrap(model, mode, local_rank):
+    if mode == "ddp":
+        from torch.nn.parallel import DistributedDataParallel
+        return DistributedDataParallel(model, device_ids=[local_rank])
+    try:
+        from torch.distributed.fsdp import fully_shard  # public from PyTorch 2.6
+    except ImportError:
+        from torch.distributed._composable.fsdp import fully_shard  # 2.4 and 2.5
+    blocks = getattr(getattr(model, "transformer", None), "h", None)
+    if blocks is None:
+        raise SystemExit("dist_train.py: the GPT-2 model has no transformer.h (transformers changed?)")
+    for block in blocks:
+        fully_shard(block)
+    fully_shard(model)
+    return model
+
+
+def gmlake_figures(device):
+    """gmlake's own figures for this rank's device, or None when gmlake is not loaded."""
+    s = gmlake.stats(device) if gmlake.enabled() else None
+    if s is None:
+        return None
+    return {"peak_reserved_mib": s["peak_reserved_bytes"] / MIB,
+            "peak_active_mib": s["peak_active_bytes"] / MIB,
+            "utilization": s["utilization"], "allocations": s["allocations"],
+            "stitches": s["stitches"], "device_calls": sum(s["device_calls"].values()),
+            "driver_s": s["device_seconds"]}
+
+
+def run(args):
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    local_rank = int(os.environ["LOCAL_RANK"])
+    torch.cuda.set_device(local_rank)
+    dev = torch.device("cuda", local_rank)
+    try:
+        uuid = str(torch.cuda.get_device_properties(local_rank).uuid)
+        uuid = uuid if uuid.startswith("GPU-") else "GPU-" + uuid
+    except Exception:  # older PyTorch: NvmlPeak falls back to the device's number
+        uuid = None
+    nvml = NvmlPeak(uuid=uuid, cuda_index=local_rank)
+    dist.init_process_group("nccl", device_id=dev, timeout=datetime.timedelta(seconds=300))
+    t_start = time.perf_counter()
+    model, cfg = build(dev)
+    model = wrap(model, args.mode, local_rank)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    steps = WARMUP + STEADY
+    lens = lengths(steps)
+    times, losses = [], []
+    torch.cuda.synchronize()
+    dist.barrier()
+    setup_s = time.perf_counter() - t_start
+    for step in range(steps):
+        g = torch.Generator().manual_seed(1000 * step + rank)
+        x = torch.randint(0, cfg.vocab_size, (BATCH, lens[step]), generator=g).to(dev)
+        t0 = time.perf_counter()
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = model(input_ids=x, labels=x).loss
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        torch.cuda.synchronize()
+        times.append(time.perf_counter() - t0)
+        losses.append(loss.detach())
+        del x, loss
+        dist.barrier()  # outside the timed part: every rank starts the next step together
+    nvml.close()
+    mine = {"rank": rank, "times": times, "nvml": nvml.ok, "nvml_why": nvml.why,
+            "nvml_device": str(getattr(nvml, "index", "")),
+            "nvml_peak_used_mib": nvml.peak / MIB, "nvml_baseline_used_mib": nvml.baseline / MIB,
+            "torch_peak_allocated_mib": torch.cuda.max_memory_allocated(dev) / MIB,
+            "gmlake": gmlake_figures(local_rank)}
+    everyone = [None] * world
+    dist.all_gather_object(everyone, mine)
+    if rank == 0:
+        step_times = [max(r["times"][i] for r in everyone) for i in range(steps)]
+        timed = step_times[WARMUP:]
+        res = {
+            "mode": args.mode, "world_size": world, "allocator": args.allocator, "order": args.order,
+            "warmup": WARMUP, "steady": STEADY, "batch": BATCH, "layers": LAYERS, "checkpointing": CKPT,
+            "seq_lengths": lens,
+            "step_times": [round(t, 5) for t in step_times],
+            "median_s_per_step": statistics.median(timed) if timed else None,
+            "first_s_per_step": statistics.mean(step_times[:WARMUP]) if WARMUP else None,
+            "step0_s": step_times[0], "setup_s": setup_s,
+            "losses": [float(l) for l in losses],
+            "nvml": all(r["nvml"] for r in everyone),
+            "nvml_why": sorted({r["nvml_why"] for r in everyone if r["nvml_why"]}),
+            "nvml_device": [r["nvml_device"] for r in everyone],
+            "nvml_peak_used_mib": [round(r["nvml_peak_used_mib"], 1) for r in everyone],
+            "nvml_baseline_used_mib": [round(r["nvml_baseline_used_mib"], 1) for r in everyone],
+            "torch_peak_allocated_mib": [round(r["torch_peak_allocated_mib"], 1) for r in everyone],
+            "gmlake": [r["gmlake"] for r in everyone] if any(r["gmlake"] for r in everyone) else None,
+            "alloc_conf": os.environ.get("PYTORCH_CUDA_ALLOC_CONF", ""),
+            "preload": os.environ.get("LD_PRELOAD", ""),
+            "wall_s": time.perf_counter() - t_start, "torch": torch.__version__,
+        }
+        with open(args.out, "a") as f:
+            f.write(json.dumps(res) + "\n")
+        print(json.dumps({k: v for k, v in res.items() if k not in ("step_times", "losses", "seq_lengths")}),
+              flush=True)
+    dist.destroy_process_group()
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--mode", required=True, choices=["ddp", "fsdp2"])
+    ap.add_argument("--allocator", required=True, help="label written to the result")
+    ap.add_argument("--order", type=int, default=0, help="position of this run in its rotation")
+    ap.add_argument("--out", required=True, help="JSON-lines file rank 0 appends the result to")
+    args = ap.parse_args()
+    for v in ("RANK", "WORLD_SIZE", "LOCAL_RANK"):
+        if v not in os.environ:
+            sys.exit(f"dist_train.py: {v} is not set: launch it with torchrun "
+                     "(torchrun --standalone --nproc_per_node=N bench/gpu/dist_train.py ...)")
+    if not torch.cuda.is_available():
+        sys.exit("dist_train.py: no CUDA device")
+    if int(os.environ["LOCAL_RANK"]) >= torch.cuda.device_count():
+        sys.exit(f"dist_train.py: LOCAL_RANK {os.environ['LOCAL_RANK']} but only "
+                 f"{torch.cuda.device_count()} CUDA devices: lower --nproc_per_node")
+    if WARMUP < 1 or STEADY < 1:
+        sys.exit("dist_train.py: WARMUP and STEADY must be at least 1")
+    run(args)
+
+
+if __name__ == "__main__":
+    main()

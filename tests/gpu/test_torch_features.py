@@ -1,0 +1,109 @@
+"""PyTorch features under gmlake's default route (issue 20, "Done when"): each test runs one
+workload of tests/gpu/torch_features.py in a subprocess under `LD_PRELOAD=libgmlake.so` with no
+PyTorch or gmlake variable set (the library picks backend:cudaMallocAsync itself), in a process
+group of its own with a hard timeout: a hang is a failure that says so, never a hung run.  Each
+test prints one line `torch-features NAME: ok|failed|hung in S s: detail` to the terminal (also
+under pytest -q).  Skipped without a GPU or without torch.  LIBGMLAKE names the library.
+
+    LIBGMLAKE=$PWD/build/interpose/libgmlake.so python3 -m pytest -q tests/gpu/test_torch_features.py
+"""
+import importlib.util, json, os, signal, subprocess, sys, tempfile, time
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from test_pytorch_route import LIB, ROOT, clean_env, have_gpu  # noqa: E402  (one definition of each)
+
+FEATURES = os.path.join(HERE, "torch_features.py")
+pytestmark = [pytest.mark.skipif(not have_gpu(), reason="no GPU"),
+              pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="no torch")]
+
+
+def feature(name, capsys, timeout=120, **extra):
+    """Runs torch_features.py NAME under gmlake's default; returns (status, seconds, result, log).
+    status: ok, failed or hung (its own wait ran out, or the hard timeout killed its group)."""
+    env = clean_env(LD_PRELOAD=LIB, **extra)
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        t0 = time.monotonic()
+        # a session of its own: the timeout kills the spawned children too, and no child keeps a
+        # pipe of ours open (files, not pipes)
+        p = subprocess.Popen([sys.executable, FEATURES, name], stdout=out, stderr=err, env=env,
+                             start_new_session=True)
+        try:
+            rc = p.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+            rc = None
+        try:
+            os.killpg(p.pid, signal.SIGKILL)  # whatever it left behind
+        except ProcessLookupError:
+            pass
+        secs = time.monotonic() - t0
+        out.seek(0)
+        err.seek(0)
+        stdout, stderr = out.read(), err.read()
+    res = {}
+    for line in stdout.splitlines():
+        if line.startswith("RESULT "):
+            res = json.loads(line[len("RESULT "):])
+    if rc is None:
+        status, res["detail"] = "hung", f"killed by the test's {timeout} s timeout"
+    else:
+        status = res.get("status") or ("ok" if rc == 0 else "failed")
+        res.setdefault("detail", f"exit code {rc} without a RESULT line")
+    with capsys.disabled():
+        print(f"\ntorch-features {name}: {status} in {secs:.1f} s: {res['detail']}", flush=True)
+    log = f"--- stdout\n{stdout[-3000:]}\n--- stderr\n{stderr[-4000:]}"
+    return status, secs, res, log
+
+
+def test_multiprocessing_spawn_shares_cuda_tensor(capsys):
+    """A CUDA tensor through a torch.multiprocessing Queue to a spawned child and back: works, or
+    fails within the timeout with an error naming gmlake; a hang fails (today's behaviour: the
+    async backend refuses shareIpcHandle in the parent's queue thread and the child waits)."""
+    status, secs, res, log = feature("mp", capsys, timeout=150, MP_WAIT="60")
+    if status == "ok":
+        return
+    assert status != "hung", f"torch.multiprocessing hung under gmlake ({res['detail']})\n{log}"
+    # the error must name gmlake: a line with "gmlake" and what went wrong (not a mere log line)
+    named = [l for l in log.lower().splitlines() if "gmlake" in l
+             and any(w in l for w in ("ipc", "shar", "multiprocessing", "error", "not supported"))]
+    assert named, f"torch.multiprocessing failed without naming gmlake ({res['detail']})\n{log}"
+
+
+def test_compile_reduce_overhead_trains(capsys):
+    status, secs, res, log = feature("compile", capsys, timeout=300)
+    assert status == "ok", f"torch.compile(mode='reduce-overhead') {status}: {res['detail']}\n{log}"
+
+
+def test_manual_cuda_graph_equals_eager(capsys):
+    status, secs, res, log = feature("graph", capsys)
+    assert status == "ok", f"torch.cuda.graph capture/replay {status}: {res['detail']}\n{log}"
+
+
+def gmlake_snapshot_equivalent():
+    """Where gmlake's own snapshot exporter is, or None (`gmlake export-snapshot` in
+    scripts/gmlake, `gmlake.export_snapshot` in python/gmlake)."""
+    where = []
+    with open(os.path.join(ROOT, "scripts", "gmlake")) as f:
+        if "export-snapshot" in f.read():
+            where.append("scripts/gmlake export-snapshot")
+    with open(os.path.join(ROOT, "python", "gmlake", "__init__.py")) as f:
+        if "def export_snapshot" in f.read():
+            where.append("gmlake.export_snapshot(trace, out)")
+    return " and ".join(where) or None
+
+
+def test_memory_snapshot(capsys):
+    status, secs, res, log = feature("snapshot", capsys)
+    if status == "ok":
+        return
+    assert status != "hung", f"memory snapshot hung: {res['detail']}\n{log}"
+    equivalent = gmlake_snapshot_equivalent()
+    if res.get("backend") == "cudaMallocAsync" and equivalent:
+        pytest.xfail(f"PyTorch's memory history is not available under backend:cudaMallocAsync "
+                     f"({res['detail'][:200]}); gmlake's own equivalent: {equivalent} "
+                     "(a gmlake trace converted to a snapshot that PyTorch's memory_viz opens)")
+    pytest.fail(f"memory snapshot under gmlake's default {status} (backend {res.get('backend')}): "
+                f"{res['detail']}; gmlake's own exporter: {equivalent or 'not there'}\n{log}")
