@@ -10,8 +10,9 @@ _dump_snapshot writes, so that https://pytorch.org/memory_viz and
 
   device_traces       per device, one entry list: each `A` is a `segment_alloc` then an `alloc`;
                       each `F` a `free_requested`, a `free_completed` and a `segment_free`; keys
-                      action, addr, size, stream, time_us (the trace's own clock, microseconds)
-                      and frames (always empty: the trace has no stacks).  A free carries the
+                      action, addr, size, stream, time_us (the trace's own clock, microseconds),
+                      frames (always empty: the trace has no stacks), and compile_context and
+                      user_metadata as PyTorch 2.11 writes them when it has none.  A free carries the
                       stream the free was issued on (gmlake's stream key; 2**64-1: none, i.e.
                       cudaFree) and the size of the allocation it frees.
   segments            what is live at the end of the trace, one segment per live allocation
@@ -148,6 +149,7 @@ def device_trace(path, events, device, max_events=None):
     entries = []
     first = 0 if not max_events or max_events >= len(events) else len(events) - max_events
     frames = []    # one shared empty list: the trace has no stacks
+    extra = {"frames": frames, "compile_context": "N/A", "user_metadata": ""}  # as PyTorch 2.11
     allocs = frees = 0
     for i, (op, ptr, size, stream, t, line) in enumerate(events):
         keep = i >= first
@@ -159,9 +161,9 @@ def device_trace(path, events, device, max_events=None):
             if keep:
                 allocs += 1
                 entries.append({"action": "segment_alloc", "addr": ptr, "size": size,
-                                "stream": stream, "time_us": t, "frames": frames})
+                                "stream": stream, "time_us": t, **extra})
                 entries.append({"action": "alloc", "addr": ptr, "size": size,
-                                "stream": stream, "time_us": t, "frames": frames})
+                                "stream": stream, "time_us": t, **extra})
         else:
             if ptr not in live:
                 raise ExportError(f"{path}:{line}: free of pointer {ptr:#x} that is not live")
@@ -170,9 +172,9 @@ def device_trace(path, events, device, max_events=None):
                 frees += 1
                 for action in ("free_requested", "free_completed"):
                     entries.append({"action": action, "addr": ptr, "size": asize,
-                                    "stream": stream, "time_us": t, "frames": frames})
+                                    "stream": stream, "time_us": t, **extra})
                 entries.append({"action": "segment_free", "addr": ptr, "size": asize,
-                                "stream": astream, "time_us": t, "frames": frames})
+                                "stream": astream, "time_us": t, **extra})
     segments = []
     for ptr in sorted(live):
         size, stream = live[ptr]
@@ -185,8 +187,7 @@ def device_trace(path, events, device, max_events=None):
                         "state": "active_allocated", "frames": frames}],
         })
     summary = {"device": device, "events": len(events), "allocations": allocs, "frees": frees,
-               "live": len(live), "live_bytes": sum(s for s, _ in live.values()),
-               "window_start": first}
+               "live": len(live), "live_bytes": sum(s for s, _ in live.values())}
     return entries, segments, summary
 
 
@@ -213,7 +214,8 @@ def build_snapshot(paths, device=None, max_events=None):
                 "segments": SEGMENTS_NOTE, "traces": headers}
     if max_events:
         settings["trace_alloc_max_entries"] = max_events
-    return {"segments": segments, "device_traces": traces, "allocator_settings": settings}, summaries
+    return {"segments": segments, "device_traces": traces, "allocator_settings": settings,
+            "external_annotations": []}, summaries
 
 
 def _same_file(a, b):
