@@ -48,6 +48,6 @@ run rtld_local_off LD_PRELOAD=$lib GMLAKE_ENABLE=0 "$g/rtld_local_main" "$g/rtld
 run streams_gpu LD_PRELOAD=$lib "$g/streams_gpu"
 run stitch_ends LD_PRELOAD=$lib GMLAKE_EXTENT_SHARE=0 GMLAKE_EXTENT_SIZE=8MiB "$g/stitch_ends"
 echo "== pytest"
-LIBGMLAKE=$lib python3 -m pytest -q "$root/tests/gpu/test_gpu.py" "$root/tests/gpu/test_pytorch_route.py" 2>&1 | tee "$out/pytest.log"
+LIBGMLAKE=$lib python3 -m pytest -q "$root/tests/gpu/test_gpu.py" "$root/tests/gpu/test_pytorch_route.py" "$root/tests/gpu/test_snapshot_export.py" 2>&1 | tee "$out/pytest.log"
 [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 exit $status
