@@ -2,7 +2,7 @@
 # install.sh — a `meson install` tree works as installed: configures SOURCE with
 # --prefix=TMP/prefix into a build directory of its own, installs, and checks that the installed
 # gmlake reads PREFIX/etc/gmlake.conf, prints its version, finds its library, tools (the snapshot
-# importer too) and bundled trace, and installed its man pages, pkg-config file and Python package.
+# importer and exporter too) and bundled trace, and installed its man pages, pkg-config file and Python package.
 # Usage: install.sh SOURCE
 set -u
 src=$1
@@ -41,6 +41,8 @@ check "replay of the bundled trace from the installed tree, three policies" \
 snap=$src/tests/tools/fixtures/native.pickle.gz
 "$g" import-snapshot -q "$snap" -o "$tmp/native.trace" 2>&1
 check "import-snapshot from the installed tree" '[ $? -eq 0 ] && grep -q "^A " "$tmp/native.trace"'
+"$g" export-snapshot -q "$tmp/native.trace" -o "$tmp/native.back.pickle" 2>&1
+check "export-snapshot from the installed tree" '[ $? -eq 0 ] && [ -s "$tmp/native.back.pickle" ]'
 mkdir "$tmp/tmpdir"
 out=$(TMPDIR=$tmp/tmpdir "$g" replay --json --policy pytorch "$snap" 2>&1)
 check "replay of a snapshot from the installed tree, its conversion removed after" \
@@ -53,6 +55,8 @@ pkg=$(find "$prefix" -path '*/gmlake/__init__.py' | head -n1)
 check "Python package installed" '[ -n "$pkg" ]'
 check "... importable, and safe where gmlake is not loaded" \
   '[ "$(PYTHONPATH=$(dirname "$(dirname "$pkg")") python3 -c "import gmlake; print(gmlake.enabled())")" = False ]'
+check "... with its snapshot exporter (gmlake.export_snapshot)" \
+  '[ -f "$(dirname "$pkg")/_export_snapshot.py" ] && [ "$(PYTHONPATH=$(dirname "$(dirname "$pkg")") python3 -c "import gmlake; print(gmlake.export_snapshot(\"$tmp/native.trace\", \"$tmp/py.pickle\")[\"allocations\"] > 0)")" = True ]'
 
 # First contact without CUDA headers: the simulated device and the tools only, replay works.
 if { meson setup "$tmp/nocuda" "$src" -Dcuda=disabled -Dtests=false && ninja -C "$tmp/nocuda"; } >"$log" 2>&1; then

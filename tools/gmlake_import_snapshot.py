@@ -10,7 +10,9 @@ torch.cuda.memory._record_memory_history(): a pickle of plain dicts and lists wi
                  snapshot, oom, ...), addr, size, stream, time_us
   allocator_settings  expandable_segments, max_split_size, ...
 The trace written has one `A ptr size stream t_us` line per alloc and one `F ptr 0 stream t_us`
-line per free_completed (the moment the block is back in the allocator's cache).  Allocations
+line per free_completed (the moment the block is back in the allocator's cache), on the entry's
+own stream (PyTorch writes the block's; a snapshot from `gmlake export-snapshot` the stream the
+free was issued on, so that a gmlake trace comes back unchanged).  Allocations
 live before the ring buffer's first entry are reconstructed: a free of an address the buffer
 never allocated is an allocation made before it (its size is in the free entry); a block still
 allocated in `segments` whose address the buffer never mentions was live all along.  They are
@@ -138,7 +140,9 @@ def convert_device(snap, device):
         if action == "free_completed":
             if addr not in live:
                 raise SnapshotError(f"{where}: free of {addr:#x}, which is not allocated")
-            stream = live.pop(addr)[1]
+            astream = live.pop(addr)[1]
+            if "stream" not in e:
+                stream = astream
             events.append(("F", addr, 0, stream, t))
 
     # blocks allocated at dump time that the buffer never mentions were live all along

@@ -12,12 +12,18 @@ None and ``empty_cache()`` does nothing.
         s = gmlake.stats(device=0)   # dict: active/reserved bytes and peaks, utilization,
                                      # stitches, device calls by kind, free/largest/stitchable
         gmlake.empty_cache()         # give cached chunks back to the GPU
+
+    # a job recorded with trace_file (GMLAKE_TRACE_FILE=job.trace) as a PyTorch memory snapshot
+    # for https://pytorch.org/memory_viz (needs no GPU and no libgmlake)
+    gmlake.export_snapshot("job.trace", "job.pickle")
 """
 
 import ctypes
+import importlib.util
+import os
 
 __all__ = ["enabled", "stats", "memory_summary", "empty_cache", "reset_peak_stats", "check",
-           "GmlakeError"]
+           "export_snapshot", "GmlakeError"]
 
 GMLAKE_OK = 0
 GMLAKE_ERR_NO_POOL = 5
@@ -171,3 +177,41 @@ def reset_peak_stats(device=0):
 def check(device=0):
     """Run gmlake's whole-pool consistency checker; raises GmlakeError when an invariant broke."""
     _call("check", device)
+
+
+def _exporter():
+    """The trace-to-snapshot converter, one file for the package and `gmlake export-snapshot`:
+    installed beside this file (_export_snapshot.py), in a source tree tools/."""
+    try:
+        from . import _export_snapshot
+        return _export_snapshot
+    except ImportError:
+        pass
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, os.pardir, "tools",
+                        "gmlake_export_snapshot.py")
+    if not os.path.isfile(path):
+        raise GmlakeError("gmlake's snapshot converter is missing (neither gmlake/_export_snapshot.py "
+                          "installed nor tools/gmlake_export_snapshot.py beside a source tree)")
+    spec = importlib.util.spec_from_file_location("gmlake._export_snapshot", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def export_snapshot(trace_path, out_path, device=None, max_events=None):
+    """Convert the gmlake trace at `trace_path` (recorded with trace_file; plain or gzip) into a
+    PyTorch memory snapshot pickle at `out_path` that PyTorch's memory_viz opens, as
+    `gmlake export-snapshot` does: the trace's allocations and frees as device_traces, what is
+    live at its end as segments (one per allocation).  A list of traces puts trace k on device k;
+    `device` places a single trace (default 0); `max_events` keeps only the last N events, like
+    PyTorch's ring buffer.  The output is written to a temporary file and renamed into place.
+    Returns the trace's summary (a dict: device, events, allocations, frees, live, live_bytes;
+    a list of them for a list of traces).  Raises GmlakeError with a one-line message for a
+    missing, corrupt or truncated trace, or an output that cannot be written or is the input.
+    Works where gmlake is not loaded (no GPU needed)."""
+    conv = _exporter()
+    try:
+        summaries = conv.export(trace_path, out_path, device, max_events)
+    except conv.ExportError as e:
+        raise GmlakeError(str(e)) from None
+    return summaries if isinstance(trace_path, (list, tuple)) else summaries[0]

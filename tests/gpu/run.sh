@@ -53,6 +53,6 @@ run ipc_gpu LD_PRELOAD=$lib GMLAKE_EXTENT_SIZE=2MiB "$g/ipc_gpu"
 run stitch_ends LD_PRELOAD=$lib GMLAKE_EXTENT_SHARE=0 GMLAKE_EXTENT_SIZE=8MiB "$g/stitch_ends"
 echo "== pytest"
 LIBGMLAKE=$lib python3 -m pytest -q "$root/tests/gpu/test_gpu.py" "$root/tests/gpu/test_pytorch_route.py" \
-  "$root/tests/gpu/test_torch_features.py" 2>&1 | tee "$out/pytest.log"
+  "$root/tests/gpu/test_torch_features.py" "$root/tests/gpu/test_snapshot_export.py" 2>&1 | tee "$out/pytest.log"
 [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 exit $status

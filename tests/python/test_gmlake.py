@@ -9,8 +9,10 @@ Prints "N passed, M failed"; exit status 1 on any failure.
 """
 import ctypes
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 
 MiB = 1 << 20
 results = []
@@ -32,15 +34,20 @@ def not_loaded():
     gmlake.check()
 
 
-def preloaded(cudart_path):
-    import gmlake
-    check(gmlake.enabled(), "enabled() under LD_PRELOAD")
-    check(gmlake.stats(0) is None, "no pool before the first allocation")
+def runtime(cudart_path):
     rt = ctypes.CDLL(cudart_path, mode=ctypes.RTLD_GLOBAL)
     rt.cudaMalloc.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_size_t]
     rt.cudaFree.argtypes = [ctypes.c_void_p]
     rt.cudaMallocAsync.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_size_t, ctypes.c_void_p]
     rt.cudaFreeAsync.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
+    return rt
+
+
+def preloaded(cudart_path):
+    import gmlake
+    check(gmlake.enabled(), "enabled() under LD_PRELOAD")
+    check(gmlake.stats(0) is None, "no pool before the first allocation")
+    rt = runtime(cudart_path)
     ptrs = []
     for size in (3 * MiB, 5 * MiB, 700 * 1024, 3 * MiB):
         p = ctypes.c_void_p()
@@ -85,6 +92,44 @@ def preloaded(cudart_path):
     check(gmlake.stats(3) is None, "a device with no pool")
 
 
+def traced(cudart_path):
+    """With trace_file set, gmlake.export_snapshot of the process's own trace agrees with
+    gmlake.stats: every allocation served is an alloc entry, what is live is the segments."""
+    import pickle
+    import gmlake
+    trace = os.environ["GMLAKE_TRACE_FILE"]
+    rt = runtime(cudart_path)
+    ptrs = []
+    for i, size in enumerate((3 * MiB, 700 * 1024, 5 * MiB, 12345, MiB)):
+        p = ctypes.c_void_p()
+        check(rt.cudaMallocAsync(ctypes.byref(p), size, ctypes.c_void_p(0x10 * (i % 2))) == 0, size)
+        ptrs.append(p)
+    check(rt.cudaFreeAsync(ptrs[0], ctypes.c_void_p(0x10)) == 0 and rt.cudaFree(ptrs[3]) == 0, "frees")
+    s = gmlake.stats(0)
+    out = trace + ".pickle"
+    summary = gmlake.export_snapshot(trace, out)
+    check(summary["allocations"] == s["allocations"] == 5 and summary["frees"] == 2, summary)
+    with open(out, "rb") as f:
+        snap = pickle.load(f)
+    allocs = [e for e in snap["device_traces"][0] if e["action"] == "alloc"]
+    check(len(allocs) == s["allocations"], "alloc entries %d, stats %r" % (len(allocs), s))
+    segs = snap["segments"]
+    check(len(segs) == s["live_allocations"] == 3, "segments %d" % len(segs))
+    check(sum(g["total_size"] for g in segs) == s["active_bytes"], "live bytes %r" % s)
+    check(sorted(g["address"] for g in segs) == sorted(p.value for p in ptrs[1:3] + ptrs[4:]),
+          "the live pointers are the segments")
+    try:
+        gmlake.export_snapshot(trace, trace)
+        check(False, "exporting onto the trace itself is refused")
+    except gmlake.GmlakeError as e:
+        check("the output is the input trace" in str(e), str(e))
+    try:
+        gmlake.export_snapshot(trace + ".missing", out)
+        check(False, "a missing trace raises GmlakeError")
+    except gmlake.GmlakeError as e:
+        check("cannot read" in str(e), str(e))
+
+
 def main():
     pydir, lib, cudart = sys.argv[1:4]
     mode = sys.argv[4] if len(sys.argv) > 4 else None
@@ -93,17 +138,22 @@ def main():
         not_loaded()
     elif mode == "preloaded":
         preloaded(cudart)
+    elif mode == "traced":
+        traced(cudart)
     else:
-        env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
+        tmp = tempfile.mkdtemp(prefix="gmlake-py-")
+        env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD" and not k.startswith("GMLAKE_")}
         me = [sys.executable, __file__, pydir, lib, cudart]
-        for m, extra in (("plain", {}), ("preloaded", {
-                "LD_PRELOAD": lib, "LD_LIBRARY_PATH": os.path.dirname(cudart),
-                "GMLAKE_SYSCONFDIR": "/nonexistent", "XDG_CONFIG_HOME": "/nonexistent",
-                "GMLAKE_LOG_LEVEL": "error"})):
+        pre = {"LD_PRELOAD": lib, "LD_LIBRARY_PATH": os.path.dirname(cudart),
+               "GMLAKE_SYSCONFDIR": "/nonexistent", "XDG_CONFIG_HOME": "/nonexistent",
+               "GMLAKE_LOG_LEVEL": "error"}
+        for m, extra in (("plain", {}), ("preloaded", pre),
+                         ("traced", dict(pre, GMLAKE_TRACE_FILE=os.path.join(tmp, "job.trace")))):
             r = subprocess.run(me + [m], env=dict(env, **extra), capture_output=True, text=True)
             sys.stdout.write(r.stdout)
             sys.stderr.write(r.stderr)
             check(r.returncode == 0 and " 0 failed" in r.stdout, "%s run (status %d)" % (m, r.returncode))
+        shutil.rmtree(tmp)
     print("%d passed, %d failed" % (sum(results), len(results) - sum(results)))
     sys.exit(0 if all(results) else 1)
 
