@@ -12,6 +12,7 @@
 #include "../config/config.h"
 #include "../config/units.h"
 #include "../stitch/stitch.h"
+#include "charge.h"
 #include "plot.h"
 #include "policy.h"
 #include "trace.h"
