@@ -9,6 +9,8 @@ import json
 import os
 import pickle
 import re
+import resource
+import signal
 import shutil
 import subprocess
 import sys
@@ -150,7 +152,7 @@ class Import(unittest.TestCase):
         g = os.path.join(ROOT, "scripts", "gmlake")
         p = run(g, "replay", "--json", "--policy", "pytorch,expandable", snap)
         r = {d["policy"]: d for d in map(json.loads, p.stdout.splitlines())}
-        self.assertEqual(r["pytorch"]["trace"], "job.trace")
+        self.assertEqual(r["pytorch"]["trace"], "job.pickle", "the file the user named")
         self.assertEqual(r["pytorch"]["peak_reserved_bytes"], snapshots.PEAK_RESERVED["pytorch"])
         self.assertEqual(r["expandable"]["peak_reserved_bytes"], snapshots.PEAK_RESERVED["expandable"])
         out = os.path.join(self.dir, "via-command.trace")
@@ -160,7 +162,7 @@ class Import(unittest.TestCase):
         p = run(g, "replay", "--json", "--policy", "pytorch", gz)
         d = json.loads(p.stdout)
         self.assertEqual((d["trace"], d["peak_reserved_bytes"]),
-                         ("job2.trace", snapshots.PEAK_RESERVED["pytorch"]), "a gzipped snapshot")
+                         ("job2.pickle.gz", snapshots.PEAK_RESERVED["pytorch"]), "a gzipped snapshot")
 
 
     def test_gmlake_replay_set_takes_a_value_not_a_trace(self):
@@ -269,6 +271,96 @@ class Fixtures(unittest.TestCase):
                                  st["reserved_bytes.all.peak"], s)
         finally:
             shutil.rmtree(tmp)
+
+
+def limited_run(limit_bytes, *args):
+    """Runs args with files limited to limit_bytes (RLIMIT_FSIZE, SIGXFSZ ignored): a write past
+    it fails with EFBIG, as on a full disk."""
+    def pre():
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit_bytes, limit_bytes))
+    return subprocess.run([str(a) for a in args], capture_output=True, text=True, timeout=300,
+                          preexec_fn=pre)
+
+
+class ReplayCommandLine(unittest.TestCase):
+    """Issue 23: every answer right or refused clearly, nothing half written."""
+
+    def setUp(self):
+        self.dir = tempfile.mkdtemp(prefix="gmlake-cli-")
+        self.trace = os.path.join(ROOT, "bench", "traces", "mixtral_moe.trace.gz")
+
+    def tearDown(self):
+        shutil.rmtree(self.dir)
+
+    def test_default_policies_with_or_without_a_trace(self):
+        for args in ([os.path.join(TOOLS, "gmlake-replay"), self.trace],
+                     [os.path.join(ROOT, "scripts", "gmlake"), "replay", self.trace],
+                     [os.path.join(ROOT, "scripts", "gmlake"), "replay"]):
+            p = run(*args, "--json")
+            self.assertEqual([json.loads(l)["policy"] for l in p.stdout.splitlines()],
+                             ["pytorch", "expandable", "gmlake"], args)
+
+    def test_json_escapes_the_file_name(self):
+        name = os.path.join(self.dir, 'a"b\\c\td.trace.gz')
+        shutil.copy(self.trace, name)
+        p = replay("--json", "--policy", "pytorch", name)
+        self.assertEqual(json.loads(p.stdout)["trace"], os.path.basename(name))
+
+    def test_a_policy_whose_allocations_failed_saves_nothing(self):
+        p = replay("--json", "--set", "memory_limit=1", self.trace, check=False)
+        self.assertEqual(p.returncode, 1)
+        r = {d["policy"]: d for d in map(json.loads, p.stdout.splitlines())}
+        self.assertGreater(r["gmlake"]["failed_allocations"], 0)
+        self.assertIs(r["gmlake"]["complete"], False)
+        self.assertIsNone(r["gmlake"]["saved_vs_pytorch_bytes"])
+        self.assertIs(r["pytorch"]["complete"], True)
+        self.assertIn("gmlake", p.stderr)
+        self.assertIn("failed", p.stderr)
+        p = replay("--set", "memory_limit=1", self.trace, check=False)
+        row = [l for l in p.stdout.splitlines() if l.startswith("  gmlake ")][0]
+        self.assertEqual(row.split("%")[1].split()[0], "FAILED", row)
+        self.assertEqual(p.returncode, 1)
+
+    def test_numbers_and_missing_values_are_refused_clearly(self):
+        cases = [
+            (["--check", "99999999999999999999", self.trace], "--check '99999999999999999999' is out of range"),
+            (["--check", "-3", self.trace], "--check '-3' is not a positive"),
+            (["--capacity"], "--capacity needs a value"),
+            (["--capacity", "16000000TiB", self.trace], "too large: at most 16TiB"),
+            (["--plot", os.path.join(self.dir, "p.png"), self.trace], "name a file ending in .svg"),
+        ]
+        for args, want in cases:
+            p = replay(*args, check=False)
+            self.assertEqual(p.returncode, 2, (args, p.stderr))
+            self.assertIn(want, p.stderr, args)
+            self.assertEqual(p.stderr.count("\n"), 1, p.stderr)
+        self.assertFalse(os.path.exists(os.path.join(self.dir, "p.png")))
+        p = run(os.path.join(ROOT, "scripts", "gmlake"), "replay", "--capacity", check=False)
+        self.assertEqual(p.returncode, 2)
+        self.assertIn("--capacity needs a value", p.stderr)
+        self.assertNotIn("mixtral", p.stderr)
+
+    def test_plot_says_where_and_is_never_half_written(self):
+        svg = os.path.join(self.dir, "p.svg")
+        p = replay("--policy", "pytorch", "--plot", svg, self.trace)
+        self.assertIn(f"plot written to {svg}", p.stderr)
+        with open(svg, "w") as f:
+            f.write("precious")
+        p = limited_run(4096, os.path.join(TOOLS, "gmlake-replay"), "--policy", "pytorch",
+                        "--plot", svg, self.trace)
+        self.assertEqual(p.returncode, 1, p.stderr)
+        self.assertIn("write failed", p.stderr)
+        with open(svg) as f:
+            self.assertEqual(f.read(), "precious", "the old plot is left whole")
+        self.assertEqual(os.listdir(self.dir), ["p.svg"], "no temporary file left behind")
+
+    def test_a_snapshot_is_reported_under_the_name_given(self):
+        native = os.path.join(ROOT, "tests", "tools", "fixtures", "native.pickle.gz")
+        p = run(os.path.join(ROOT, "scripts", "gmlake"), "replay", "--json", "--policy", "pytorch", native)
+        self.assertEqual(json.loads(p.stdout)["trace"], "native.pickle.gz")
+        p = run(os.path.join(ROOT, "scripts", "gmlake"), "replay", "--policy", "pytorch", native)
+        self.assertTrue(p.stdout.startswith("native.pickle.gz: "), p.stdout)
 
 
 MEASURED = {  # ../shared/traces/README.md: what PyTorch reserved on the GPU (MiB)
