@@ -113,7 +113,7 @@ class Import(unittest.TestCase):
         # W is allocated only in device 0's segments: device 2 starts with P and Q live
         self.assertEqual(events(out), snapshots.EXPECTED_TRACE[1:])
         p = importer(snap, "-o", "-", check=False)
-        self.assertEqual(p.returncode, 1)
+        self.assertEqual(p.returncode, 2)
         self.assertIn("pick one with --device", p.stderr)
 
     def test_bad_snapshots_are_named_errors(self):
@@ -134,12 +134,115 @@ class Import(unittest.TestCase):
         for i, (obj, raw, want) in enumerate(cases):
             snap = self.write(obj, f"bad{i}.pickle", raw)
             p = importer(snap, "-o", os.path.join(self.dir, f"bad{i}.trace"), check=False)
-            self.assertEqual(p.returncode, 1, (i, p.stderr))
+            self.assertEqual(p.returncode, 2, (i, p.stderr))
             self.assertIn(snap, p.stderr)
             self.assertIn(want, p.stderr, i)
             self.assertNotIn("Traceback", p.stderr)
         p = importer(os.path.join(self.dir, "missing.pickle"), "-o", "x", check=False)
         self.assertIn("cannot read", p.stderr)
+
+    def test_malformed_snapshots_one_line_exit_2(self):
+        def with_entry(**kw):
+            s = snapshots.scenario()
+            s["device_traces"][0][0] = dict(s["device_traces"][0][0], **kw)
+            return s
+
+        def with_segments(segs):
+            s = snapshots.scenario()
+            s["segments"] = segs
+            return s
+
+        seg = snapshots.scenario()["segments"][0]
+        nested = []
+        for _ in range(100000):
+            nested = [nested]
+        cases = [
+            (with_segments({"a": 1}), "'segments' is not a list"),
+            (with_segments([5]), "segment 0 is a int, not a dict"),
+            (with_segments([dict(seg, blocks={"x": 1})]), "segment 0: 'blocks' is a dict, not a list"),
+            (with_segments([dict(seg, blocks=[[1]])]), "segment 0, block 0 is a list, not a dict"),
+            (with_segments([dict(seg, blocks=[dict(seg["blocks"][0], address="0x10")])]),
+             "segment 0, block 0: 'address' is '0x10', not an integer"),
+            (with_segments([dict(seg, address=-4096)]), "segment 0: 'address' is -4096: negative"),
+            (with_entry(action=["alloc"]), "'action' is ['alloc'], not a string"),
+            (with_entry(size=-100), "'size' is -100: negative"),
+            (with_entry(addr=-4096), "'addr' is -4096: negative"),
+            (with_entry(addr=0), "'addr' is 0"),
+            (with_entry(size=1 << 64), "'size' is 18446744073709551616: larger than 2^64-1"),
+            (with_entry(addr=1 << 70), "larger than 2^64-1"),
+            ({"device_traces": [[{"action": "alloc", "addr": nested, "size": 1}]]}, "not an integer"),
+        ]
+        for i, (obj, want) in enumerate(cases):
+            try:
+                raw = pickle.dumps(obj)
+            except RecursionError:
+                raw = None
+            if raw is None:
+                continue
+            snap = self.write(None, f"m{i}.pickle", raw)
+            out = os.path.join(self.dir, f"m{i}.trace")
+            p = importer(snap, "-o", out, check=False)
+            self.assertEqual(p.returncode, 2, (i, p.stderr))
+            self.assertIn(want, p.stderr, i)
+            self.assertEqual(p.stderr.count("\n"), 1, (i, p.stderr))
+            self.assertNotIn("Traceback", p.stderr)
+            self.assertFalse(os.path.exists(out), i)
+
+    def test_output_naming_the_input_is_refused(self):
+        gz = self.write(None, "s.pickle.gz", gzip.compress(pickle.dumps(snapshots.scenario())))
+        with open(gz, "rb") as f:
+            before = f.read()
+        link = os.path.join(self.dir, "link.pickle.gz")
+        os.link(gz, link)
+        for out in (gz, link, os.path.join(self.dir, ".", "s.pickle.gz")):
+            p = importer(gz, "-o", out, check=False)
+            self.assertEqual(p.returncode, 2, (out, p.stderr))
+            self.assertIn("is the snapshot itself", p.stderr)
+            with open(gz, "rb") as f:
+                self.assertEqual(f.read(), before, "the snapshot is left as it was")
+        # several devices: NAME.devN.EXT that names the input
+        s = snapshots.scenario()
+        s["device_traces"] = [s["device_traces"][0], s["device_traces"][0]]
+        two = self.write(s, "t.dev1.pickle")
+        p = importer(two, "-o", os.path.join(self.dir, "t.pickle"), check=False)
+        self.assertEqual(p.returncode, 2, p.stderr)
+        self.assertNotIn("t.dev0.pickle", os.listdir(self.dir), "nothing written")
+
+    def test_a_failing_device_leaves_nothing(self):
+        s = snapshots.scenario()
+        bad = [dict(e) for e in s["device_traces"][0]]
+        bad[3]["size"] = -1
+        s["device_traces"] = [s["device_traces"][0], bad]
+        snap = self.write(s)
+        p = importer(snap, "-o", os.path.join(self.dir, "t.trace"), check=False)
+        self.assertEqual(p.returncode, 2, p.stderr)
+        self.assertEqual(os.listdir(self.dir), ["snap.pickle"], "no trace of device 0 left behind")
+
+    def test_a_full_disk_leaves_the_old_output_whole(self):
+        s = snapshots.scenario()
+        snap = self.write(s)
+        out = os.path.join(self.dir, "t.trace")
+        with open(out, "w") as f:
+            f.write("precious")
+        p = limited_run(64, sys.executable, os.path.join(TOOLS, "gmlake-import-snapshot"), snap,
+                        "-o", out)
+        self.assertEqual(p.returncode, 1, p.stderr)
+        self.assertIn("nothing written", p.stderr)
+        self.assertNotIn("Traceback", p.stderr)
+        with open(out) as f:
+            self.assertEqual(f.read(), "precious")
+        self.assertEqual(sorted(os.listdir(self.dir)), ["snap.pickle", "t.trace"])
+        # two devices, the disk full at the second: neither is left
+        # (the limit is per file: device 0's trace fits under it, device 1's longer one does not)
+        s["device_traces"] = [s["device_traces"][0][:3], s["device_traces"][0]]
+        snap = self.write(s)
+        os.unlink(out)
+        size = len(importer(snap, "--device", "0", "-o", "-").stdout)
+        self.assertLess(size + 10, len(importer(snap, "--device", "1", "-o", "-").stdout))
+        p = limited_run(size + 10, sys.executable, os.path.join(TOOLS, "gmlake-import-snapshot"),
+                        snap, "-o", out)
+        self.assertEqual(p.returncode, 1, p.stderr)
+        self.assertEqual(os.listdir(self.dir), ["snap.pickle"])
 
     def test_replay_refuses_a_pickle_with_a_hint(self):
         snap = self.write(snapshots.scenario())
