@@ -32,6 +32,7 @@ import os
 import pickle
 import sys
 import tempfile
+import zlib
 
 MASK64 = (1 << 64) - 1
 
@@ -55,8 +56,8 @@ def load_snapshot(path):
     if data[:2] == b"\x1f\x8b":
         try:
             data = gzip.decompress(data)
-        except (OSError, EOFError) as e:
-            raise SnapshotError(f"bad gzip data: {e}")
+        except (OSError, EOFError, zlib.error) as e:
+            raise SnapshotError(f"bad gzip data (truncated or corrupt): {e}")
     if not data.startswith(b"\x80"):
         raise SnapshotError("not a pickle (a PyTorch memory snapshot is written by "
                             "torch.cuda.memory._dump_snapshot)")
