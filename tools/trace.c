@@ -279,42 +279,42 @@ static int finish(int rc, const char *path, gml_trace *out, char *err, size_t er
     return 0;
 }
 
+/* Reads a trace from f, or from len bytes at mem where f is NULL, named `name` in messages. */
+static int load_from(const char *name, FILE *f, const void *mem, size_t len, gml_trace *out,
+                     char *err, size_t errlen)
+{
+    reader *r = calloc(1, sizeof *r);
+    if (!r) {
+        snprintf(err, errlen, "%s: out of memory", name);
+        return finish(-1, name, out, err, errlen);
+    }
+    r->path = name;
+    r->f = f;
+    r->mem = mem;
+    r->memlen = len;
+    int rc = load(r, out, err, errlen);
+    free(r);
+    return finish(rc, name, out, err, errlen);
+}
+
 int gml_trace_load(const char *path, gml_trace *out, char *err, size_t errlen)
 {
     memset(out, 0, sizeof *out);
-    reader *r = calloc(1, sizeof *r);
-    if (!r) {
-        snprintf(err, errlen, "%s: out of memory", path);
-        return -1;
-    }
-    r->path = path;
-    r->f = fopen(path, "rb");
-    if (!r->f) {
+    FILE *f = fopen(path, "rb");
+    if (!f) {
         snprintf(err, errlen, "%s: cannot open: %s", path, strerror(errno ? errno : ENOENT));
-        free(r);
         return -1;
     }
-    int rc = load(r, out, err, errlen);
-    fclose(r->f);
-    free(r);
-    return finish(rc, path, out, err, errlen);
+    int rc = load_from(path, f, NULL, 0, out, err, errlen);
+    fclose(f);
+    return rc;
 }
 
 int gml_trace_load_mem(const char *name, const void *data, size_t len, gml_trace *out, char *err,
                        size_t errlen)
 {
     memset(out, 0, sizeof *out);
-    reader *r = calloc(1, sizeof *r);
-    if (!r) {
-        snprintf(err, errlen, "%s: out of memory", name);
-        return -1;
-    }
-    r->path = name;
-    r->mem = data;
-    r->memlen = len;
-    int rc = load(r, out, err, errlen);
-    free(r);
-    return finish(rc, name, out, err, errlen);
+    return load_from(name, NULL, data, len, out, err, errlen);
 }
 
 void gml_trace_free(gml_trace *t)
