@@ -12,7 +12,7 @@ Replay them with `build/tools/gmlake-replay --policy expandable,gmlake OUTDIR/*.
 import gzip, os, random, sys
 MiB = 1 << 20
 class T:
-    def __init__(s, fn): s.f = gzip.open(fn, 'wt'); s.addr = 0x300000000; s.t = 0; s.live = {}
+    def __init__(s, fn): s.f = gzip.open(fn, 'wt'); s.f.write('# gmlake-trace v1: op ptr size stream t_us (bench/synth_traces.py)\n'); s.addr = 0x300000000; s.t = 0; s.live = {}
     def a(s, size):
         size = max(1, int(size)); p = s.addr; s.addr += (size + 4095) // 4096 * 4096 + 4096
         s.t += 1; s.f.write(f"A {p:#x} {size} 0x0 {s.t}\n"); s.live[p] = size; return p

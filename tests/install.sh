@@ -46,7 +46,7 @@ check "export-snapshot from the installed tree" '[ $? -eq 0 ] && [ -s "$tmp/nati
 mkdir "$tmp/tmpdir"
 out=$(TMPDIR=$tmp/tmpdir "$g" replay --json --policy pytorch "$snap" 2>&1)
 check "replay of a snapshot from the installed tree, its conversion removed after" \
-  '[[ "$out" == *"\"trace\":\"native.trace\",\"policy\":\"pytorch\""* ]] && [ -z "$(ls -A "$tmp/tmpdir")" ]'
+  '[[ "$out" == *"\"trace\":\"native.pickle.gz\",\"policy\":\"pytorch\""* ]] && [ -z "$(ls -A "$tmp/tmpdir")" ]'
 check "man pages gmlake(1), gmlake.conf(5)" '[ -f "$prefix/share/man/man1/gmlake.1" ] && grep -q "^\.B auto_gc" "$prefix/share/man/man5/gmlake.conf.5"'
 pc=$(find "$prefix" -name gmlake.pc | head -n1)
 check "pkg-config file" '[ -n "$pc" ] && [[ "$(PKG_CONFIG_PATH=$(dirname "$pc") pkg-config --cflags --libs gmlake)" == *"-I$prefix/include"*"-lgmlake"* ]]'

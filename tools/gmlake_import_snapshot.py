@@ -21,7 +21,11 @@ PyTorch reserved over the recorded window (from the segment entries and `segment
 replay under the `pytorch` or `expandable` policy can be compared with it.
 
 Only the Python standard library is used; the pickle is read with an unpickler that refuses
-every class, so a file that is not a plain snapshot cannot run code.
+every class, so a file that is not a plain snapshot cannot run code.  A malformed snapshot (a
+field of the wrong type, an address or size that is negative, zero where it cannot be, or not
+below 2^64) is refused with one line naming the field, exit status 2; the output may not name
+the input; the traces are written to temporary files renamed into place only once every
+device's trace is written whole, so that a failure leaves nothing behind (exit status 1).
 """
 import argparse
 import gzip
@@ -29,6 +33,8 @@ import io
 import os
 import pickle
 import sys
+import tempfile
+import zlib
 
 MASK64 = (1 << 64) - 1
 
@@ -52,8 +58,8 @@ def load_snapshot(path):
     if data[:2] == b"\x1f\x8b":
         try:
             data = gzip.decompress(data)
-        except (OSError, EOFError) as e:
-            raise SnapshotError(f"bad gzip data: {e}")
+        except (OSError, EOFError, zlib.error) as e:
+            raise SnapshotError(f"bad gzip data (truncated or corrupt): {e}")
     if not data.startswith(b"\x80"):
         raise SnapshotError("not a pickle (a PyTorch memory snapshot is written by "
                             "torch.cuda.memory._dump_snapshot)")
@@ -74,7 +80,21 @@ def load_snapshot(path):
     segments = snap.get("segments", [])
     if not isinstance(segments, list):
         raise SnapshotError("'segments' is not a list")
+    for i, seg in enumerate(segments):
+        if not isinstance(seg, dict):
+            raise SnapshotError(f"segment {i} is a {type(seg).__name__}, not a dict")
+        blocks = seg.get("blocks", [])
+        if not isinstance(blocks, list):
+            raise SnapshotError(f"segment {i}: 'blocks' is a {type(blocks).__name__}, not a list")
+        for j, b in enumerate(blocks):
+            if not isinstance(b, dict):
+                raise SnapshotError(f"segment {i}, block {j} is a {type(b).__name__}, not a dict")
     return snap
+
+
+def _short(v):
+    r = repr(v)
+    return r if len(r) <= 40 else r[:37] + "..."
 
 
 def _int(entry, key, where, default=None):
@@ -82,7 +102,19 @@ def _int(entry, key, where, default=None):
     if isinstance(v, bool) or not isinstance(v, int):
         if default is not None and v is None:
             return default
-        raise SnapshotError(f"{where}: '{key}' is {v!r}, not an integer")
+        raise SnapshotError(f"{where}: '{key}' is {_short(v)}, not an integer")
+    return v
+
+
+def _u64(entry, key, where, default=None, nonzero=False):
+    """An integer field that replay reads as an unsigned 64-bit number."""
+    v = _int(entry, key, where, default)
+    if v < 0:
+        raise SnapshotError(f"{where}: '{key}' is {v}: negative")
+    if v > MASK64:
+        raise SnapshotError(f"{where}: '{key}' is {v}: larger than 2^64-1")
+    if nonzero and v == 0:
+        raise SnapshotError(f"{where}: '{key}' is 0")
     return v
 
 
@@ -102,6 +134,8 @@ def convert_device(snap, device):
         if not isinstance(e, dict) or "action" not in e:
             raise SnapshotError(f"{where}: not a trace entry (a dict with an 'action')")
         action = e["action"]
+        if not isinstance(action, str):
+            raise SnapshotError(f"{where}: 'action' is {_short(action)}, not a string")
         counts[action] = counts.get(action, 0) + 1
         t = e.get("time_us", i)
         if isinstance(t, bool) or not isinstance(t, int):
@@ -110,20 +144,22 @@ def convert_device(snap, device):
             t0 = t
         t = max(0, t - t0)
         if action in ("segment_alloc", "segment_map"):
-            seg_delta.append((len(events), _int(e, "size", where)))
+            seg_delta.append((len(events), _u64(e, "size", where)))
             continue
         if action in ("segment_free", "segment_unmap"):
-            seg_delta.append((len(events), -_int(e, "size", where)))
+            seg_delta.append((len(events), -_u64(e, "size", where)))
             continue
         if action == "oom":
             ooms += 1
             continue
         if action not in ("alloc", "free_requested", "free_completed"):
             continue  # snapshot, annotations
-        addr = _int(e, "addr", where) & MASK64
-        size = _int(e, "size", where)
+        addr = _u64(e, "addr", where, nonzero=True)
+        size = _u64(e, "size", where)
         stream = _int(e, "stream", where, 0) & MASK64
         if action == "alloc":
+            if size > MASK64:
+                raise SnapshotError(f"{where}: 'size' is {size}: larger than 2^64-1")
             if addr in live:
                 raise SnapshotError(f"{where}: alloc of {addr:#x}, which is still allocated")
             if size <= 0:
@@ -148,22 +184,25 @@ def convert_device(snap, device):
     # blocks allocated at dump time that the buffer never mentions were live all along
     reserved_end = 0
     allocated_end = set()
-    for s in snap.get("segments", []):
-        if not isinstance(s, dict) or s.get("device", device) != device:
+    for i, s in enumerate(snap.get("segments", [])):
+        if s.get("device", device) != device:
             continue
-        where = f"segment at {s.get('address', '?')}"
-        reserved_end += _int(s, "total_size", where)
-        addr = _int(s, "address", where)
+        where = f"segment {i}"
+        reserved_end += _u64(s, "total_size", where)
+        addr = _u64(s, "address", where, nonzero=True)
         sstream = _int(s, "stream", where, 0) & MASK64
-        for b in s.get("blocks", []):
-            bsize = _int(b, "size", where)
-            baddr = b.get("address", addr)
+        for j, b in enumerate(s.get("blocks", [])):
+            bwhere = f"segment {i}, block {j}"
+            bsize = _u64(b, "size", bwhere)
+            baddr = _u64(b, "address", bwhere, addr, nonzero=True)
             if b.get("state") in ("active_allocated", "active_pending_free", "active_awaiting_free"):
                 allocated_end.add(baddr)
                 if baddr not in seen:
-                    req = b.get("requested_size") or bsize
+                    req = _u64(b, "requested_size", bwhere, 0) or bsize
+                    if req == 0:
+                        raise SnapshotError(f"{bwhere}: an allocated block of size 0")
                     initial[baddr] = (req, sstream)
-            addr = baddr + bsize
+            addr = min(baddr + bsize, MASK64)
     not_in_segments = len([a for a in live if a not in allocated_end and a not in initial])
 
     # PyTorch's reserved bytes over the window, from the segment entries
@@ -224,16 +263,48 @@ def output_path(out, device, several):
     return os.path.join(os.path.dirname(out), f"{stem}.dev{device}{dot}{ext}")
 
 
-def write(path, head, lines):
-    text = "\n".join(head + lines) + "\n"
-    if path == "-":
-        sys.stdout.write(text)
-    elif path.endswith(".gz"):
-        with gzip.open(path, "wt") as f:
-            f.write(text)
-    else:
-        with open(path, "w") as f:
-            f.write(text)
+def _same_file(a, b):
+    """a and b name the same file: by device and inode where both exist, else by path."""
+    try:
+        sa, sb = os.stat(a), os.stat(b)
+        return (sa.st_dev, sa.st_ino) == (sb.st_dev, sb.st_ino)
+    except OSError:
+        return os.path.realpath(a) == os.path.realpath(b)
+
+
+def write_all(outputs):
+    """outputs: [(path, head, lines)].  Each is written to a temporary file beside it; only when
+    all are written whole are they renamed into place.  On any failure nothing is left behind."""
+    done = []  # (tmp, path)
+    try:
+        for path, head, lines in outputs:
+            text = "\n".join(head + lines) + "\n"
+            if path == "-":
+                sys.stdout.write(text)
+                continue
+            d = os.path.dirname(path) or "."
+            fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".tmp-", dir=d)
+            done.append((tmp, path))
+            with os.fdopen(fd, "wb") as raw:
+                if path.endswith(".gz"):
+                    with gzip.GzipFile(fileobj=raw, mode="wb", filename="") as f:
+                        f.write(text.encode())
+                else:
+                    raw.write(text.encode())
+                raw.flush()
+                os.fsync(raw.fileno())
+            mask = os.umask(0)
+            os.umask(mask)
+            os.chmod(tmp, 0o666 & ~mask)
+        for tmp, path in done:
+            os.replace(tmp, path)
+    except BaseException:
+        for tmp, path in done:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+        raise
 
 
 def main(argv=None):
@@ -263,11 +334,17 @@ def main(argv=None):
         if a.output == "-" and len(devs) > 1:
             raise SnapshotError(f"devices {devs} have traces: pick one with --device to write "
                                 "to standard output")
+        outputs, summaries = [], []
         for d in devs:
             head, lines, s = convert_device(snap, d)
             path = output_path(a.output, d, len(devs) > 1)
-            write(path, head, lines)
-            if not a.quiet:
+            if path != "-" and _same_file(path, a.snapshot):
+                raise SnapshotError(f"the output {path} is the snapshot itself: name another file")
+            outputs.append((path, head, lines))
+            summaries.append((path, d, s))
+        write_all(outputs)  # every device's trace, or none
+        if not a.quiet:
+            for path, d, s in summaries:
                 print(f"{path}: device {d}, {s['allocs']} allocations, {s['frees']} frees, "
                       f"{s['initial']} live before the first entry ({s['initial_bytes']} bytes); "
                       f"PyTorch reserved peak {s['reserved_peak']} bytes in the window "
@@ -275,9 +352,18 @@ def main(argv=None):
                       file=sys.stderr)
     except SnapshotError as e:
         print(f"gmlake import-snapshot: {a.snapshot}: {e}", file=sys.stderr)
-        return 1
+        return 2
     except OSError as e:
-        print(f"gmlake import-snapshot: {e.filename or a.output}: {e.strerror}", file=sys.stderr)
+        print(f"gmlake import-snapshot: {e.filename or a.output}: {e.strerror} (nothing written)",
+              file=sys.stderr)
+        return 1
+    except (TypeError, ValueError, KeyError, AttributeError, IndexError, RecursionError) as e:
+        # a snapshot malformed in a way not checked above: still one line, never a traceback
+        print(f"gmlake import-snapshot: {a.snapshot}: malformed snapshot ({type(e).__name__}: "
+              f"{_short(str(e))})", file=sys.stderr)
+        return 2
+    except MemoryError:
+        print(f"gmlake import-snapshot: {a.snapshot}: out of memory", file=sys.stderr)
         return 1
     return 0
 

@@ -1,6 +1,8 @@
 /* plot.c — the SVG chart of a replay (contract in plot.h). */
 #include "plot.h"
 
+#include "outfile.h"
+
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
@@ -47,11 +49,10 @@ static double nice_step(double range, int ticks)
 int gml_plot_svg(const char *path, const char *title, const gml_plot_line *lines, size_t n,
                  char *err, size_t errlen)
 {
-    FILE *f = fopen(path, "w");
-    if (!f) {
-        snprintf(err, errlen, "%s: cannot write: %s", path, strerror(errno));
+    gml_outfile out;
+    if (gml_outfile_open(&out, path, err, errlen))
         return -1;
-    }
+    FILE *f = out.f;
     const double mib = 1024.0 * 1024.0;
     double ymax = 1;
     size_t events = 1;
@@ -160,9 +161,5 @@ int gml_plot_svg(const char *path, const char *title, const gml_plot_line *lines
     fprintf(f, "</svg>\n");
 #undef X
 #undef Y
-    if (fclose(f) != 0) {
-        snprintf(err, errlen, "%s: write failed: %s", path, strerror(errno));
-        return -1;
-    }
-    return 0;
+    return gml_outfile_commit(&out, err, errlen); /* all or nothing */
 }

@@ -18,7 +18,7 @@ typedef struct gml_plot_line {
     const gml_policy_result *result;
 } gml_plot_line;
 
-/* 0 on success; -1 with a message in err. */
+/* Writes the chart to path all or nothing (outfile.h); 0 on success; -1 with a message in err. */
 int gml_plot_svg(const char *path, const char *title, const gml_plot_line *lines, size_t n,
                  char *err, size_t errlen);
 

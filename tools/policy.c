@@ -10,49 +10,14 @@
 #include <time.h>
 #include <uthash.h>
 
-#include "../core/cost.h"
 #include "../stitch/stitch.h"
+#include "charge.h"
 #include "models/models.h"
-
-static const char *const extra_call_names[] = {"cuda_malloc", "cuda_free", "stream_synchronize"};
-
-const char *gml_call_name(int kind)
-{
-    if (kind >= 0 && kind < GMLAKE_DC_COUNT)
-        return gmlake_devcall_name(kind);
-    if (kind >= GMLAKE_DC_COUNT && kind < GML_CALL_COUNT)
-        return extra_call_names[kind - GMLAKE_DC_COUNT];
-    return "unknown";
-}
-
-/* Estimated driver seconds of one call (contract in policy.h).  The table has no row for
- * cudaMalloc / cudaFree: they are priced as the VMM calls that do the same work on one handle of
- * the segment's size. */
-static double call_seconds(int kind, uint64_t handle_bytes, uint64_t handles)
-{
-    switch (kind) {
-    case GML_CALL_CUDA_MALLOC:
-        return gml_cost_call(GMLAKE_DC_VA_RESERVE, 0) + gml_cost_grow(handle_bytes, handle_bytes);
-    case GML_CALL_CUDA_FREE:
-        return gml_cost_shrink(handle_bytes, handle_bytes) + gml_cost_call(GMLAKE_DC_VA_FREE, 0);
-    case GML_CALL_STREAM_SYNC:
-        return gml_cost_call(GMLAKE_DC_SYNCHRONIZE, 0);
-    default:
-        return gml_cost_by_handle(kind) ? (double)handles * gml_cost_call(kind, handle_bytes)
-                                        : gml_cost_call(kind, handle_bytes);
-    }
-}
-
-void gml_policy_call(gml_policy *p, int kind, uint64_t handle_bytes, uint64_t handles)
-{
-    p->calls[kind]++;
-    p->device_seconds += call_seconds(kind, handle_bytes, handles);
-}
 
 void gml_model_options_default(gml_model_options *o)
 {
-    o->max_split_size = UINT64_MAX;
-    o->roundup_divisions = 0;
+    o->pytorch = (gml_model_settings){.max_split_size = UINT64_MAX, .roundup_divisions = 0};
+    o->expandable = o->pytorch;
 }
 
 static int parse_uint(const char *s, uint64_t *out)
@@ -72,12 +37,16 @@ int gml_model_option_set(gml_model_options *o, const char *key, const char *valu
                          size_t errlen)
 {
     const char *k;
-    if (strncmp(key, "pytorch.", 8) == 0)
+    gml_model_settings *m;
+    if (strncmp(key, "pytorch.", 8) == 0) {
         k = key + 8;
-    else if (strncmp(key, "expandable.", 11) == 0)
+        m = &o->pytorch;
+    } else if (strncmp(key, "expandable.", 11) == 0) {
         k = key + 11;
-    else
+        m = &o->expandable;
+    } else {
         return 1;
+    }
     uint64_t v;
     if (strcmp(k, "max_split_size_mb") == 0) {
         /* PyTorch refuses values up to kLargeBuffer (20 MiB) */
@@ -85,7 +54,7 @@ int gml_model_option_set(gml_model_options *o, const char *key, const char *valu
             snprintf(err, errlen, "%s: '%s' is not a whole number of MiB above 20", key, value);
             return -1;
         }
-        o->max_split_size = v << 20;
+        m->max_split_size = v << 20;
         return 0;
     }
     if (strcmp(k, "roundup_power2_divisions") == 0) {
@@ -93,7 +62,7 @@ int gml_model_option_set(gml_model_options *o, const char *key, const char *valu
             snprintf(err, errlen, "%s: '%s' is not 0, 1 or a power of two up to 1024", key, value);
             return -1;
         }
-        o->roundup_divisions = (unsigned)v;
+        m->roundup_divisions = (unsigned)v;
         return 0;
     }
     snprintf(err, errlen, "%s: unknown model setting (known: max_split_size_mb, roundup_power2_divisions)",
@@ -180,9 +149,17 @@ bool gml_policy_known(const char *name)
 gml_policy *gml_policy_create(const char *name, uint64_t capacity, const gml_pool_settings *pool,
                               const gml_model_options *model, char *err, size_t errlen)
 {
-    if (strcmp(name, "pytorch") == 0 || strcmp(name, "expandable") == 0)
-        return gml_model_caching_create(name, capacity, model, strcmp(name, "expandable") == 0,
-                                        err, errlen);
+    if (strcmp(name, "pytorch") == 0 || strcmp(name, "expandable") == 0) {
+        bool expandable = strcmp(name, "expandable") == 0;
+        gml_model_options defaults;
+        if (!model) {
+            gml_model_options_default(&defaults);
+            model = &defaults;
+        }
+        return gml_model_caching_create(name, capacity,
+                                        expandable ? &model->expandable : &model->pytorch,
+                                        expandable, err, errlen);
+    }
     gml_pool_settings s = *pool;
     if (strcmp(name, "no-stitch") == 0) {
         s.vmm_defragment = false;

@@ -31,7 +31,6 @@ enum gml_call {
     GML_CALL_STREAM_SYNC,                   /* cudaStreamSynchronize (before unmapping) */
     GML_CALL_COUNT
 };
-const char *gml_call_name(int kind);
 
 typedef struct gml_policy gml_policy;
 
@@ -54,24 +53,21 @@ struct gml_policy {
     gml_pool *pool;                 /* gmlake policies: the pool replayed through */
 };
 
-/* Counts one device call of `kind` over `handles` physical handles of handle_bytes each (1 and
- * the range's size for a call on a virtual range, 0 handles for a synchronization), and charges
- * its estimated driver time: gmlake's kinds as core/cost.h prices them (per handle for the kinds
- * it charges by handle size); cudaMalloc and cudaFree of handle_bytes as the VMM calls of one
- * handle of that size (reserve + create + map + set_access; unmap + release + address free);
- * a stream synchronization as a synchronize call. */
-void gml_policy_call(gml_policy *p, int kind, uint64_t handle_bytes, uint64_t handles);
-
 /* Policies by name: gmlake, no-stitch, largest, bestfit (gmlake's pool with `pool` settings,
- * adjusted for the name), pytorch, expandable (models, with `model` options).  NULL with a
- * message in err for an unknown name or a failure. */
-typedef struct gml_model_options {
+ * adjusted for the name), pytorch, expandable (models, each with its own settings of `model`;
+ * NULL: the defaults).  NULL with a message in err for an unknown name or a failure. */
+typedef struct gml_model_settings {
     uint64_t max_split_size;   /* bytes; UINT64_MAX: unlimited (PyTorch's default) */
     unsigned roundup_divisions; /* roundup_power2_divisions; 0 or 1: off */
+} gml_model_settings;
+/* Each model's settings its own: pytorch.* keys set `pytorch`, expandable.* keys `expandable`. */
+typedef struct gml_model_options {
+    gml_model_settings pytorch, expandable;
 } gml_model_options;
 void gml_model_options_default(gml_model_options *o);
 /* Applies "pytorch.KEY=VALUE" / "expandable.KEY=VALUE" (KEY max_split_size_mb or
- * roundup_power2_divisions).  1 if key is not a model key, 0 on success, -1 with err set. */
+ * roundup_power2_divisions) to that model's settings only.  1 if key is not a model key, 0 on
+ * success, -1 with err set. */
 int gml_model_option_set(gml_model_options *o, const char *key, const char *value, char *err,
                          size_t errlen);
 bool gml_policy_known(const char *name);

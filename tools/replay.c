@@ -4,14 +4,18 @@
  * side: peak active and reserved memory, utilization, memory saved against `pytorch`, device
  * calls, stitches; optionally an SVG chart of memory over the trace.
  */
+#include <errno.h>
 #include <getopt.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "../config/config.h"
 #include "../config/units.h"
 #include "../stitch/stitch.h"
+#include "charge.h"
 #include "plot.h"
 #include "policy.h"
 #include "trace.h"
@@ -20,27 +24,53 @@ static void usage(FILE *f)
 {
     fprintf(f,
             "usage: gmlake replay [--json] [--policy LIST] [--capacity SIZE] [--plot FILE.svg] [--check N]\n"
-            "                     [--set KEY=VALUE] TRACE...\n"
+            "                     [--set KEY=VALUE] [--label NAME] TRACE...\n"
             "Replays gmlake-trace v1 files (plain or gzip) under each policy on a simulated device\n"
             "and prints, per trace, the policies side by side: peak active and reserved bytes,\n"
             "utilization (peak active / peak reserved), memory saved against pytorch, device\n"
             "calls and their estimated driver time (core/cost.h), stitches; then each policy's\n"
             "device calls by kind, with the count and driver time of the trace's second half.\n"
             "  --json          one JSON object per trace and policy instead of the table\n"
-            "  --policy LIST   comma-separated, default gmlake:\n"
+            "  --policy LIST   comma-separated, default pytorch,expandable,gmlake:\n"
             "                    gmlake      gmlake's pool (stitching, default strategy)\n"
             "                    no-stitch, largest, bestfit   gmlake without stitching / with that strategy\n"
             "                    pytorch     model of PyTorch's native caching allocator\n"
             "                    expandable  model of PyTorch with expandable_segments:True\n"
-            "  --capacity SIZE device memory of the simulated GPU (default 140GiB)\n"
-            "  --plot FILE.svg reserved and active memory over the trace per policy, peaks marked\n"
-            "                  (several traces: the trace's name goes before .svg)\n"
+            "  --capacity SIZE device memory of the simulated GPU (default 140GiB, at most 16TiB)\n"
+            "  --plot FILE.svg reserved and active memory over the trace per policy, peaks marked, as\n"
+            "                  SVG (several traces: the trace's name goes before .svg); the file is\n"
+            "                  replaced only once written whole, and its path printed on stderr\n"
             "  --check N       run the policy's consistency checker every N events (slow)\n"
+            "  --label NAME    report the next TRACE as NAME (gmlake replay names a converted\n"
+            "                  snapshot after the file the user gave)\n"
             "  --set KEY=VALUE a pool setting, as in gmlake.conf (stitch, frag_limit, reuse_limit,\n"
             "                  defrag_level, auto_gc, stitch_bytes_limit, stitch_strategy,\n"
             "                  chunk_size, small_limit, memory_limit), or a model setting:\n"
             "                  pytorch.max_split_size_mb, pytorch.roundup_power2_divisions (the\n"
-            "                  same keys under expandable.); repeatable\n");
+            "                  same keys under expandable.: each model's its own); repeatable\n"
+            "A policy with failed allocations (out of device memory) is not compared: its saved\n"
+            "column says so, its JSON has \"complete\":false and \"saved_vs_pytorch_bytes\":null,\n"
+            "and the exit status is 1.\n");
+}
+
+/* The largest --capacity: the simulated device and the expandable model keep a byte per 2 MiB
+ * chunk of it. */
+#define MAX_CAPACITY ((size_t)16 << 40)
+
+/* s as a JSON string, quotes included. */
+static void json_str(const char *s)
+{
+    putchar('"');
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\')
+            printf("\\%c", c);
+        else if (c < 0x20 || c == 0x7f)
+            printf("\\u%04x", c);
+        else
+            putchar(c);
+    }
+    putchar('"');
 }
 
 static gml_config base; /* defaults plus --set */
@@ -54,6 +84,7 @@ static const char *base_name(const char *p)
 
 typedef struct run {
     const char *policy;
+    bool failed_allocations; /* the policy could not serve the whole trace: not compared */
     gml_policy_result r;
     gml_series s;
     gmlake_stats st; /* gmlake policies: the pool's at the end */
@@ -64,16 +95,22 @@ static void json_line(const char *trace, const run *x, const run *ref)
 {
     const gml_policy_result *r = &x->r;
     double util = r->peak_reserved ? (double)r->peak_active / (double)r->peak_reserved : 0;
-    printf("{\"trace\":\"%s\",\"policy\":\"%s\",\"allocations\":%lu,\"frees\":%lu,"
+    printf("{\"trace\":");
+    json_str(trace);
+    printf(",\"policy\":");
+    json_str(x->policy);
+    printf(",\"complete\":%s,\"allocations\":%lu,\"frees\":%lu,"
            "\"failed_allocations\":%lu,\"peak_active_bytes\":%lu,\"peak_reserved_bytes\":%lu,"
            "\"utilization\":%.6f,\"stitches\":%lu,",
-           trace, x->policy, (unsigned long)r->allocations, (unsigned long)r->frees,
-           (unsigned long)r->failed, (unsigned long)r->peak_active,
+           x->failed_allocations ? "false" : "true", (unsigned long)r->allocations,
+           (unsigned long)r->frees, (unsigned long)r->failed, (unsigned long)r->peak_active,
            (unsigned long)r->peak_reserved, util, (unsigned long)r->stitches);
     if (x->is_pool)
         printf("\"stitch_reuses\":%lu,\"stitch_evictions\":%lu,", (unsigned long)x->st.stitch_reuses,
                (unsigned long)x->st.stitch_evictions);
-    if (ref)
+    if (ref && (x->failed_allocations || ref->failed_allocations))
+        printf("\"saved_vs_pytorch_bytes\":null,"); /* one of the two did not serve the trace */
+    else if (ref)
         printf("\"saved_vs_pytorch_bytes\":%lld,",
                (long long)ref->r.peak_reserved - (long long)r->peak_reserved);
     printf("\"device_calls_total\":%lu,\"device_calls_second_half\":%lu,\"device_calls\":{",
@@ -108,7 +145,11 @@ static void table(const char *trace, const gml_trace *t, const run *runs, size_t
     for (size_t i = 0; i < n; i++) {
         const gml_policy_result *r = &runs[i].r;
         char saved[32] = "-";
-        if (ref)
+        if (runs[i].failed_allocations)
+            snprintf(saved, sizeof saved, "FAILED");
+        else if (ref && ref->failed_allocations)
+            snprintf(saved, sizeof saved, "pytorch FAILED");
+        else if (ref)
             snprintf(saved, sizeof saved, "%.1f MiB",
                      ((double)ref->r.peak_reserved - (double)r->peak_reserved) / mib);
         printf("  %-12s %10.1f MiB %10.1f MiB %7.2f%% %17s %12lu %14.4f %9lu %7lu\n",
@@ -126,6 +167,31 @@ static void table(const char *trace, const gml_trace *t, const run *runs, size_t
             if (r->calls[k])
                 printf(" %s %lu", gml_call_name(k), (unsigned long)r->calls[k]);
         printf("; replay %.3f s\n", r->seconds);
+    }
+    for (size_t i = 0; i < n; i++)
+        if (runs[i].failed_allocations)
+            printf("  %s FAILED: %lu of %lu allocations could not be served (out of device "
+                   "memory): its figures are not comparable, nothing saved\n", runs[i].policy,
+                   (unsigned long)runs[i].r.failed,
+                   (unsigned long)(runs[i].r.failed + runs[i].r.allocations));
+}
+
+static bool ends_with_svg(const char *p)
+{
+    size_t n = strlen(p);
+    return n > 4 && strcasecmp(p + n - 4, ".svg") == 0 && p[n - 5] != '/';
+}
+
+static const char *long_name(int c)
+{
+    switch (c) {
+    case 'p': return "--policy";
+    case 'c': return "--capacity";
+    case 'k': return "--check";
+    case 's': return "--set";
+    case 'o': return "--plot";
+    case 'l': return "--label";
+    default: return "an option";
     }
 }
 
@@ -155,17 +221,37 @@ int main(int argc, char **argv)
         {"json", no_argument, 0, 'j'},       {"policy", required_argument, 0, 'p'},
         {"capacity", required_argument, 0, 'c'}, {"check", required_argument, 0, 'k'},
         {"set", required_argument, 0, 's'},  {"plot", required_argument, 0, 'o'},
-        {"help", no_argument, 0, 'h'},       {0, 0, 0, 0},
+        {"label", required_argument, 0, 'l'}, {"help", no_argument, 0, 'h'},
+        {0, 0, 0, 0},
     };
     bool json = false;
-    const char *policies = "gmlake", *plot = NULL;
+    const char *policies = "pytorch,expandable,gmlake", *plot = NULL;
     size_t capacity = (size_t)140 << 30;
     long check = 0;
     int c;
     gml_config_defaults(&base);
     gml_model_options_default(&model_opt);
-    while ((c = getopt_long(argc, argv, "jp:c:k:s:o:h", opts, NULL)) != -1) {
+    /* traces in order, each with the name it is reported under */
+    /* (file scope: an early return leaves them reachable, not leaked) */
+    static const char **paths, **labels;
+    paths = calloc((size_t)argc, sizeof *paths);
+    labels = calloc((size_t)argc, sizeof *labels);
+    size_t ntrace = 0;
+    const char *next_label = NULL;
+    if (!paths || !labels) {
+        fprintf(stderr, "gmlake replay: out of memory\n");
+        return 1;
+    }
+    opterr = 0;
+    /* '-': operands come back in order (code 1), so that --label names the trace after it */
+    while ((c = getopt_long(argc, argv, "-:jp:c:k:s:o:l:h", opts, NULL)) != -1) {
         switch (c) {
+        case 1:
+            paths[ntrace] = optarg;
+            labels[ntrace++] = next_label ? next_label : optarg;
+            next_label = NULL;
+            break;
+        case 'l': next_label = optarg; break;
         case 's': {
             char kv[256], err[256];
             snprintf(kv, sizeof kv, "%s", optarg);
@@ -186,30 +272,67 @@ int main(int argc, char **argv)
         }
         case 'j': json = true; break;
         case 'p': policies = optarg; break;
-        case 'o': plot = optarg; break;
+        case 'o':
+            if (!ends_with_svg(optarg)) {
+                fprintf(stderr, "gmlake replay: --plot '%s': the chart is SVG: name a file ending "
+                                "in .svg (scripts/render-plot FILE.svg FILE.png makes a PNG of it)\n",
+                        optarg);
+                return 2;
+            }
+            plot = optarg;
+            break;
         case 'c':
             if (gml_parse_size(optarg, &capacity) || capacity < ((size_t)2 << 20)) {
                 fprintf(stderr, "gmlake replay: --capacity '%s' is not a size of at least 2MiB\n", optarg);
+                return 2;
+            }
+            if (capacity > MAX_CAPACITY) {
+                fprintf(stderr, "gmlake replay: --capacity '%s' is too large: at most 16TiB (the "
+                                "simulated device)\n", optarg);
                 return 2;
             }
             capacity &= ~(((size_t)2 << 20) - 1);
             break;
         case 'k': {
             char *end;
+            errno = 0;
             check = strtol(optarg, &end, 10);
-            if (*end || check <= 0) {
-                fprintf(stderr, "gmlake replay: --check '%s' is not a positive number\n", optarg);
+            if (errno == ERANGE || (!*end && *optarg && *optarg != '-' && check <= 0 && errno)) {
+                fprintf(stderr, "gmlake replay: --check '%s' is out of range (1 to %ld)\n", optarg,
+                        LONG_MAX);
+                return 2;
+            }
+            if (*end || !*optarg || check <= 0) {
+                fprintf(stderr, "gmlake replay: --check '%s' is not a positive whole number\n", optarg);
                 return 2;
             }
             break;
         }
         case 'h': usage(stdout); return 0;
-        default: usage(stderr); return 2;
+        case ':':
+            fprintf(stderr, "gmlake replay: %s needs a value\n", long_name(optopt));
+            return 2;
+        default:
+            if (optopt)
+                fprintf(stderr, "gmlake replay: unknown option '-%c'\n", optopt);
+            else
+                fprintf(stderr, "gmlake replay: unknown option '%s'\n", argv[optind - 1]);
+            usage(stderr);
+            return 2;
         }
     }
     if (gml_config_check_print(&base, 0, "gmlake replay", stderr) != 0) /* config/check.c */
         return 2;
-    if (optind >= argc) {
+    for (; optind < argc; optind++) { /* after "--" */
+        paths[ntrace] = argv[optind];
+        labels[ntrace++] = next_label ? next_label : argv[optind];
+        next_label = NULL;
+    }
+    if (next_label) {
+        fprintf(stderr, "gmlake replay: --label '%s' names no trace (it goes before one)\n", next_label);
+        return 2;
+    }
+    if (ntrace == 0) {
         usage(stderr);
         return 2;
     }
@@ -240,10 +363,10 @@ int main(int argc, char **argv)
         return 1;
     }
     int status = 0;
-    for (int i = optind; i < argc; i++) {
+    for (size_t i = 0; i < ntrace; i++) {
         char err[512];
         gml_trace t;
-        if (gml_trace_load(argv[i], &t, err, sizeof err)) {
+        if (gml_trace_load(paths[i], &t, err, sizeof err)) {
             fprintf(stderr, "gmlake replay: %s\n", err);
             status = 1;
             continue;
@@ -255,6 +378,8 @@ int main(int argc, char **argv)
             if (!p) {
                 fprintf(stderr, "gmlake replay: %s\n", err);
                 free(runs);
+                free(paths);
+                free(labels);
                 return 1;
             }
             run *x = &runs[nrun];
@@ -265,6 +390,7 @@ int main(int argc, char **argv)
                 status = 1;
             } else {
                 x->is_pool = p->pool != NULL;
+                x->failed_allocations = x->r.failed > 0;
                 if (x->is_pool)
                     gml_pool_stats(p->pool, &x->st);
                 if (strcmp(names[k], "pytorch") == 0 && !ref)
@@ -273,7 +399,14 @@ int main(int argc, char **argv)
             }
             gml_policy_destroy(p);
         }
-        const char *tn = base_name(argv[i]);
+        const char *tn = base_name(labels[i]);
+        for (size_t k = 0; k < nrun; k++)
+            if (runs[k].failed_allocations) {
+                fprintf(stderr, "gmlake replay: %s: policy %s: %lu allocations failed (out of "
+                                "device memory): not compared, nothing saved\n", tn,
+                        runs[k].policy, (unsigned long)runs[k].r.failed);
+                status = 1;
+            }
         if (json)
             for (size_t k = 0; k < nrun; k++)
                 json_line(tn, &runs[k], ref);
@@ -284,14 +417,18 @@ int main(int argc, char **argv)
             for (size_t k = 0; k < nrun; k++)
                 lines[k] = (gml_plot_line){runs[k].policy, &runs[k].s, &runs[k].r};
             char path[1024];
-            plot_path(path, sizeof path, plot, argv[i], argc - optind > 1);
+            plot_path(path, sizeof path, plot, paths[i], ntrace > 1);
             if (gml_plot_svg(path, tn, lines, nrun, err, sizeof err)) {
                 fprintf(stderr, "gmlake replay: %s\n", err);
                 status = 1;
+            } else {
+                fprintf(stderr, "gmlake replay: %s: plot written to %s\n", tn, path);
             }
         }
         gml_trace_free(&t);
     }
     free(runs);
+    free(paths);
+    free(labels);
     return status;
 }

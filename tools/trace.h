@@ -1,10 +1,14 @@
 /*
  * trace.h — reading `gmlake-trace v1` files and replaying them through a pool.
  *
- * Format: core/trace_format.h (one line is parsed there); files are plain text or gzip.
- * A malformed line, an allocation of a pointer that is live, or a free of one that is not, is an
- * error that names the file and the line; a Python pickle (a PyTorch memory snapshot, which
- * `gmlake import-snapshot` converts) is refused with that hint.
+ * Format: core/trace_format.h (one line is parsed there); files are plain text or gzip (one or
+ * more members).  The first line is the header `# gmlake-trace v1` (then ':', a blank or the
+ * end of the line).  Refused, each with a message naming the file (and the line where there is
+ * one): a missing header or another version, a malformed line, a NUL byte, a line longer than
+ * 510 bytes, a gzip stream cut short ("truncated"), corrupt gzip data, bytes after the last gzip
+ * member, a file with no events; at replay, an allocation of a pointer that is live, or a free
+ * of one that is not.  A Python pickle (a PyTorch memory snapshot, which `gmlake
+ * import-snapshot` converts) is refused with that hint.
  */
 #ifndef GML_TRACE_H
 #define GML_TRACE_H
@@ -29,6 +33,9 @@ typedef struct gml_trace {
 
 /* 0 on success; -1 with a message "PATH:LINE: what" in err. */
 int gml_trace_load(const char *path, gml_trace *out, char *err, size_t errlen);
+/* The same from len bytes in memory, named `name` in messages (the fuzzer's entry point). */
+int gml_trace_load_mem(const char *name, const void *data, size_t len, gml_trace *out, char *err,
+                       size_t errlen);
 void gml_trace_free(gml_trace *t);
 
 typedef struct gml_replay_result {

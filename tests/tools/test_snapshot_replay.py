@@ -9,6 +9,8 @@ import json
 import os
 import pickle
 import re
+import resource
+import signal
 import shutil
 import subprocess
 import sys
@@ -111,7 +113,7 @@ class Import(unittest.TestCase):
         # W is allocated only in device 0's segments: device 2 starts with P and Q live
         self.assertEqual(events(out), snapshots.EXPECTED_TRACE[1:])
         p = importer(snap, "-o", "-", check=False)
-        self.assertEqual(p.returncode, 1)
+        self.assertEqual(p.returncode, 2)
         self.assertIn("pick one with --device", p.stderr)
 
     def test_bad_snapshots_are_named_errors(self):
@@ -132,12 +134,115 @@ class Import(unittest.TestCase):
         for i, (obj, raw, want) in enumerate(cases):
             snap = self.write(obj, f"bad{i}.pickle", raw)
             p = importer(snap, "-o", os.path.join(self.dir, f"bad{i}.trace"), check=False)
-            self.assertEqual(p.returncode, 1, (i, p.stderr))
+            self.assertEqual(p.returncode, 2, (i, p.stderr))
             self.assertIn(snap, p.stderr)
             self.assertIn(want, p.stderr, i)
             self.assertNotIn("Traceback", p.stderr)
         p = importer(os.path.join(self.dir, "missing.pickle"), "-o", "x", check=False)
         self.assertIn("cannot read", p.stderr)
+
+    def test_malformed_snapshots_one_line_exit_2(self):
+        def with_entry(**kw):
+            s = snapshots.scenario()
+            s["device_traces"][0][0] = dict(s["device_traces"][0][0], **kw)
+            return s
+
+        def with_segments(segs):
+            s = snapshots.scenario()
+            s["segments"] = segs
+            return s
+
+        seg = snapshots.scenario()["segments"][0]
+        nested = []
+        for _ in range(100000):
+            nested = [nested]
+        cases = [
+            (with_segments({"a": 1}), "'segments' is not a list"),
+            (with_segments([5]), "segment 0 is a int, not a dict"),
+            (with_segments([dict(seg, blocks={"x": 1})]), "segment 0: 'blocks' is a dict, not a list"),
+            (with_segments([dict(seg, blocks=[[1]])]), "segment 0, block 0 is a list, not a dict"),
+            (with_segments([dict(seg, blocks=[dict(seg["blocks"][0], address="0x10")])]),
+             "segment 0, block 0: 'address' is '0x10', not an integer"),
+            (with_segments([dict(seg, address=-4096)]), "segment 0: 'address' is -4096: negative"),
+            (with_entry(action=["alloc"]), "'action' is ['alloc'], not a string"),
+            (with_entry(size=-100), "'size' is -100: negative"),
+            (with_entry(addr=-4096), "'addr' is -4096: negative"),
+            (with_entry(addr=0), "'addr' is 0"),
+            (with_entry(size=1 << 64), "'size' is 18446744073709551616: larger than 2^64-1"),
+            (with_entry(addr=1 << 70), "larger than 2^64-1"),
+            ({"device_traces": [[{"action": "alloc", "addr": nested, "size": 1}]]}, "not an integer"),
+        ]
+        for i, (obj, want) in enumerate(cases):
+            try:
+                raw = pickle.dumps(obj)
+            except RecursionError:
+                raw = None
+            if raw is None:
+                continue
+            snap = self.write(None, f"m{i}.pickle", raw)
+            out = os.path.join(self.dir, f"m{i}.trace")
+            p = importer(snap, "-o", out, check=False)
+            self.assertEqual(p.returncode, 2, (i, p.stderr))
+            self.assertIn(want, p.stderr, i)
+            self.assertEqual(p.stderr.count("\n"), 1, (i, p.stderr))
+            self.assertNotIn("Traceback", p.stderr)
+            self.assertFalse(os.path.exists(out), i)
+
+    def test_output_naming_the_input_is_refused(self):
+        gz = self.write(None, "s.pickle.gz", gzip.compress(pickle.dumps(snapshots.scenario())))
+        with open(gz, "rb") as f:
+            before = f.read()
+        link = os.path.join(self.dir, "link.pickle.gz")
+        os.link(gz, link)
+        for out in (gz, link, os.path.join(self.dir, ".", "s.pickle.gz")):
+            p = importer(gz, "-o", out, check=False)
+            self.assertEqual(p.returncode, 2, (out, p.stderr))
+            self.assertIn("is the snapshot itself", p.stderr)
+            with open(gz, "rb") as f:
+                self.assertEqual(f.read(), before, "the snapshot is left as it was")
+        # several devices: NAME.devN.EXT that names the input
+        s = snapshots.scenario()
+        s["device_traces"] = [s["device_traces"][0], s["device_traces"][0]]
+        two = self.write(s, "t.dev1.pickle")
+        p = importer(two, "-o", os.path.join(self.dir, "t.pickle"), check=False)
+        self.assertEqual(p.returncode, 2, p.stderr)
+        self.assertNotIn("t.dev0.pickle", os.listdir(self.dir), "nothing written")
+
+    def test_a_failing_device_leaves_nothing(self):
+        s = snapshots.scenario()
+        bad = [dict(e) for e in s["device_traces"][0]]
+        bad[3]["size"] = -1
+        s["device_traces"] = [s["device_traces"][0], bad]
+        snap = self.write(s)
+        p = importer(snap, "-o", os.path.join(self.dir, "t.trace"), check=False)
+        self.assertEqual(p.returncode, 2, p.stderr)
+        self.assertEqual(os.listdir(self.dir), ["snap.pickle"], "no trace of device 0 left behind")
+
+    def test_a_full_disk_leaves_the_old_output_whole(self):
+        s = snapshots.scenario()
+        snap = self.write(s)
+        out = os.path.join(self.dir, "t.trace")
+        with open(out, "w") as f:
+            f.write("precious")
+        p = limited_run(64, sys.executable, os.path.join(TOOLS, "gmlake-import-snapshot"), snap,
+                        "-o", out)
+        self.assertEqual(p.returncode, 1, p.stderr)
+        self.assertIn("nothing written", p.stderr)
+        self.assertNotIn("Traceback", p.stderr)
+        with open(out) as f:
+            self.assertEqual(f.read(), "precious")
+        self.assertEqual(sorted(os.listdir(self.dir)), ["snap.pickle", "t.trace"])
+        # two devices, the disk full at the second: neither is left
+        # (the limit is per file: device 0's trace fits under it, device 1's longer one does not)
+        s["device_traces"] = [s["device_traces"][0][:3], s["device_traces"][0]]
+        snap = self.write(s)
+        os.unlink(out)
+        size = len(importer(snap, "--device", "0", "-o", "-").stdout)
+        self.assertLess(size + 10, len(importer(snap, "--device", "1", "-o", "-").stdout))
+        p = limited_run(size + 10, sys.executable, os.path.join(TOOLS, "gmlake-import-snapshot"),
+                        snap, "-o", out)
+        self.assertEqual(p.returncode, 1, p.stderr)
+        self.assertEqual(os.listdir(self.dir), ["snap.pickle"])
 
     def test_replay_refuses_a_pickle_with_a_hint(self):
         snap = self.write(snapshots.scenario())
@@ -150,7 +255,7 @@ class Import(unittest.TestCase):
         g = os.path.join(ROOT, "scripts", "gmlake")
         p = run(g, "replay", "--json", "--policy", "pytorch,expandable", snap)
         r = {d["policy"]: d for d in map(json.loads, p.stdout.splitlines())}
-        self.assertEqual(r["pytorch"]["trace"], "job.trace")
+        self.assertEqual(r["pytorch"]["trace"], "job.pickle", "the file the user named")
         self.assertEqual(r["pytorch"]["peak_reserved_bytes"], snapshots.PEAK_RESERVED["pytorch"])
         self.assertEqual(r["expandable"]["peak_reserved_bytes"], snapshots.PEAK_RESERVED["expandable"])
         out = os.path.join(self.dir, "via-command.trace")
@@ -160,7 +265,7 @@ class Import(unittest.TestCase):
         p = run(g, "replay", "--json", "--policy", "pytorch", gz)
         d = json.loads(p.stdout)
         self.assertEqual((d["trace"], d["peak_reserved_bytes"]),
-                         ("job2.trace", snapshots.PEAK_RESERVED["pytorch"]), "a gzipped snapshot")
+                         ("job2.pickle.gz", snapshots.PEAK_RESERVED["pytorch"]), "a gzipped snapshot")
 
 
     def test_gmlake_replay_set_takes_a_value_not_a_trace(self):
@@ -269,6 +374,96 @@ class Fixtures(unittest.TestCase):
                                  st["reserved_bytes.all.peak"], s)
         finally:
             shutil.rmtree(tmp)
+
+
+def limited_run(limit_bytes, *args):
+    """Runs args with files limited to limit_bytes (RLIMIT_FSIZE, SIGXFSZ ignored): a write past
+    it fails with EFBIG, as on a full disk."""
+    def pre():
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit_bytes, limit_bytes))
+    return subprocess.run([str(a) for a in args], capture_output=True, text=True, timeout=300,
+                          preexec_fn=pre)
+
+
+class ReplayCommandLine(unittest.TestCase):
+    """Issue 23: every answer right or refused clearly, nothing half written."""
+
+    def setUp(self):
+        self.dir = tempfile.mkdtemp(prefix="gmlake-cli-")
+        self.trace = os.path.join(ROOT, "bench", "traces", "mixtral_moe.trace.gz")
+
+    def tearDown(self):
+        shutil.rmtree(self.dir)
+
+    def test_default_policies_with_or_without_a_trace(self):
+        for args in ([os.path.join(TOOLS, "gmlake-replay"), self.trace],
+                     [os.path.join(ROOT, "scripts", "gmlake"), "replay", self.trace],
+                     [os.path.join(ROOT, "scripts", "gmlake"), "replay"]):
+            p = run(*args, "--json")
+            self.assertEqual([json.loads(l)["policy"] for l in p.stdout.splitlines()],
+                             ["pytorch", "expandable", "gmlake"], args)
+
+    def test_json_escapes_the_file_name(self):
+        name = os.path.join(self.dir, 'a"b\\c\td.trace.gz')
+        shutil.copy(self.trace, name)
+        p = replay("--json", "--policy", "pytorch", name)
+        self.assertEqual(json.loads(p.stdout)["trace"], os.path.basename(name))
+
+    def test_a_policy_whose_allocations_failed_saves_nothing(self):
+        p = replay("--json", "--set", "memory_limit=1", self.trace, check=False)
+        self.assertEqual(p.returncode, 1)
+        r = {d["policy"]: d for d in map(json.loads, p.stdout.splitlines())}
+        self.assertGreater(r["gmlake"]["failed_allocations"], 0)
+        self.assertIs(r["gmlake"]["complete"], False)
+        self.assertIsNone(r["gmlake"]["saved_vs_pytorch_bytes"])
+        self.assertIs(r["pytorch"]["complete"], True)
+        self.assertIn("gmlake", p.stderr)
+        self.assertIn("failed", p.stderr)
+        p = replay("--set", "memory_limit=1", self.trace, check=False)
+        row = [l for l in p.stdout.splitlines() if l.startswith("  gmlake ")][0]
+        self.assertEqual(row.split("%")[1].split()[0], "FAILED", row)
+        self.assertEqual(p.returncode, 1)
+
+    def test_numbers_and_missing_values_are_refused_clearly(self):
+        cases = [
+            (["--check", "99999999999999999999", self.trace], "--check '99999999999999999999' is out of range"),
+            (["--check", "-3", self.trace], "--check '-3' is not a positive"),
+            (["--capacity"], "--capacity needs a value"),
+            (["--capacity", "16000000TiB", self.trace], "too large: at most 16TiB"),
+            (["--plot", os.path.join(self.dir, "p.png"), self.trace], "name a file ending in .svg"),
+        ]
+        for args, want in cases:
+            p = replay(*args, check=False)
+            self.assertEqual(p.returncode, 2, (args, p.stderr))
+            self.assertIn(want, p.stderr, args)
+            self.assertEqual(p.stderr.count("\n"), 1, p.stderr)
+        self.assertFalse(os.path.exists(os.path.join(self.dir, "p.png")))
+        p = run(os.path.join(ROOT, "scripts", "gmlake"), "replay", "--capacity", check=False)
+        self.assertEqual(p.returncode, 2)
+        self.assertIn("--capacity needs a value", p.stderr)
+        self.assertNotIn("mixtral", p.stderr)
+
+    def test_plot_says_where_and_is_never_half_written(self):
+        svg = os.path.join(self.dir, "p.svg")
+        p = replay("--policy", "pytorch", "--plot", svg, self.trace)
+        self.assertIn(f"plot written to {svg}", p.stderr)
+        with open(svg, "w") as f:
+            f.write("precious")
+        p = limited_run(4096, os.path.join(TOOLS, "gmlake-replay"), "--policy", "pytorch",
+                        "--plot", svg, self.trace)
+        self.assertEqual(p.returncode, 1, p.stderr)
+        self.assertIn("write failed", p.stderr)
+        with open(svg) as f:
+            self.assertEqual(f.read(), "precious", "the old plot is left whole")
+        self.assertEqual(os.listdir(self.dir), ["p.svg"], "no temporary file left behind")
+
+    def test_a_snapshot_is_reported_under_the_name_given(self):
+        native = os.path.join(ROOT, "tests", "tools", "fixtures", "native.pickle.gz")
+        p = run(os.path.join(ROOT, "scripts", "gmlake"), "replay", "--json", "--policy", "pytorch", native)
+        self.assertEqual(json.loads(p.stdout)["trace"], "native.pickle.gz")
+        p = run(os.path.join(ROOT, "scripts", "gmlake"), "replay", "--policy", "pytorch", native)
+        self.assertTrue(p.stdout.startswith("native.pickle.gz: "), p.stdout)
 
 
 MEASURED = {  # ../shared/traces/README.md: what PyTorch reserved on the GPU (MiB)

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "core/cost.h"
+#include "tools/charge.h"
 #include "tools/policy.h"
 #include "trace_text.h"
 
@@ -268,4 +269,64 @@ Test(models, replay_reports_a_models_device_seconds_by_half)
     cr_assert(NEAR(r.device_seconds_second_half, seg40), "%.9f", r.device_seconds_second_half);
     gml_policy_destroy(p);
     gml_trace_free(&t);
+}
+
+/* Each model's settings are its own: pytorch.* changes only pytorch, expandable.* only
+ * expandable (issue 23). */
+Test(models, each_models_settings_are_its_own)
+{
+    /* the same sequence under each model with a setting of its own, of the other model, none */
+    const char *names[] = {"pytorch", "expandable"};
+    const char *keys[] = {"max_split_size_mb", "roundup_power2_divisions"};
+    const char *values[] = {"40", "4"};
+    gml_pool_settings s;
+    gml_pool_settings_default(&s);
+    for (int n = 0; n < 2; n++)
+        for (int k = 0; k < 2; k++) {
+            uint64_t reserved[3]; /* own setting, the other model's, none */
+            for (int v = 0; v < 3; v++) {
+                gml_model_options o;
+                gml_model_options_default(&o);
+                char key[64], err[256] = "";
+                snprintf(key, sizeof key, "%s.%s", names[v == 0 ? n : 1 - n], keys[k]);
+                if (v < 2)
+                    cr_assert_eq(gml_model_option_set(&o, key, values[k], err, sizeof err), 0, "%s", err);
+                gml_policy *p = gml_policy_create(names[n], 8 * GiB, &s, &o, err, sizeof err);
+                cr_assert_not_null(p, "%s", err);
+                uint64_t a = A(p, 50 * MiB, 0);
+                F(p, a);
+                A(p, 5 * MiB + 1, 0);
+                A(p, 14 * MiB + 512 * KiB, 0);
+                A(p, 10 * MiB, 0);
+                reserved[v] = p->reserved;
+                gml_policy_destroy(p);
+            }
+            cr_assert_eq(reserved[1], reserved[2], "%s.%s changed %s (%llu against %llu)",
+                         names[1 - n], keys[k], names[n], (unsigned long long)reserved[1],
+                         (unsigned long long)reserved[2]);
+            if (n == 0) /* pytorch: each setting changes this sequence */
+                cr_assert_neq(reserved[0], reserved[2], "pytorch.%s had no effect", keys[k]);
+        }
+}
+
+/* A request within 2 MiB (or 512 bytes) of 2^64 cannot be rounded up: it fails, never a 0-byte
+ * block (issue 23). */
+Test(models, a_size_near_2_to_the_64_fails)
+{
+    const uint64_t sizes[] = {UINT64_MAX, UINT64_MAX - 100, UINT64_MAX - (1u << 20), (uint64_t)1 << 63};
+    const char *names[] = {"pytorch", "expandable"};
+    for (int n = 0; n < 2; n++)
+        for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+            for (int div = 0; div < 2; div++) {
+                gml_policy *p = make(names[n], 8 * GiB, div ? "pytorch.roundup_power2_divisions" : NULL, "4");
+                uint64_t addr = 0;
+                cr_assert_eq(p->ops->alloc(p, sizes[i], 0, &addr), GMLAKE_ERR_NOMEM, "%s %llx",
+                             names[n], (unsigned long long)sizes[i]);
+                cr_assert_eq(p->reserved, 0);
+                char why[256];
+                cr_assert_eq(p->ops->check(p, why, sizeof why), GMLAKE_OK, "%s", why);
+                A(p, MiB, 0);
+                gml_policy_destroy(p);
+            }
+        }
 }

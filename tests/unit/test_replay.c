@@ -2,6 +2,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <unistd.h>
 
 #include "trace_text.h"
@@ -56,13 +57,14 @@ Test(replay, generated_trace_replays_and_repeats_without_device_calls)
 Test(replay, bad_lines_name_file_and_line)
 {
     struct { const char *text, *want; } cases[] = {
-        {"A 0x10 100 0x0 1\nB 0x10 0 0x0 2\n", ":2: the operation must be A or F"},
-        {"A 0x10 100 0x0\n", ":1: expected 5 fields"},
-        {"# c\n\nA zz 100 0x0 1\n", ":3: the pointer is not a hexadecimal number"},
-        {"A 0x10 -5 0x0 1\n", ":1: the size is not a decimal number"},
-        {"A 0x10 0 0x0 1\n", ":1: an allocation needs a non-zero pointer and size"},
-        {"F 0x10 5 0x0 1\n", ":1: a free has size 0"},
-        {"A 0x10 100 0x0 1 9\n", ":1: too many fields"},
+        /* line 1 is the header write_trace adds */
+        {"A 0x10 100 0x0 1\nB 0x10 0 0x0 2\n", ":3: the operation must be A or F"},
+        {"A 0x10 100 0x0\n", ":2: expected 5 fields"},
+        {"# c\n\nA zz 100 0x0 1\n", ":4: the pointer is not a hexadecimal number"},
+        {"A 0x10 -5 0x0 1\n", ":2: the size is negative"},
+        {"A 0x10 0 0x0 1\n", ":2: an allocation needs a non-zero pointer and size"},
+        {"F 0x10 5 0x0 1\n", ":2: a free has size 0"},
+        {"A 0x10 100 0x0 1 9\n", ":2: too many fields"},
         {"# nothing\n", "no events"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -83,7 +85,7 @@ Test(replay, bad_lines_name_file_and_line)
         fixture f = fx_make(64 * MiB, false, NULL);
         gml_replay_result r;
         cr_assert_eq(gml_replay(f.pool, &t, 0, &r, err, sizeof err), -1);
-        cr_assert(strstr(err, ":2: "), "%s", err);
+        cr_assert(strstr(err, ":3: "), "%s", err);
         fx_free(&f);
         gml_trace_free(&t);
         unlink(path);
@@ -92,4 +94,89 @@ Test(replay, bad_lines_name_file_and_line)
     char err[256];
     cr_assert_eq(gml_trace_load("/nonexistent/trace.gz", &t, err, sizeof err), -1);
     cr_assert(strstr(err, "/nonexistent/trace.gz: cannot open"), "%s", err);
+}
+
+/* A gzip trace cut short says so (not "expected 5 fields" of the half line it ends in). */
+Test(replay, truncated_or_corrupt_gzip_is_named)
+{
+    char *text = generate(200);
+    char *path = write_trace(text, true);
+    FILE *f = fopen(path, "rb");
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    rewind(f);
+    unsigned char *gz = malloc((size_t)n + 64);
+    cr_assert_eq(fread(gz, 1, (size_t)n, f), (size_t)n);
+    fclose(f);
+    unlink(path);
+    for (int cut = 0; cut < 3; cut++) {
+        long len = cut == 0 ? n / 2 : cut == 1 ? n - 4 : n - 1; /* the data; the trailer */
+        path = write_trace_bytes(gz, (size_t)len, false);
+        gml_trace t;
+        char err[512] = "";
+        cr_assert_eq(gml_trace_load(path, &t, err, sizeof err), -1, "cut at %ld of %ld", len, n);
+        cr_assert(strstr(err, path) && (strstr(err, "truncated") || strstr(err, "corrupt")),
+                  "cut at %ld: %s", len, err);
+        cr_assert_null(strstr(err, "fields"), "%s", err);
+        unlink(path);
+    }
+    /* a flipped byte in the deflate data */
+    gz[n / 2] ^= 0x55;
+    path = write_trace_bytes(gz, (size_t)n, false);
+    gml_trace t;
+    char err[512] = "";
+    cr_assert_eq(gml_trace_load(path, &t, err, sizeof err), -1);
+    cr_assert(strstr(err, "corrupt") || strstr(err, "truncated"), "%s", err);
+    unlink(path);
+    gz[n / 2] ^= 0x55;
+    /* data after the gzip stream */
+    memcpy(gz + n, "A 0x99 4 0x0 1\n", 15);
+    path = write_trace_bytes(gz, (size_t)n + 15, false);
+    cr_assert_eq(gml_trace_load(path, &t, err, sizeof err), -1);
+    cr_assert(strstr(err, path) && strstr(err, "after the end of the gzip stream"), "%s", err);
+    unlink(path);
+    free(gz);
+    free(text);
+}
+
+/* The header is required and must say v1; a NUL byte is refused; each names file and line. */
+Test(replay, header_version_and_nul_are_checked)
+{
+    struct { const char *text; size_t len; const char *want; } cases[] = {
+        {"A 0x10 100 0x0 1\n", 0, ":1: no '# gmlake-trace v1' header"},
+        {"# gmlake-trace v2: op ptr size stream t_us\nA 0x10 100 0x0 1\n", 0,
+         ":1: unsupported trace format version"},
+        {"# gmlake-trace v10\nA 0x10 100 0x0 1\n", 0, ":1: unsupported trace format version"},
+#define WITH_NUL(s) s, sizeof s - 1
+        {WITH_NUL("# gmlake-trace v1\nA 0x10 100 0x0 1\n\0A 0x20 100 0x0 2\n"), ":3: a NUL byte"},
+        {WITH_NUL("# gmlake-trace v1\nA 0x10 100\0 0x0 1\n"), ":2: a NUL byte"},
+        {"", 0, "empty"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        for (int gz = 0; gz < 2; gz++) {
+            size_t len = cases[i].len ? cases[i].len : strlen(cases[i].text);
+            char *path = write_trace_bytes(cases[i].text, len, gz);
+            gml_trace t;
+            char err[512] = "";
+            cr_assert_eq(gml_trace_load(path, &t, err, sizeof err), -1, "case %zu gz %d", i, gz);
+            cr_assert(strstr(err, path) && strstr(err, cases[i].want), "case %zu gz %d: %s", i, gz, err);
+            unlink(path);
+        }
+    /* accepted: the header alone then events, CRLF lines, no final newline, two gzip members */
+    const char *ok = "# gmlake-trace v1\r\nA 0x10 100 0x0 1\r\nF 0x10 0 0x0 2";
+    char *path = write_trace_bytes(ok, strlen(ok), false);
+    gml_trace t;
+    char err[512] = "";
+    cr_assert_eq(gml_trace_load(path, &t, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(t.n, 2);
+    gml_trace_free(&t);
+    unlink(path);
+    path = write_trace("A 0x10 100 0x0 1\n", true);
+    gzFile g = gzdopen(open(path, O_WRONLY | O_APPEND), "ab");
+    gzputs(g, "F 0x10 0 0x0 2\n");
+    gzclose(g);
+    cr_assert_eq(gml_trace_load(path, &t, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(t.n, 2);
+    gml_trace_free(&t);
+    unlink(path);
 }

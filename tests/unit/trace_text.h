@@ -3,15 +3,17 @@
 #define GML_TEST_TRACE_TEXT_H
 
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 #include <zlib.h>
 
 #include "helpers.h"
 #include "tools/trace.h"
 
-/* Writes text (gzip-compressed with gz) to a new temporary file; its path, valid until the next
- * call. */
-static inline char *write_trace(const char *text, bool gz)
+/* Writes len bytes (gzip-compressed with gz) to a new temporary file as they are; its path,
+ * valid until the next call. */
+static inline char *write_trace_bytes(const void *data, size_t len, bool gz)
 {
     static char path[64];
     snprintf(path, sizeof path, "/tmp/gmlake-test-XXXXXX");
@@ -20,13 +22,29 @@ static inline char *write_trace(const char *text, bool gz)
     close(fd);
     if (gz) {
         gzFile g = gzopen(path, "wb");
-        gzputs(g, text);
+        gzwrite(g, data, (unsigned)len);
         gzclose(g);
     } else {
         FILE *f = fopen(path, "w");
-        fputs(text, f);
+        fwrite(data, 1, len, f);
         fclose(f);
     }
+    return path;
+}
+
+#define TRACE_HEADER "# gmlake-trace v1: op ptr size stream t_us (written by a unit test)\n"
+
+/* Writes the header line then text (unless text starts with a header of its own), gzip-compressed
+ * with gz, to a new temporary file: the events of text are on its lines 2, 3, ... */
+static inline char *write_trace(const char *text, bool gz)
+{
+    if (strncmp(text, "# gmlake-trace", 14) == 0)
+        return write_trace_bytes(text, strlen(text), gz);
+    size_t n = strlen(TRACE_HEADER) + strlen(text) + 1;
+    char *all = malloc(n);
+    snprintf(all, n, "%s%s", TRACE_HEADER, text);
+    char *path = write_trace_bytes(all, n - 1, gz);
+    free(all);
     return path;
 }
 

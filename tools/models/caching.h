@@ -1,7 +1,9 @@
 /*
- * caching.h — the records of the caching-allocator model, shared by pytorch.c (blocks, pools,
- * malloc/free, release) and expandable.c (expandable segments: pages mapped into one growing
- * virtual range).  Names follow CUDACachingAllocator.cpp, so that the two can be read side by
+ * caching.h — the records of the caching-allocator model, shared by pytorch.c (pools, malloc/free,
+ * release: the decisions), expandable.c (expandable segments: pages mapped into one growing
+ * virtual range) and common.c (the mechanism both use: block trees, blocks, splice, merge,
+ * rounding).  Calls go one way: pytorch.c -> expandable.c -> common.c, pytorch.c -> common.c,
+ * and all three -> ../charge.c; never back up.  Names follow CUDACachingAllocator.cpp, so that the two can be read side by
  * side.  Only the two model sources include this.
  *
  * Invariants (checked by pt_check):
@@ -61,7 +63,7 @@ struct pt_segment {
 
 typedef struct pt_alloc {
     gml_policy base;
-    gml_model_options opt;
+    gml_model_settings opt;
     bool expandable;
     pt_pool large, small;
     pt_block *live;
@@ -69,12 +71,15 @@ typedef struct pt_alloc {
     uint64_t next_va;              /* fake virtual addresses, never reused */
 } pt_alloc;
 
+/* common.c */
 pt_block *pt_block_new(pt_alloc *a, pt_pool *pool, uint64_t stream, uint64_t ptr, uint64_t size);
 uint64_t pt_va(pt_alloc *a, uint64_t size);
 /* links b between before and after (either may be NULL), as Block::splice */
 void pt_splice(pt_block *b, pt_block *before, pt_block *after);
 /* combine a free neighbour `src` into `dst`; returns the bytes subsumed (0: not merged). */
 uint64_t pt_try_merge(pt_alloc *a, pt_block *dst, pt_block *src);
+/* size rounded up to a multiple of `multiple` in *out; false when that does not fit in 64 bits */
+bool pt_round_up(uint64_t size, uint64_t multiple, uint64_t *out);
 
 /* expandable.c */
 pt_block *pt_try_allocate_expandable(pt_alloc *a, pt_pool *pool, uint64_t stream, uint64_t size);

@@ -5,6 +5,8 @@
  * unmap_block in CUDACachingAllocator.cpp. */
 #include "caching.h"
 
+#include "../charge.h"
+
 #include <stdlib.h>
 
 static pt_segment *segment_new(pt_alloc *a, uint64_t stream, bool small)
@@ -38,7 +40,7 @@ static uint64_t segment_map(pt_alloc *a, pt_segment *es, uint64_t ptr, uint64_t 
     if (begin >= end)
         return 0;
     uint64_t bytes = (end - begin) * es->page;
-    if (a->base.reserved + bytes > a->base.capacity)
+    if (bytes > a->base.capacity - a->base.reserved)
         return 0; /* cuMemCreate fails: the device is full */
     for (uint64_t i = begin; i < end; i++) {
         es->mapped[i] = 1;

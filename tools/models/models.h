@@ -26,9 +26,10 @@
 
 #include "../policy.h"
 
-/* NULL with a message in err on failure. */
+/* The model with settings s (the model's own: gml_model_options.pytorch or .expandable).  NULL
+ * with a message in err on failure. */
 gml_policy *gml_model_caching_create(const char *name, uint64_t capacity,
-                                     const gml_model_options *o, bool expandable, char *err,
+                                     const gml_model_settings *s, bool expandable, char *err,
                                      size_t errlen);
 
 #endif /* GML_MODELS_H */

@@ -2,122 +2,54 @@
  * models.h; records in caching.h).  Follows DeviceCachingAllocator in CUDACachingAllocator.cpp. */
 #include "caching.h"
 
+#include "../charge.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-static int cmp_u64(uint64_t a, uint64_t b)
-{
-    return a < b ? -1 : a > b;
-}
-
-static int pt_size_cmp(const pt_block *a, const pt_block *b)
-{
-    int c = cmp_u64(a->stream, b->stream);
-    if (!c)
-        c = cmp_u64(a->size, b->size);
-    return c ? c : cmp_u64(a->ptr, b->ptr);
-}
-
-static int pt_addr_cmp(const pt_block *a, const pt_block *b)
-{
-    int c = cmp_u64(a->stream, b->stream);
-    return c ? c : cmp_u64(a->ptr, b->ptr);
-}
-
-RB_GENERATE(pt_size_tree, pt_block, node, pt_size_cmp)
-RB_GENERATE(pt_addr_tree, pt_block, node, pt_addr_cmp)
-
-pt_block *pt_block_new(pt_alloc *a, pt_pool *pool, uint64_t stream, uint64_t ptr, uint64_t size)
-{
-    (void)a;
-    pt_block *b = calloc(1, sizeof *b);
-    if (!b)
-        return NULL;
-    b->pool = pool;
-    b->stream = stream;
-    b->ptr = ptr;
-    b->size = size;
-    b->mapped = true;
-    return b;
-}
-
-uint64_t pt_va(pt_alloc *a, uint64_t size)
-{
-    uint64_t p = a->next_va;
-    a->next_va += (size + kRoundLarge - 1) / kRoundLarge * kRoundLarge;
-    return p;
-}
-
-void pt_splice(pt_block *b, pt_block *before, pt_block *after)
-{
-    if (before)
-        before->next = b;
-    b->prev = before;
-    if (after)
-        after->prev = b;
-    b->next = after;
-}
-
-uint64_t pt_try_merge(pt_alloc *a, pt_block *dst, pt_block *src)
-{
-    (void)a;
-    if (!src || src->allocated || dst->mapped != src->mapped)
-        return 0;
-    if (dst->prev == src) {
-        dst->ptr = src->ptr;
-        dst->prev = src->prev;
-        if (dst->prev)
-            dst->prev->next = dst;
-    } else {
-        dst->next = src->next;
-        if (dst->next)
-            dst->next->prev = dst;
-    }
-    uint64_t subsumed = src->size;
-    dst->size += subsumed;
-    if (src->mapped)
-        RB_REMOVE(pt_size_tree, &src->pool->blocks, src);
-    else
-        RB_REMOVE(pt_addr_tree, &src->pool->unmapped, src);
-    free(src);
-    return subsumed;
-}
 
 static unsigned floor_log2(uint64_t v)
 {
     return 63u - (unsigned)__builtin_clzll(v);
 }
 
-static uint64_t roundup_power2_next_division(uint64_t size, uint64_t divisions)
+/* false when the rounded size would not fit in 64 bits */
+static bool roundup_power2_next_division(uint64_t size, uint64_t divisions, uint64_t *out)
 {
-    if ((size & (size - 1)) == 0)
-        return size;
+    if ((size & (size - 1)) == 0) {
+        *out = size;
+        return true;
+    }
     uint64_t power2_floor = (uint64_t)1 << floor_log2(size);
     uint64_t division = power2_floor >> floor_log2(divisions);
-    if (division == 0)
-        return power2_floor << 1;
-    uint64_t floor = size & ~(division - 1);
-    return floor == size ? size : floor + division;
+    if (division == 0) {
+        *out = power2_floor << 1;
+        return power2_floor <= (UINT64_MAX >> 1);
+    }
+    return pt_round_up(size, division, out);
 }
 
-static uint64_t round_size(const pt_alloc *a, uint64_t size)
+static bool round_size(const pt_alloc *a, uint64_t size, uint64_t *out)
 {
-    if (size < kMinBlockSize)
-        return kMinBlockSize;
+    if (size < kMinBlockSize) {
+        *out = kMinBlockSize;
+        return true;
+    }
     uint64_t div = a->opt.roundup_divisions;
     if (div > 1 && size > kMinBlockSize * div)
-        return roundup_power2_next_division(size, div);
-    return (size + kMinBlockSize - 1) / kMinBlockSize * kMinBlockSize;
+        return roundup_power2_next_division(size, div, out);
+    return pt_round_up(size, kMinBlockSize, out);
 }
 
-static uint64_t get_allocation_size(uint64_t size)
+static bool get_allocation_size(uint64_t size, uint64_t *out)
 {
     if (size <= kSmallSize)
-        return kSmallBuffer;
-    if (size < kMinLargeAlloc)
-        return kLargeBuffer;
-    return (size + kRoundLarge - 1) / kRoundLarge * kRoundLarge;
+        *out = kSmallBuffer;
+    else if (size < kMinLargeAlloc)
+        *out = kLargeBuffer;
+    else
+        return pt_round_up(size, kRoundLarge, out);
+    return true;
 }
 
 static uint64_t expandable_size(const pt_block *b)
@@ -153,7 +85,7 @@ static pt_block *alloc_block(pt_alloc *a, pt_pool *pool, uint64_t stream, uint64
 {
     if (a->expandable)
         return pt_try_allocate_expandable(a, pool, stream, size);
-    if (a->base.reserved + alloc_size > a->base.capacity)
+    if (alloc_size > a->base.capacity - a->base.reserved)
         return NULL; /* cudaMalloc: out of memory */
     pt_block *b = pt_block_new(a, pool, stream, pt_va(a, alloc_size), alloc_size);
     if (!b)
@@ -249,9 +181,13 @@ static int pt_malloc(gml_policy *pol, uint64_t orig_size, uint64_t stream, uint6
     pt_alloc *a = (pt_alloc *)pol;
     if (orig_size == 0)
         return GMLAKE_ERR_INVALID;
-    uint64_t size = round_size(a, orig_size);
+    uint64_t size, alloc_size;
+    /* a size that cannot be rounded within 64 bits (within 2 MiB of 2^64) or is larger than the
+     * device could ever hold: cudaMalloc (cuMemCreate) would fail, and no cached block fits */
+    if (!round_size(a, orig_size, &size) || !get_allocation_size(size, &alloc_size) ||
+        alloc_size > a->base.capacity)
+        return GMLAKE_ERR_NOMEM;
     pt_pool *pool = size <= kSmallSize ? &a->small : &a->large;
-    uint64_t alloc_size = get_allocation_size(size);
     pt_block *b = get_free_block(a, pool, stream, size);
     if (!b) {
         b = alloc_block(a, pool, stream, size, alloc_size);
@@ -396,7 +332,7 @@ static void pt_destroy(gml_policy *pol)
 static const gml_policy_ops pt_ops = {pt_malloc, pt_free, pt_check, pt_destroy};
 
 gml_policy *gml_model_caching_create(const char *name, uint64_t capacity,
-                                     const gml_model_options *o, bool expandable, char *err,
+                                     const gml_model_settings *o, bool expandable, char *err,
                                      size_t errlen)
 {
     pt_alloc *a = calloc(1, sizeof *a);
@@ -407,10 +343,7 @@ gml_policy *gml_model_caching_create(const char *name, uint64_t capacity,
     a->base.ops = &pt_ops;
     snprintf(a->base.name, sizeof a->base.name, "%s", name);
     a->base.capacity = capacity;
-    if (o)
-        a->opt = *o;
-    else
-        gml_model_options_default(&a->opt);
+    a->opt = *o;
     a->expandable = expandable;
     RB_INIT(&a->large.blocks);
     RB_INIT(&a->large.unmapped);

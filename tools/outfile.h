@@ -1,0 +1,28 @@
+/*
+ * outfile.h — a file the tools write, all or nothing: the text goes to a temporary file in the
+ * same directory, which replaces PATH (rename) only once everything is written and flushed.  A
+ * run that fails (a full disk, an error on the way) removes the temporary file and leaves PATH
+ * as it was: never half written.  Used by plot.c (replay --plot); a file of its own so that any
+ * tool that writes a file can use it.
+ */
+#ifndef GML_OUTFILE_H
+#define GML_OUTFILE_H
+
+#include <stddef.h>
+#include <stdio.h>
+
+typedef struct gml_outfile {
+    FILE *f;           /* write here */
+    char path[4096];   /* the destination */
+    char tmp[4096 + 32];
+} gml_outfile;
+
+/* Opens a temporary file beside path; 0, or -1 with "PATH: why" in err. */
+int gml_outfile_open(gml_outfile *o, const char *path, char *err, size_t errlen);
+/* Flushes, syncs and closes the temporary file and renames it over the destination (with the
+ * permissions a new file would get); 0, or -1 with "PATH: why" in err and nothing left behind. */
+int gml_outfile_commit(gml_outfile *o, char *err, size_t errlen);
+/* Closes and removes the temporary file. */
+void gml_outfile_abort(gml_outfile *o);
+
+#endif /* GML_OUTFILE_H */
