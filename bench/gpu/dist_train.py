@@ -106,7 +106,15 @@ def run(args):
     torch.cuda.synchronize()
     dist.barrier()
     setup_s = time.perf_counter() - t_start
+    # PROFILE=DIR: torch.profiler over the timed steps after the first two (rank 0), the op table
+    # by self CPU time and by self CUDA time written to DIR/profile_<mode>_<allocator>.txt
+    prof_dir = os.environ.get("PROFILE")
+    prof = None
     for step in range(steps):
+        if prof_dir and rank == 0 and step == WARMUP + 2:
+            prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU,
+                                                      torch.profiler.ProfilerActivity.CUDA])
+            prof.__enter__()
         g = torch.Generator().manual_seed(1000 * step + rank)
         x = torch.randint(0, cfg.vocab_size, (BATCH, lens[step]), generator=g).to(dev)
         t0 = time.perf_counter()
@@ -120,6 +128,13 @@ def run(args):
         losses.append(loss.detach())
         del x, loss
         dist.barrier()  # outside the timed part: every rank starts the next step together
+    if prof:
+        prof.__exit__(None, None, None)
+        ka = prof.key_averages()
+        with open(os.path.join(prof_dir, f"profile_{args.mode}_{args.allocator}.txt"), "w") as f:
+            f.write(f"steps {WARMUP + 2}..{steps - 1}, lengths {lens[WARMUP + 2:]}\n")
+            f.write(ka.table(sort_by="self_cpu_time_total", row_limit=25, max_name_column_width=50))
+            f.write(ka.table(sort_by="self_cuda_time_total", row_limit=15, max_name_column_width=50))
     nvml.close()
     mine = {"rank": rank, "times": times, "nvml": nvml.ok, "nvml_why": nvml.why,
             "nvml_device": str(getattr(nvml, "index", "")),

@@ -7,7 +7,7 @@ suffered: torch.multiprocessing (a CUDA tensor to a spawned child and back), sto
 torch.compile(mode="reduce-overhead") training a small MLP, a manual CUDA graph, memory history
 snapshots.  Prints {"probe":..., "result": "ok"|"error"|"hung", "seconds":..., "detail":...}.
 """
-import json, os, subprocess, sys, textwrap, time
+import json, os, subprocess, sys, tempfile, textwrap, time
 
 PROBES = {
     "multiprocessing": """
@@ -51,6 +51,18 @@ PROBES = {
         g.replay(); torch.cuda.synchronize()
         assert torch.allclose(y, x @ x); print("ok")
     """,
+    "compile_reduce_overhead_no_trees": """
+        import torch, torch._inductor.config as ic
+        ic.triton.cudagraph_trees = False
+        torch.manual_seed(0)
+        m = torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.ReLU(), torch.nn.Linear(512, 10)).cuda()
+        opt = torch.optim.SGD(m.parameters(), lr=0.01)
+        f = torch.compile(m, mode="reduce-overhead")
+        x = torch.randn(64, 256, device="cuda"); y = torch.randint(0, 10, (64,), device="cuda")
+        for i in range(8):
+            loss = torch.nn.functional.cross_entropy(f(x), y); opt.zero_grad(); loss.backward(); opt.step()
+        torch.cuda.synchronize(); print("ok", float(loss))
+    """,
     "memory_history": """
         import torch
         torch.cuda.memory._record_memory_history(max_entries=1000)
@@ -64,12 +76,16 @@ def main():
     for name in which:
         t0 = time.time()
         try:
-            r = subprocess.run([sys.executable, "-c", textwrap.dedent(PROBES[name])], capture_output=True,
+            # a file, not -c: a spawned child imports the parent's __main__ by its path
+            with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as f:
+                f.write(textwrap.dedent(PROBES[name]))
+            r = subprocess.run([sys.executable, f.name], capture_output=True,
                                text=True, timeout=float(os.environ.get("PROBE_TIMEOUT", "90")))
             res = "ok" if r.returncode == 0 else "error"
-            detail = (r.stdout + r.stderr).strip().splitlines()[-3:]
+            detail = (r.stdout + r.stderr).strip().splitlines()[-int(os.environ.get("PROBE_LINES", "3")):]
         except subprocess.TimeoutExpired:
             res, detail = "hung", []
+        os.unlink(f.name)
         print(json.dumps({"probe": name, "result": res, "seconds": round(time.time() - t0, 1),
                           "alloc_conf": os.environ.get("PYTORCH_CUDA_ALLOC_CONF", ""),
                           "preload": "gmlake" in os.environ.get("LD_PRELOAD", ""), "detail": detail}), flush=True)

@@ -27,6 +27,10 @@ def median(xs):
     return xs[n // 2] if n % 2 else (xs[n // 2 - 1] + xs[n // 2]) / 2
 
 
+def mean(xs):
+    return sum(xs) / len(xs)
+
+
 def mib(b):
     return f"{b / MIB:,.0f}" if b else "-"
 
@@ -112,13 +116,16 @@ def distributed(rows):
     if ok:
         r0 = ok[0]
         out.append(f"PyTorch {r0.get('torch', '')}; {r0.get('warmup')} warm-up steps, then "
-                   f"{r0.get('steady')} timed; a step's time is the slowest rank's; median (min-max) "
+                   f"{r0.get('steady')} timed; a step's time is the slowest rank's; s/step is a run's mean over its "
+                   "timed steps (the same sequence lengths under every allocator); median (min-max) "
                    "over the runs of each allocator; NVML peak used MiB of the largest rank.\n")
     for m in dict.fromkeys((r.get("mode", "?"), r.get("world_size", "?")) for r in rows):
         runs = [r for r in ok if (r["mode"], r["world_size"]) == m]
         out.append(f"### {m[0]}, world of {m[1]}\n")
         allocs = list(dict.fromkeys(r["allocator"] for r in runs))
-        step = {a: [r["median_s_per_step"] for r in runs if r["allocator"] == a] for a in allocs}
+        # the mean over the timed steps: every allocator sees the same sequence lengths, and a step's
+        # time varies 4x with its length, so a run's median would fall between two clusters
+        step = {a: [mean(r["step_times"][r["warmup"]:]) for r in runs if r["allocator"] == a] for a in allocs}
         first = {a: [r["first_s_per_step"] for r in runs if r["allocator"] == a] for a in allocs}
         peak = {a: [max(r["nvml_peak_used_mib"]) for r in runs if r["allocator"] == a and r.get("nvml")]
                 for a in allocs}
