@@ -10,7 +10,7 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 prefix=$tmp/prefix
 log=$tmp/build.log
-if ! { meson setup "$tmp/build" "$src" --prefix="$prefix" -Dtests=false && ninja -C "$tmp/build" &&
+if ! { meson setup "$tmp/build" "$src" --prefix="$prefix" -Dtests=disabled && ninja -C "$tmp/build" &&
        meson install -C "$tmp/build"; } >"$log" 2>&1; then
   tail -n 30 "$log"
   echo "0 passed, 1 failed (the build or the install failed)"
@@ -55,7 +55,7 @@ check "... importable, and safe where gmlake is not loaded" \
   '[ "$(PYTHONPATH=$(dirname "$(dirname "$pkg")") python3 -c "import gmlake; print(gmlake.enabled())")" = False ]'
 
 # First contact without CUDA headers: the simulated device and the tools only, replay works.
-if { meson setup "$tmp/nocuda" "$src" -Dcuda=disabled -Dtests=false && ninja -C "$tmp/nocuda"; } >"$log" 2>&1; then
+if { meson setup "$tmp/nocuda" "$src" -Dcuda=disabled -Dtests=disabled && ninja -C "$tmp/nocuda"; } >"$log" 2>&1; then
   check "no CUDA headers: no libgmlake, the tools are built" \
     '[ ! -e "$tmp/nocuda/interpose/libgmlake.so" ] && [ -x "$tmp/nocuda/tools/gmlake-replay" ] && grep -q "building only the simulated device" "$log"'
   check "... and replay works" '"$tmp/nocuda/tools/gmlake-replay" "$src/bench/traces/mixtral_moe.trace.gz" | grep -q "peak reserved"'

@@ -37,7 +37,7 @@ growth=$root/build/bench/gpu_growth
 if [ ! -f "$lib" ] || [ ! -x "$growth" ]; then
   # a carried build/ is used as it is; what it lacks is built in build-gpu/
   say "building with meson into build-gpu/ (build/ lacks libgmlake.so or gpu_growth)"
-  [ -f "$root/build-gpu/build.ninja" ] || meson setup "$root/build-gpu" "$root" -Dtests=false >>"$log" 2>&1
+  [ -f "$root/build-gpu/build.ninja" ] || meson setup "$root/build-gpu" "$root" -Dtests=disabled >>"$log" 2>&1
   ninja -C "$root/build-gpu" >>"$log" 2>&1 || say "meson build failed (see run_all.log)"
   [ -f "$lib" ] || lib=$root/build-gpu/interpose/libgmlake.so
   [ -x "$growth" ] || growth=$root/build-gpu/bench/gpu_growth
