@@ -42,25 +42,30 @@ gml_ensure_test_deps() {
   gml_apt_install "${need[@]}"
 }
 
-# gml_ensure_build DIR [meson options...]: configure DIR if needed, then build it quietly; on a
-# failure, the tail of meson's or ninja's output says why.
+# gml_ensure_build DIR [meson options...]: configure DIR if needed, then build it.  What meson and
+# ninja print goes to DIR/gmlake-build.log; ninja's progress lines ([n/N] ...) also go to stderr,
+# and on a failure the tail of the log says why.  A build that succeeded leaves DIR/gmlake-build.ok.
 gml_ensure_build() {
-  local dir=$1 log
+  local dir=$1 log rc
   shift
-  log=$(mktemp)
+  mkdir -p "$dir"
+  log=$(cd "$dir" && pwd)/gmlake-build.log
+  : >"$log"
   if [ ! -f "$dir/build.ninja" ]; then
-    if ! meson setup "$dir" "$gml_source_root" "$@" >"$log" 2>&1; then
+    echo "gmlake: building $dir (first time, ~15 s on two cores): meson setup, then ninja" >&2
+    if ! meson setup "$dir" "$gml_source_root" "$@" >>"$log" 2>&1; then
       echo "gmlake: 'meson setup $dir' failed:" >&2
       tail -n 25 "$log" >&2
-      rm -f "$log"
       return 1
     fi
   fi
-  if ! ninja -C "$dir" >"$log" 2>&1; then
+  ninja -C "$dir" 2>&1 | tee -a "$log" |
+    grep -v -e '^ninja: Entering directory' -e '^ninja: no work to do' >&2
+  rc=${PIPESTATUS[0]}
+  if [ "$rc" -ne 0 ]; then
     echo "gmlake: 'ninja -C $dir' failed:" >&2
-    tail -n 25 "$log" >&2
-    rm -f "$log"
+    grep -v '^\[[0-9]*/[0-9]*\] ' "$log" | tail -n 25 >&2
     return 1
   fi
-  rm -f "$log"
+  : >"$dir/gmlake-build.ok"
 }

@@ -10,8 +10,10 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 prefix=$tmp/prefix
 log=$tmp/build.log
-if ! { meson setup "$tmp/build" "$src" --prefix="$prefix" -Dtests=false && ninja -C "$tmp/build" &&
-       meson install -C "$tmp/build"; } >"$log" 2>&1; then
+# As the README says after the first command configured a build with the default prefix: the
+# prefix is changed with `meson configure` (a second `meson setup --prefix` would be ignored).
+if ! { meson setup "$tmp/build" "$src" -Dtests=disabled && meson configure "$tmp/build" -Dprefix="$prefix" &&
+       ninja -C "$tmp/build" && meson install -C "$tmp/build"; } >"$log" 2>&1; then
   tail -n 30 "$log"
   echo "0 passed, 1 failed (the build or the install failed)"
   exit 1
@@ -53,13 +55,28 @@ check "pkg-config file" '[ -n "$pc" ] && [[ "$(PKG_CONFIG_PATH=$(dirname "$pc") 
 check "public header" '[ -f "$prefix/include/gmlake.h" ]'
 pkg=$(find "$prefix" -path '*/gmlake/__init__.py' | head -n1)
 check "Python package installed" '[ -n "$pkg" ]'
-check "... importable, and safe where gmlake is not loaded" \
-  '[ "$(PYTHONPATH=$(dirname "$(dirname "$pkg")") python3 -c "import gmlake; print(gmlake.enabled())")" = False ]'
+pypath=$(sed -n 's/^  export PYTHONPATH=//p' "$log" | tail -n 1)  # the last configure's
+check "configuring says where the Python package goes and the PYTHONPATH python3 needs" \
+  'grep -q "gmlake: the Python package is installed in $prefix/.* does not read" "$log" && [ "$pypath" = "$(dirname "$(dirname "$pkg")")" ]'
+check "... under which it is importable, and safe where gmlake is not loaded" \
+  '[ "$(PYTHONDONTWRITEBYTECODE=1 PYTHONPATH=$pypath python3 -c "import gmlake; print(gmlake.enabled())")" = False ]'
 check "... with its snapshot exporter (gmlake.export_snapshot)" \
-  '[ -f "$(dirname "$pkg")/_export_snapshot.py" ] && [ "$(PYTHONPATH=$(dirname "$(dirname "$pkg")") python3 -c "import gmlake; print(gmlake.export_snapshot(\"$tmp/native.trace\", \"$tmp/py.pickle\")[\"allocations\"] > 0)")" = True ]'
+  '[ -f "$(dirname "$pkg")/_export_snapshot.py" ] && [ "$(PYTHONDONTWRITEBYTECODE=1 PYTHONPATH=$pypath python3 -c "import gmlake; print(gmlake.export_snapshot(\"$tmp/native.trace\", \"$tmp/py.pickle\")[\"allocations\"] > 0)")" = True ]'
+
+# Uninstall (README): every file the install put is removed, and nothing is left in the prefix.
+ninja -C "$tmp/build" uninstall >"$log" 2>&1
+check "ninja -C build uninstall succeeds" '[ $? -eq 0 ] || { tail -n 5 "$log"; false; }'
+left=$(find "$prefix" 2>/dev/null)
+check "... and leaves nothing in the prefix, no file and no folder" '[ -z "$left" ] || { echo "$left" | head; false; }'
+out=$(meson configure "$tmp/build" -Dpython_dir="$tmp/pysite" 2>&1 && ninja -C "$tmp/build" 2>&1 &&
+      meson install -C "$tmp/build" 2>&1)
+check "-Dpython_dir=DIR puts the Python package in DIR" '[ -f "$tmp/pysite/gmlake/__init__.py" ] &&
+  [[ "$out" == *"gmlake: the Python package is installed in $tmp/pysite,"* ]] || { echo "$out" | tail -n 5; false; }'
+ninja -C "$tmp/build" uninstall >/dev/null 2>&1
+check "... and uninstall removes it there" '[ ! -e "$tmp/pysite/gmlake/__init__.py" ]'
 
 # First contact without CUDA headers: the simulated device and the tools only, replay works.
-if { meson setup "$tmp/nocuda" "$src" -Dcuda=disabled -Dtests=false && ninja -C "$tmp/nocuda"; } >"$log" 2>&1; then
+if { meson setup "$tmp/nocuda" "$src" -Dcuda=disabled -Dtests=disabled && ninja -C "$tmp/nocuda"; } >"$log" 2>&1; then
   check "no CUDA headers: no libgmlake, the tools are built" \
     '[ ! -e "$tmp/nocuda/interpose/libgmlake.so" ] && [ -x "$tmp/nocuda/tools/gmlake-replay" ] && grep -q "building only the simulated device" "$log"'
   check "... and replay works" '"$tmp/nocuda/tools/gmlake-replay" "$src/bench/traces/mixtral_moe.trace.gz" | grep -q "peak reserved"'

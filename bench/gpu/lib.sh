@@ -25,7 +25,7 @@ build_missing() { # [artifact under build/ ...]: builds with meson into build-gp
   [ $need = 1 ] || return 0
   # a carried build/ is used as it is; what it lacks is built in build-gpu/
   say "building with meson into build-gpu/ (build/ lacks libgmlake.so or $*)"
-  [ -f "$root/build-gpu/build.ninja" ] || meson setup "$root/build-gpu" "$root" -Dtests=false >>"$log" 2>&1
+  [ -f "$root/build-gpu/build.ninja" ] || meson setup "$root/build-gpu" "$root" -Dtests=disabled >>"$log" 2>&1
   ninja -C "$root/build-gpu" >>"$log" 2>&1 || say "meson build failed (see $logname)"
   [ -f "$lib" ] || lib=$root/build-gpu/interpose/libgmlake.so
 }

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# docs.sh — README.md and docs/ are true for someone who has only the clone: they name no folder
+# outside it (`../...`), every source path the README names (in backticks) exists, the man pages
+# can be read from a source tree as the README says (`man -l FILE`: FILE exists, in the source or
+# the build), and the install, prefix and uninstall commands are given.
+# Usage: docs.sh SOURCE BUILD
+set -u
+src=$1 build=$2
+pass=0 fail=0
+check() { if eval "$2"; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: $1"; fi; }
+cd "$src" || exit 1
+
+out=$(grep -n '\.\./' README.md docs/*.md docs/gmlake.1)
+check "README and docs name no folder outside the clone" '[ -z "$out" ] || { echo "$out"; false; }'
+missing=
+for p in $(grep -o '`[a-z]*/[^` ]*`' README.md | tr -d '`' | sort -u); do
+  case "$p" in
+    bench/*|docs/*|tests/*|tools/*|scripts/*|python/*|include/*|core/*|stitch/*|config/*|interpose/*)
+      [ -e "$p" ] || missing+=" $p" ;;
+  esac
+done
+check "every source path the README names exists" '[ -z "$missing" ] || { echo "missing:$missing"; false; }'
+mans=$(grep -o 'man -l [^` ]*' README.md | sed 's/^man -l //' | sort -u)
+check "the README says how to read the man pages from a source tree (man -l)" \
+  '[[ "$mans" == *docs/gmlake.1* && "$mans" == *gmlake.conf.5* ]]'
+for m in $mans; do
+  case "$m" in build/*) f=$build/${m#build/} ;; *) f=$m ;; esac
+  check "man -l $m: the file is there" '[ -s "$f" ] && grep -q "^\.TH " "$f"'
+done
+check "the README gives the install, a new prefix for an existing build, and the uninstall" \
+  'grep -q "meson install -C build" README.md && grep -q "meson configure build -Dprefix=P" README.md &&
+   grep -q "ninja -C build uninstall" README.md'
+check "the README's first two commands are as they were" \
+  '[ "$(sed -n 3,6p README.md)" = "$(printf "%s\n" '"'"'```sh'"'"' "scripts/gmlake replay      # replay the bundled training trace under several policies, side by side" "scripts/test               # build and run the whole test suite (plain, ASan+UBSan, TSan)" '"'"'```'"'"')" ]'
+echo "$pass passed, $fail failed"
+[ $fail -eq 0 ]

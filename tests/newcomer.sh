@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# newcomer.sh — the README's first command (`scripts/gmlake replay`) as a newcomer meets it, each
+# time in a fresh copy of SOURCE's tracked files: with Criterion hidden from meson (its
+# pkg-config file left out, cmake turned off), without CUDA headers (CUDA_HOME an empty folder),
+# and after a build that fails (at `meson setup`, then at `ninja`), where every command must say
+# that the build failed and where to see why.
+# Usage: newcomer.sh SOURCE
+set -u
+src=$(cd "$1" && pwd)
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+pass=0 fail=0
+check() { if eval "$2"; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: $1"; fi; }
+unset GMLAKE_SYSCONFDIR GMLAKE_CONFIG
+export XDG_CONFIG_HOME=$tmp/none
+
+# copy NAME: SOURCE's tracked files (the whole tree where it is no git checkout) in TMP/NAME.
+copy() {
+  mkdir "$tmp/$1"
+  (cd "$src" && git ls-files -z 2>/dev/null | xargs -0 cp --parents -t "$tmp/$1") 2>/dev/null ||
+    cp -r "$src"/. "$tmp/$1"
+  rm -rf "$tmp/$1"/build*
+}
+
+# Criterion hidden: every pkg-config file but criterion.pc, and no cmake.
+pc=$tmp/pkgconfig
+mkdir "$pc"
+IFS=: read -ra pcdirs <<<"$(pkg-config --variable pc_path pkg-config 2>/dev/null):${PKG_CONFIG_PATH:-}"
+for d in ${pcdirs[@]+"${pcdirs[@]}"}; do
+  for f in "$d"/*.pc; do
+    [ -f "$f" ] && [ "${f##*/}" != criterion.pc ] && ln -s "$f" "$pc/" 2>/dev/null
+  done
+done
+hide_criterion=(env PKG_CONFIG_LIBDIR="$pc" PKG_CONFIG_PATH= CMAKE=false)
+
+# --- 1. Criterion hidden: the first command builds and prints the table.
+copy a
+out=$("${hide_criterion[@]}" "$tmp/a/scripts/gmlake" replay 2>"$tmp/a.err")
+rc=$?
+check "Criterion hidden: replay exits 0" '[ $rc -eq 0 ] || { tail -n 20 "$tmp/a.err"; false; }'
+check "... and meson really did not find Criterion" \
+  'grep -Eq "Run-time dependency criterion found: NO" "$tmp/a/build/meson-logs/meson-log.txt"'
+check "... and prints the table: pytorch, expandable, gmlake" \
+  '[[ "$out" == "mixtral_moe.trace.gz: "*$'"'"'\n  pytorch '"'"'*$'"'"'\n  expandable '"'"'*$'"'"'\n  gmlake '"'"'* ]]'
+check "... and says that it builds, with progress" \
+  'grep -q "^gmlake: building .*first time" "$tmp/a.err" && grep -Eq "^\[[0-9]+/[0-9]+\] " "$tmp/a.err"'
+"${hide_criterion[@]}" "$tmp/a/scripts/gmlake" replay >/dev/null 2>"$tmp/a.err2"
+check "... and is quiet the second time" '[ ! -s "$tmp/a.err2" ] || { cat "$tmp/a.err2"; false; }'
+
+# --- 2. No CUDA headers (CUDA_HOME names an empty folder; /usr/local/cuda is not looked at).
+copy b
+mkdir "$tmp/nocuda"
+out=$(CUDA_HOME=$tmp/nocuda "$tmp/b/scripts/gmlake" replay 2>"$tmp/b.err")
+check "no CUDA headers: replay prints the table" '[[ "$out" == *$'"'"'\n  gmlake '"'"'* ]] || { tail -n 20 "$tmp/b.err"; false; }'
+check "... libgmlake is not built" '[ -x "$tmp/b/build/tools/gmlake-replay" ] && [ ! -e "$tmp/b/build/interpose/libgmlake.so" ]'
+err=$(CUDA_HOME=$tmp/nocuda "$tmp/b/scripts/gmlake" run -- true 2>&1)
+check "... run says no CUDA headers were found, and where it looked" \
+  '[ $? -ne 0 ] && [[ "$err" == *"found no CUDA headers"*"$tmp/nocuda/include"* ]] || { echo "$err"; false; }'
+check "... config works" 'CUDA_HOME=$tmp/nocuda "$tmp/b/scripts/gmlake" config --check >/dev/null 2>&1'
+
+# --- 3. A build that fails, at meson setup and at ninja: every command says so.
+failed() {  # NAME: every command fails and says that the build failed, and how to see why
+  local name=$1 c err
+  for c in "--version" "config" "import-snapshot -h" "run -- true" "replay"; do
+    # shellcheck disable=SC2086
+    err=$("$tmp/$name/scripts/gmlake" $c 2>&1 </dev/null)
+    check "$name: 'gmlake $c' fails, saying the build failed and where to see why" \
+      '[ $? -ne 0 ] && [[ "$err" == *"gmlake: the build failed"*"$tmp/$name/build/gmlake-build.log"* ]] &&
+       [[ "$err" != *"No such file"* && "$err" != *"can'"'"'t open file"* && "$err" != *"CUDA headers are"* ]] ||
+       { echo "$err" | tail -n 8; false; }'
+  done
+}
+copy c
+echo "error('a broken meson.build')" >>"$tmp/c/meson.build"
+failed c
+check "c: the log holds meson's error" 'grep -q "a broken meson.build" "$tmp/c/build/gmlake-build.log"'
+copy d
+echo "this is not C;" >>"$tmp/d/tools/config_main.c"
+failed d
+check "d: the log holds the compiler's error" 'grep -q "config_main.c.*error" "$tmp/d/build/gmlake-build.log"'
+
+echo "$pass passed, $fail failed"
+[ $fail -eq 0 ]
