@@ -83,15 +83,15 @@ gml_block *gml_block_at(gml_heap *h, uintptr_t addr)
 void gml_free_tree_remove(gml_block *b)
 {
     gml_bin *bin = b->bin;
+    gml_bin_block_out(bin->heap, b);
     RB_REMOVE(gml_size_tree, &bin->free[b->space], b);
-    gml_bin_count(bin, -1);
 }
 
 static inline void tree_insert(gml_block *b)
 {
     gml_bin *bin = b->bin;
     RB_INSERT(gml_size_tree, &bin->free[b->space], b);
-    gml_bin_count(bin, +1);
+    gml_bin_block_in(bin->heap, b);
 }
 
 /* l immediately precedes r in one space; returns the survivor holding both ranges. */

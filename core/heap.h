@@ -89,7 +89,14 @@ typedef struct gml_block {
     gml_bin *bin;                    /* FREE: its bin; HELD: the bin it was carved from (for an
                                       * undo within the carving operation only) */
     uint64_t seq;                    /* FREE: heap->seq at the free (for stream promotion) */
+    RB_ENTRY(gml_block) pnode;       /* FREE in a stream bin: in heap->passed[space] when its work
+                                        is known to have completed (seq <= gml_bin_threshold),
+                                        else in its bin's `pending` tree */
+    LIST_ENTRY(gml_block) lnode;     /* passed: in its bin's `passed` list */
+    LIST_ENTRY(gml_block) wnode;     /* FREE whole small chunk: in heap->small_whole */
     uint8_t state, space;
+    uint8_t where;                   /* FREE: GML_IN_READY, GML_IN_PENDING or GML_IN_PASSED */
+    bool whole;                      /* FREE: on heap->small_whole */
     void *holder;                    /* HELD: the upper layer's record */
     STAILQ_ENTRY(gml_block) held;    /* HELD: in the holder's list */
 } gml_block;
@@ -98,6 +105,19 @@ typedef GML_VEC(gml_block *) gml_block_vec;
 
 RB_HEAD(gml_size_tree, gml_block);
 RB_PROTOTYPE(gml_size_tree, gml_block, snode, gml_size_cmp)
+enum { GML_IN_READY = 0, GML_IN_PENDING, GML_IN_PASSED };
+/* Free blocks of stream bins known to have passed, all bins together, by (size, bin holding
+ * order, addr): what a miss promotes (streams.c). */
+RB_HEAD(gml_passed_tree, gml_block);
+RB_PROTOTYPE(gml_passed_tree, gml_block, pnode, gml_passed_cmp)
+/* One bin's free blocks not known to have passed, by (seq, addr). */
+RB_HEAD(gml_pending_tree, gml_block);
+RB_PROTOTYPE(gml_pending_tree, gml_block, pnode, gml_pending_cmp)
+LIST_HEAD(gml_block_list, gml_block);
+/* Stream bins holding blocks of one space, by (their largest free block there, holding order,
+ * address): one tree per space. */
+RB_HEAD(gml_cand_large, gml_bin);
+RB_HEAD(gml_cand_small, gml_bin);
 
 struct gml_bin {
     gml_stream stream;               /* key; GML_STREAM_NONE for the ready bin; a retired bin's is
@@ -117,9 +137,23 @@ struct gml_bin {
                                         block last freed on it): gml_bin_hold / gml_bin_unhold */
     struct gml_heap *heap;
     LIST_ENTRY(gml_bin) holding;     /* bins with nfree > 0 (the ready bin too): heap->holding */
+    uint64_t hold_stamp;             /* heap->hold_clock when it last joined heap->holding */
+    uint64_t asked;                  /* heap->ask_round of the last promotion that asked it */
+    /* stream bins only (streams.c keeps them, through gml_bin_block_in / _out): */
+    struct gml_pending_tree pending; /* free blocks not known to have passed */
+    size_t npend[GML_NSPACES];
+    LIST_ENTRY(gml_bin) pend_link[GML_NSPACES]; /* npend[s] > 0: in heap->pend_bins[s] */
+    struct gml_block_list passed;    /* free blocks known to have passed (in heap->passed) */
+    size_t npassed;
+    LIST_ENTRY(gml_bin) passed_link; /* npassed > 0: in heap->passed_bins */
+    size_t cmax[GML_NSPACES];        /* its largest free block of the space (0: none) */
+    RB_ENTRY(gml_bin) cnode_large;   /* cmax[LARGE] > 0: in heap->cand_large */
+    RB_ENTRY(gml_bin) cnode_small;   /* cmax[SMALL] > 0: in heap->cand_small */
     UT_hash_handle hh;
 };
 LIST_HEAD(gml_bin_list, gml_bin);
+RB_PROTOTYPE(gml_cand_large, gml_bin, cnode_large, gml_cand_cmp)
+RB_PROTOTYPE(gml_cand_small, gml_bin, cnode_small, gml_cand_cmp)
 #define GML_BIN_RETIRED ((gml_stream)1 << 60)
 
 typedef struct gml_slot {
@@ -141,7 +175,18 @@ typedef struct gml_heap {
     size_t arena_size, nslots, slot_hint, mapped_slots;
     gml_slot *slots;
     gml_bin *bins;                   /* hash by stream */
-    struct gml_bin_list holding;     /* bins holding free blocks (what a miss looks at) */
+    struct gml_bin_list holding;     /* bins holding free blocks */
+    uint64_t hold_clock;             /* stamps bins joining `holding` (bin->hold_stamp) */
+    /* the indexes a miss searches (streams.c): cost logarithmic in blocks and bins */
+    struct gml_passed_tree passed[GML_NSPACES]; /* stream bins' blocks known to have passed */
+    struct gml_bin_list passed_bins; /* stream bins with such blocks */
+    struct gml_bin_list pend_bins[GML_NSPACES]; /* stream bins with blocks of the space not
+                                        known to have passed */
+    struct gml_cand_large cand_large; /* stream bins holding large blocks */
+    struct gml_cand_small cand_small; /* stream bins holding small blocks */
+    uint64_t synced_applied;         /* synced_seq as far as the indexes know it */
+    uint64_t ask_round;              /* promotions so far (gml_bin.asked) */
+    struct gml_block_list small_whole; /* free small blocks of a whole chunk (gml_small_reclaim) */
     gml_bin *ready;
     gml_block *rec_free;             /* recycled records (linked by next) */
     GML_VEC(gml_block *) slabs;
@@ -269,14 +314,14 @@ bool gml_bin_passed(gml_heap *p, gml_bin *bin, uint64_t seq);
  * frees merge with it; else every such block, asking each bin at most once and not asking bins
  * holding no block of the large space nor of `space`. */
 size_t gml_promote(gml_heap *p, gml_bin *except, int space, size_t need);
-/* Counts a free block into / out of bin (keeps heap->holding). */
-static inline void gml_bin_count(gml_bin *bin, int delta)
-{
-    if (delta > 0 && bin->nfree++ == 0)
-        LIST_INSERT_HEAD(&bin->heap->holding, bin, holding);
-    else if (delta < 0 && --bin->nfree == 0)
-        LIST_REMOVE(bin, holding);
-}
+/* Free block b has just entered / is about to leave its bin's size tree: counts it (keeps
+ * heap->holding) and keeps the indexes a miss searches (heap->passed, the bin's pending tree,
+ * heap->cand, heap->small_whole). */
+void gml_bin_block_in(gml_heap *p, gml_block *b);
+void gml_bin_block_out(gml_heap *p, gml_block *b);
+/* The seq up to which bin's blocks are known to have passed, without a device call (a retired
+ * bin: all or none). */
+uint64_t gml_bin_threshold(gml_heap *p, gml_bin *bin);
 /* Records bin's event now if its stream can be named here (the want_record request). */
 void gml_bin_record(gml_heap *p, gml_bin *bin);
 /* Whether some stream bin (not the ready bin) holds free blocks: a device wait would let them serve

@@ -106,7 +106,10 @@ static inline uint64_t known_done(gml_heap *p, gml_bin *bin)
     return bin->done_seq;
 }
 
-bool gml_bin_passed(gml_heap *p, gml_bin *bin, uint64_t seq)
+static void bin_settle(gml_heap *p, gml_bin *bin);
+
+/* gml_bin_passed's answer; the bin's blocks are settled by the caller. */
+static bool bin_passed(gml_heap *p, gml_bin *bin, uint64_t seq)
 {
     if (bin == p->ready || known_done(p, bin) >= seq)
         return true;
@@ -125,6 +128,15 @@ bool gml_bin_passed(gml_heap *p, gml_bin *bin, uint64_t seq)
         return false;
     bin->done_seq = bin->ev_seq;
     return bin->done_seq >= seq;
+}
+
+bool gml_bin_passed(gml_heap *p, gml_bin *bin, uint64_t seq)
+{
+    uint64_t before = bin->done_seq;
+    bool passed = bin_passed(p, bin, seq);
+    if (bin->done_seq != before)
+        bin_settle(p, bin);
+    return passed;
 }
 
 static void bin_free(gml_heap *p, gml_bin *bin)
@@ -160,6 +172,7 @@ void gml_bin_retire(gml_heap *p, gml_bin *bin)
     bin->want_record = false;
     bin->stream = GML_BIN_RETIRED | ++p->retired_bins;
     HASH_ADD(hh, p->bins, stream, sizeof bin->stream, bin);
+    bin_settle(p, bin); /* all its blocks or none, from now on */
     retired_reap(p, bin);
 }
 
@@ -172,17 +185,193 @@ bool gml_bins_hold_blocks(gml_heap *p)
     return false;
 }
 
-/* The seq up to which bin's blocks may move to the ready bin (0: none), as far as is known
- * (learning it first when `ask`: an event query, or a record and a query). */
-static uint64_t passed_upto(gml_heap *p, gml_bin *bin, bool ask)
+/* ---- the indexes a miss searches ----
+ * A miss must not walk every bin, block or pending free (a server making a stream per request
+ * has as many bins as requests).  Every free block of a stream bin is in exactly one of:
+ *  heap->passed[space]  known to have passed (seq <= gml_bin_threshold of its bin, no device call
+ *                       needed), all bins together, by (size, bin holding order, addr): the
+ *                       smallest that fits is the one a miss promotes first; also on its bin's
+ *                       `passed` list (a promotion of every passed block walks heap->passed_bins);
+ *  bin->pending         not known yet, by seq: when the bin's threshold rises (an event query, a
+ *                       device synchronisation) the blocks below it move to heap->passed.
+ * heap->cand[space] orders the stream bins holding blocks of a space by their largest one: the
+ * bins a miss may ask (record and query an event) are those whose largest block fits.
+ * heap->pend_bins[space] lists the bins with pending blocks of a space: the ones a promotion of
+ * everything asks.  A device synchronisation (heap->synced_seq, written by the layer above) is
+ * applied to the indexes at the next promotion (settle_synced). */
+
+static int gml_passed_cmp(const gml_block *a, const gml_block *b)
 {
-    /* a retired bin's blocks all go once the work up to its retirement passed (moves inside the
-     * bin renumber blocks, but no stream can free into it any more) */
-    uint64_t upto = bin->retired ? bin->retire_seq : p->seq;
-    bool passed = ask ? gml_bin_passed(p, bin, upto) : known_done(p, bin) >= upto;
-    if (bin->retired)
-        return passed ? UINT64_MAX : 0;
-    return bin->done_seq;
+    if (a->size != b->size)
+        return a->size < b->size ? -1 : 1;
+    if (a->bin->hold_stamp != b->bin->hold_stamp) /* holding order: the latest first */
+        return a->bin->hold_stamp > b->bin->hold_stamp ? -1 : 1;
+    return a->addr < b->addr ? -1 : (a->addr > b->addr);
+}
+
+static int gml_pending_cmp(const gml_block *a, const gml_block *b)
+{
+    if (a->seq != b->seq)
+        return a->seq < b->seq ? -1 : 1;
+    return a->addr < b->addr ? -1 : (a->addr > b->addr);
+}
+
+static int gml_cand_cmp(const gml_bin *a, const gml_bin *b, int space)
+{
+    if (a->cmax[space] != b->cmax[space])
+        return a->cmax[space] < b->cmax[space] ? -1 : 1;
+    if (a->hold_stamp != b->hold_stamp)
+        return a->hold_stamp > b->hold_stamp ? -1 : 1;
+    return a < b ? -1 : (a > b);
+}
+static int cand_large_cmp(const gml_bin *a, const gml_bin *b) { return gml_cand_cmp(a, b, GML_SPACE_LARGE); }
+static int cand_small_cmp(const gml_bin *a, const gml_bin *b) { return gml_cand_cmp(a, b, GML_SPACE_SMALL); }
+
+RB_GENERATE(gml_passed_tree, gml_block, pnode, gml_passed_cmp)
+RB_GENERATE(gml_pending_tree, gml_block, pnode, gml_pending_cmp)
+RB_GENERATE(gml_cand_large, gml_bin, cnode_large, cand_large_cmp)
+RB_GENERATE(gml_cand_small, gml_bin, cnode_small, cand_small_cmp)
+
+uint64_t gml_bin_threshold(gml_heap *p, gml_bin *bin)
+{
+    uint64_t d = known_done(p, bin);
+    if (bin->retired) /* all its blocks go once the work up to its retirement passed (moves
+                       * inside the bin renumber blocks, but no stream frees into it any more) */
+        return d >= bin->retire_seq ? UINT64_MAX : 0;
+    return d;
+}
+
+static void cand_set(gml_heap *p, gml_bin *bin, int space, size_t max)
+{
+    if (bin->cmax[space] == max)
+        return;
+    if (bin->cmax[space]) {
+        if (space == GML_SPACE_LARGE)
+            RB_REMOVE(gml_cand_large, &p->cand_large, bin);
+        else
+            RB_REMOVE(gml_cand_small, &p->cand_small, bin);
+    }
+    bin->cmax[space] = max;
+    if (max) {
+        if (space == GML_SPACE_LARGE)
+            RB_INSERT(gml_cand_large, &p->cand_large, bin);
+        else
+            RB_INSERT(gml_cand_small, &p->cand_small, bin);
+    }
+}
+
+static void pending_add(gml_heap *p, gml_bin *bin, gml_block *b)
+{
+    b->where = GML_IN_PENDING;
+    RB_INSERT(gml_pending_tree, &bin->pending, b);
+    if (bin->npend[b->space]++ == 0)
+        LIST_INSERT_HEAD(&p->pend_bins[b->space], bin, pend_link[b->space]);
+}
+
+static void pending_del(gml_bin *bin, gml_block *b)
+{
+    RB_REMOVE(gml_pending_tree, &bin->pending, b);
+    if (--bin->npend[b->space] == 0)
+        LIST_REMOVE(bin, pend_link[b->space]);
+}
+
+static void passed_add(gml_heap *p, gml_bin *bin, gml_block *b)
+{
+    b->where = GML_IN_PASSED;
+    RB_INSERT(gml_passed_tree, &p->passed[b->space], b);
+    LIST_INSERT_HEAD(&bin->passed, b, lnode);
+    if (bin->npassed++ == 0)
+        LIST_INSERT_HEAD(&p->passed_bins, bin, passed_link);
+}
+
+static void passed_del(gml_heap *p, gml_bin *bin, gml_block *b)
+{
+    RB_REMOVE(gml_passed_tree, &p->passed[b->space], b);
+    LIST_REMOVE(b, lnode);
+    if (--bin->npassed == 0)
+        LIST_REMOVE(bin, passed_link);
+}
+
+void gml_bin_block_in(gml_heap *p, gml_block *b)
+{
+    gml_bin *bin = b->bin;
+    if (bin->nfree++ == 0) {
+        bin->hold_stamp = ++p->hold_clock;
+        LIST_INSERT_HEAD(&p->holding, bin, holding);
+    }
+    b->whole = b->space == GML_SPACE_SMALL && b->size == p->chunk;
+    if (b->whole)
+        LIST_INSERT_HEAD(&p->small_whole, b, wnode);
+    b->where = GML_IN_READY;
+    if (bin == p->ready)
+        return;
+    if (b->size > bin->cmax[b->space])
+        cand_set(p, bin, b->space, b->size);
+    if (b->seq <= gml_bin_threshold(p, bin))
+        passed_add(p, bin, b);
+    else
+        pending_add(p, bin, b);
+}
+
+void gml_bin_block_out(gml_heap *p, gml_block *b)
+{
+    gml_bin *bin = b->bin;
+    if (b->whole)
+        LIST_REMOVE(b, wnode);
+    b->whole = false;
+    if (b->where == GML_IN_PASSED)
+        passed_del(p, bin, b);
+    else if (b->where == GML_IN_PENDING)
+        pending_del(bin, b);
+    b->where = GML_IN_READY;
+    if (bin != p->ready && !RB_NEXT(gml_size_tree, NULL, b)) { /* b is the largest */
+        gml_block *prev = RB_PREV(gml_size_tree, NULL, b);
+        cand_set(p, bin, b->space, prev ? prev->size : 0);
+    }
+    if (--bin->nfree == 0)
+        LIST_REMOVE(bin, holding);
+}
+
+/* Brings bin's blocks in line with its threshold: the pending ones below it move to
+ * heap->passed; a retired bin not known to have passed holds none passed. */
+static void bin_settle(gml_heap *p, gml_bin *bin)
+{
+    if (bin == p->ready)
+        return;
+    uint64_t t = gml_bin_threshold(p, bin);
+    gml_block *b;
+    while ((b = RB_MIN(gml_pending_tree, &bin->pending)) && b->seq <= t) {
+        pending_del(bin, b);
+        passed_add(p, bin, b);
+    }
+    if (t == 0)
+        while ((b = LIST_FIRST(&bin->passed))) {
+            passed_del(p, bin, b);
+            pending_add(p, bin, b);
+        }
+}
+
+/* A device synchronisation since the last look: every bin of this device with pending blocks
+ * learns it (each such bin is visited once per synchronisation; almost all of them empty their
+ * pending blocks, which were freed before it). */
+static void settle_synced(gml_heap *p)
+{
+    if (p->synced_seq <= p->synced_applied)
+        return;
+    p->synced_applied = p->synced_seq;
+    for (int s = 0; s < GML_NSPACES; s++) {
+        gml_bin *bin, *tmp;
+        LIST_FOREACH_SAFE(bin, &p->pend_bins[s], pend_link[s], tmp)
+            if (!bin->foreign)
+                bin_settle(p, bin);
+    }
+}
+
+/* Asks bin (an event record and query as needed) whether its work up to now has passed; its
+ * blocks below what it learnt move to heap->passed. */
+static void ask(gml_heap *p, gml_bin *bin)
+{
+    gml_bin_passed(p, bin, bin->retired ? bin->retire_seq : p->seq);
 }
 
 static void to_ready(gml_heap *p, gml_block *f)
@@ -191,44 +380,64 @@ static void to_ready(gml_heap *p, gml_block *f)
     gml_free_insert(p, f, p->ready);
 }
 
-static inline gml_block *nfind(gml_bin *bin, int space, size_t need)
+/* The smallest block of `space` >= need known to have passed, not of bin `except` (the first bin
+ * in holding order, the lowest address, among equal sizes). */
+static gml_block *passed_first(gml_heap *p, gml_bin *except, int space, size_t need)
 {
-    gml_block key = {.size = need, .addr = 0};
-    return RB_NFIND(gml_size_tree, &bin->free[space], &key);
+    gml_bin kb = {.hold_stamp = UINT64_MAX};
+    gml_block key = {.size = need, .addr = 0, .bin = &kb};
+    gml_block *f = RB_NFIND(gml_passed_tree, &p->passed[space], &key);
+    while (f && f->bin == except)
+        f = RB_NEXT(gml_passed_tree, &p->passed[space], f);
+    return f;
 }
 
-/* The smallest block of bin's `space` >= need whose work is done up to `upto`, if smaller than
- * `best` (else best). */
-static gml_block *passed_in(gml_bin *bin, int space, size_t need, uint64_t upto, gml_block *best)
+static gml_bin *cand_first(gml_heap *p, int space, size_t need)
 {
-    for (gml_block *f = nfind(bin, space, need); f && (!best || f->size < best->size);
-         f = RB_NEXT(gml_size_tree, NULL, f))
-        if (f->seq <= upto)
-            return f;
-    return best;
+    gml_bin key = {.hold_stamp = UINT64_MAX};
+    key.cmax[space] = need;
+    return space == GML_SPACE_LARGE ? RB_NFIND(gml_cand_large, &p->cand_large, &key)
+                                    : RB_NFIND(gml_cand_small, &p->cand_small, &key);
+}
+
+static gml_bin *cand_next(int space, gml_bin *bin)
+{
+    return space == GML_SPACE_LARGE ? RB_NEXT(gml_cand_large, NULL, bin)
+                                    : RB_NEXT(gml_cand_small, NULL, bin);
 }
 
 /* One block of `space` >= need, of a stream bin other than `except`, whose work has completed:
  * the smallest of those known to have completed (no device call), else the first found by asking
- * the bins that hold a block large enough (an event each), else NULL. */
+ * the bins that hold a block large enough (an event each; the bin whose largest block is the
+ * smallest first), else NULL. */
 static gml_block *passed_fit(gml_heap *p, gml_bin *except, int space, size_t need)
 {
-    gml_block *best = NULL;
-    gml_bin *bin;
-    LIST_FOREACH(bin, &p->holding, holding)
-        if (bin != except && bin != p->ready)
-            best = passed_in(bin, space, need, passed_upto(p, bin, false), best);
-    if (best)
-        return best;
-    LIST_FOREACH(bin, &p->holding, holding)
-        if (bin != except && bin != p->ready && nfind(bin, space, need) &&
-            (best = passed_in(bin, space, need, passed_upto(p, bin, true), NULL)))
-            return best;
+    gml_block *f = passed_first(p, except, space, need);
+    if (f)
+        return f;
+    /* none fits among the known: the blocks that fit are all pending, so a block that passes
+     * when a bin is asked is that bin's */
+    for (gml_bin *bin = cand_first(p, space, need); bin; bin = cand_next(space, bin)) {
+        if (bin == except)
+            continue;
+        bin->asked = p->ask_round;
+        ask(p, bin);
+        if ((f = passed_first(p, except, space, need)))
+            return f;
+    }
     return NULL;
+}
+
+static void reap_if_empty(gml_heap *p, gml_bin *bin)
+{
+    if (!bin->nfree)
+        retired_reap(p, bin);
 }
 
 size_t gml_promote(gml_heap *p, gml_bin *except, int space, size_t need)
 {
+    settle_synced(p);
+    p->ask_round++; /* bins asked in this promotion: bin->asked == ask_round */
     if (need) {
         gml_block *f = passed_fit(p, except, space, need);
         if (f) {
@@ -238,31 +447,35 @@ size_t gml_promote(gml_heap *p, gml_bin *except, int space, size_t need)
             return 1;
         }
     }
+    /* Ask each bin with pending blocks once (passed_fit asked those holding a block >= need; for
+     * a large miss, a bin whose pending blocks are all small cannot help), then move every
+     * block known to have passed. */
+    bool any = !need || space == GML_SPACE_SMALL;
+    for (int s = any ? GML_SPACE_SMALL : GML_SPACE_LARGE; s >= 0; s--) {
+        gml_bin *bin, *tmp;
+        LIST_FOREACH_SAFE(bin, &p->pend_bins[s], pend_link[s], tmp)
+            if (bin != except && bin->asked != p->ask_round) {
+                bin->asked = p->ask_round;
+                ask(p, bin);
+            }
+    }
     size_t moved = 0;
     GML_VEC(gml_block *) v = {0};
     gml_bin *bin, *tmp;
-    LIST_FOREACH_SAFE(bin, &p->holding, holding, tmp) {
-        if (bin == except || bin == p->ready)
+    LIST_FOREACH_SAFE(bin, &p->passed_bins, passed_link, tmp) {
+        if (bin == except)
             continue;
-        /* ask each bin once: passed_fit asked those holding a block >= need; a bin holding no
-         * block of the large space nor of `space` cannot help this request */
-        bool ask = !need || (!nfind(bin, space, need) &&
-                             (!RB_EMPTY(&bin->free[GML_SPACE_LARGE]) || !RB_EMPTY(&bin->free[space])));
-        uint64_t upto = passed_upto(p, bin, ask);
-        if (upto == 0)
-            continue;
-        /* collect first: moving blocks merges and frees records */
+        /* collect first: moving blocks merges and frees records; moving the bin's last block
+         * may free the bin (retired), so it leaves passed_bins first */
         v.n = 0;
         gml_block *f;
-        for (int s = 0; s < GML_NSPACES; s++)
-            RB_FOREACH(f, gml_size_tree, &bin->free[s]) {
-                if (f->seq <= upto && !gml_vec_push(&v, f))
-                    goto out;
-            }
+        LIST_FOREACH(f, &bin->passed, lnode)
+            if (!gml_vec_push(&v, f))
+                goto out;
         for (size_t i = 0; i < v.n; i++)
             to_ready(p, v.v[i]);
         moved += v.n;
-        retired_reap(p, bin);
+        reap_if_empty(p, bin);
     }
 out:
     gml_vec_free(&v);
