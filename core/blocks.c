@@ -16,15 +16,6 @@
 
 #include "heap.h"
 
-static int gml_size_cmp(const gml_block *a, const gml_block *b)
-{
-    if (a->size != b->size)
-        return a->size < b->size ? -1 : 1;
-    return a->addr < b->addr ? -1 : (a->addr > b->addr);
-}
-
-RB_GENERATE(gml_size_tree, gml_block, snode, gml_size_cmp)
-
 enum { SLAB_RECORDS = 1024 };
 
 __attribute__((noinline)) static gml_block *rec_refill(gml_heap *h)

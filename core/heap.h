@@ -329,9 +329,15 @@ size_t gml_promote(gml_heap *p, gml_bin *except, int space, size_t need);
  * heap->cand, heap->small_whole). */
 void gml_bin_block_in(gml_heap *p, gml_block *b);
 void gml_bin_block_out(gml_heap *p, gml_block *b);
+/* What is known of bin's work without a device call: done up to this seq (a device
+ * synchronisation covers every bin of a stream of this device; remembered in done_seq). */
+uint64_t gml_bin_known_done(gml_heap *p, gml_bin *bin);
 /* The seq up to which bin's blocks are known to have passed, without a device call (a retired
  * bin: all or none). */
 uint64_t gml_bin_threshold(gml_heap *p, gml_bin *bin);
+/* Brings bin's blocks in line with its threshold after it rose (or fell: a retirement): pending
+ * ones below it move to heap->passed, and a retired bin not known to have passed holds none. */
+void gml_bin_settle(gml_heap *p, gml_bin *bin);
 /* Records bin's event now if its stream can be named here (the want_record request). */
 void gml_bin_record(gml_heap *p, gml_bin *bin);
 /* Whether some stream bin (not the ready bin) holds free blocks: a device wait would let them serve

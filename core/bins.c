@@ -1,0 +1,214 @@
+/*
+ * bins.c — what a bin holds and what is known of it, under both blocks.c (which puts blocks in
+ * and takes them out) and streams.c (which decides what moves between bins): the bins' size trees,
+ * the one rule of cross-stream reuse (gml_bin_serves, and the serving-bin iterator every search
+ * goes through), what is known of a bin's work without a device call (gml_bin_known_done,
+ * gml_bin_threshold), and the indexes a miss searches (tier 1, contract in heap.h).  It calls
+ * neither file, so the two never call each other (tests/calls.py).
+ *
+ * The reuse rule: a block freed on stream S goes to S's bin and may serve S at once; any other
+ * stream only once it reached the ready bin (streams.c: gml_promote moves it there once S's work
+ * up to the free has passed).
+ */
+#include "heap.h"
+
+static int gml_size_cmp(const gml_block *a, const gml_block *b)
+{
+    if (a->size != b->size)
+        return a->size < b->size ? -1 : 1;
+    return a->addr < b->addr ? -1 : (a->addr > b->addr);
+}
+
+RB_GENERATE(gml_size_tree, gml_block, snode, gml_size_cmp)
+
+bool gml_bin_serves(const gml_heap *h, const gml_bin *from, const gml_bin *to)
+{
+    return from == h->ready || from == to;
+}
+
+bool gml_usable(const gml_heap *h, const gml_block *b, const gml_bin *to)
+{
+    return b->state == GML_B_FREE && gml_bin_serves(h, b->bin, to);
+}
+
+gml_bin *gml_serving_bin_next(const gml_heap *h, const gml_bin *to, const gml_bin *prev)
+{
+    if (!prev)
+        return to ? (gml_bin *)to : h->ready;
+    return prev == h->ready ? NULL : h->ready;
+}
+
+/* What is known without a device call: a device synchronisation covers every bin of a stream of
+ * this device. */
+uint64_t gml_bin_known_done(gml_heap *p, gml_bin *bin)
+{
+    if (!bin->foreign && p->synced_seq > bin->done_seq)
+        bin->done_seq = p->synced_seq;
+    return bin->done_seq;
+}
+
+/* ---- the indexes a miss searches ----
+ * A miss must not walk every bin, block or pending free (a server making a stream per request
+ * has as many bins as requests).  Every free block of a stream bin is in exactly one of:
+ *  heap->passed[space]  known to have passed (seq <= gml_bin_threshold of its bin, no device call
+ *                       needed), all bins together, by (size, bin holding order, addr): the
+ *                       smallest that fits is the one a miss promotes first; also on its bin's
+ *                       `passed` list (a promotion of every passed block walks heap->passed_bins);
+ *  bin->pending         not known yet, by seq: when the bin's threshold rises (an event query, a
+ *                       device synchronisation) the blocks below it move to heap->passed.
+ * heap->cand[space] orders the stream bins holding blocks of a space by their largest one: the
+ * bins a miss may ask (record and query an event) are those whose largest block fits.
+ * heap->pend_bins[space] lists the bins with pending blocks of a space: the ones a promotion of
+ * everything asks.  A device synchronisation (heap->synced_seq, written by the layer above) is
+ * applied to the indexes at the next promotion (settle_synced). */
+
+static int gml_passed_cmp(const gml_block *a, const gml_block *b)
+{
+    if (a->size != b->size)
+        return a->size < b->size ? -1 : 1;
+    if (a->bin->hold_stamp != b->bin->hold_stamp) /* holding order: the latest first */
+        return a->bin->hold_stamp > b->bin->hold_stamp ? -1 : 1;
+    return a->addr < b->addr ? -1 : (a->addr > b->addr);
+}
+
+static int gml_pending_cmp(const gml_block *a, const gml_block *b)
+{
+    if (a->seq != b->seq)
+        return a->seq < b->seq ? -1 : 1;
+    return a->addr < b->addr ? -1 : (a->addr > b->addr);
+}
+
+static int gml_cand_cmp(const gml_bin *a, const gml_bin *b, int space)
+{
+    if (a->cmax[space] != b->cmax[space])
+        return a->cmax[space] < b->cmax[space] ? -1 : 1;
+    if (a->hold_stamp != b->hold_stamp)
+        return a->hold_stamp > b->hold_stamp ? -1 : 1;
+    return a < b ? -1 : (a > b);
+}
+static int cand_large_cmp(const gml_bin *a, const gml_bin *b) { return gml_cand_cmp(a, b, GML_SPACE_LARGE); }
+static int cand_small_cmp(const gml_bin *a, const gml_bin *b) { return gml_cand_cmp(a, b, GML_SPACE_SMALL); }
+
+RB_GENERATE(gml_passed_tree, gml_block, pnode, gml_passed_cmp)
+RB_GENERATE(gml_pending_tree, gml_block, pnode, gml_pending_cmp)
+RB_GENERATE(gml_cand_large, gml_bin, cnode_large, cand_large_cmp)
+RB_GENERATE(gml_cand_small, gml_bin, cnode_small, cand_small_cmp)
+
+uint64_t gml_bin_threshold(gml_heap *p, gml_bin *bin)
+{
+    uint64_t d = gml_bin_known_done(p, bin);
+    if (bin->retired) /* all its blocks go once the work up to its retirement passed (moves
+                       * inside the bin renumber blocks, but no stream frees into it any more) */
+        return d >= bin->retire_seq ? UINT64_MAX : 0;
+    return d;
+}
+
+static void cand_set(gml_heap *p, gml_bin *bin, int space, size_t max)
+{
+    if (bin->cmax[space] == max)
+        return;
+    if (bin->cmax[space]) {
+        if (space == GML_SPACE_LARGE)
+            RB_REMOVE(gml_cand_large, &p->cand_large, bin);
+        else
+            RB_REMOVE(gml_cand_small, &p->cand_small, bin);
+    }
+    bin->cmax[space] = max;
+    if (max) {
+        if (space == GML_SPACE_LARGE)
+            RB_INSERT(gml_cand_large, &p->cand_large, bin);
+        else
+            RB_INSERT(gml_cand_small, &p->cand_small, bin);
+    }
+}
+
+static void pending_add(gml_heap *p, gml_bin *bin, gml_block *b)
+{
+    b->where = GML_IN_PENDING;
+    RB_INSERT(gml_pending_tree, &bin->pending, b);
+    if (bin->npend[b->space]++ == 0)
+        LIST_INSERT_HEAD(&p->pend_bins[b->space], bin, pend_link[b->space]);
+}
+
+static void pending_del(gml_bin *bin, gml_block *b)
+{
+    RB_REMOVE(gml_pending_tree, &bin->pending, b);
+    if (--bin->npend[b->space] == 0)
+        LIST_REMOVE(bin, pend_link[b->space]);
+}
+
+static void passed_add(gml_heap *p, gml_bin *bin, gml_block *b)
+{
+    b->where = GML_IN_PASSED;
+    RB_INSERT(gml_passed_tree, &p->passed[b->space], b);
+    LIST_INSERT_HEAD(&bin->passed, b, lnode);
+    if (bin->npassed++ == 0)
+        LIST_INSERT_HEAD(&p->passed_bins, bin, passed_link);
+}
+
+static void passed_del(gml_heap *p, gml_bin *bin, gml_block *b)
+{
+    RB_REMOVE(gml_passed_tree, &p->passed[b->space], b);
+    LIST_REMOVE(b, lnode);
+    if (--bin->npassed == 0)
+        LIST_REMOVE(bin, passed_link);
+}
+
+void gml_bin_block_in(gml_heap *p, gml_block *b)
+{
+    gml_bin *bin = b->bin;
+    if (bin->nfree++ == 0) {
+        bin->hold_stamp = ++p->hold_clock;
+        LIST_INSERT_HEAD(&p->holding, bin, holding);
+    }
+    b->whole = b->space == GML_SPACE_SMALL && b->size == p->chunk;
+    if (b->whole)
+        LIST_INSERT_HEAD(&p->small_whole, b, wnode);
+    b->where = GML_IN_READY;
+    if (bin == p->ready)
+        return;
+    if (b->size > bin->cmax[b->space])
+        cand_set(p, bin, b->space, b->size);
+    if (b->seq <= gml_bin_threshold(p, bin))
+        passed_add(p, bin, b);
+    else
+        pending_add(p, bin, b);
+}
+
+void gml_bin_block_out(gml_heap *p, gml_block *b)
+{
+    gml_bin *bin = b->bin;
+    if (b->whole)
+        LIST_REMOVE(b, wnode);
+    b->whole = false;
+    if (b->where == GML_IN_PASSED)
+        passed_del(p, bin, b);
+    else if (b->where == GML_IN_PENDING)
+        pending_del(bin, b);
+    b->where = GML_IN_READY;
+    if (bin != p->ready && !RB_NEXT(gml_size_tree, NULL, b)) { /* b is the largest */
+        gml_block *prev = RB_PREV(gml_size_tree, NULL, b);
+        cand_set(p, bin, b->space, prev ? prev->size : 0);
+    }
+    if (--bin->nfree == 0)
+        LIST_REMOVE(bin, holding);
+}
+
+/* Brings bin's blocks in line with its threshold: the pending ones below it move to
+ * heap->passed; a retired bin not known to have passed holds none passed. */
+void gml_bin_settle(gml_heap *p, gml_bin *bin)
+{
+    if (bin == p->ready)
+        return;
+    uint64_t t = gml_bin_threshold(p, bin);
+    gml_block *b;
+    while ((b = RB_MIN(gml_pending_tree, &bin->pending)) && b->seq <= t) {
+        pending_del(bin, b);
+        passed_add(p, bin, b);
+    }
+    if (t == 0)
+        while ((b = LIST_FIRST(&bin->passed))) {
+            passed_del(p, bin, b);
+            pending_add(p, bin, b);
+        }
+}
