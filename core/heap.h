@@ -45,6 +45,10 @@
  *  H4 two free neighbours are never in the same bin (they would have been merged); a free block
  *     is never merged with a neighbour of another bin.
  *  H5 a free block is in its bin's size tree and nowhere else.
+ *  H6 the indexes a miss searches agree with the trees (bins.c): a stream bin's free block is
+ *     either passed (seq <= its bin's threshold; in heap->passed and its bin's list) or pending
+ *     (in its bin's pending tree), with the counts and lists of bins to match; a bin is in
+ *     heap->cand_* by its largest block; heap->small_whole lists the free whole small chunks.
  * Functions returning int give GMLAKE_OK, GMLAKE_ERR_NOMEM (device, limit or host memory) or
  * GMLAKE_ERR_DEVICE (the driver failed; everything done so far is undone).
  */
