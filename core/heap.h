@@ -24,7 +24,7 @@
  *                 without device calls.
  *  bin            the free blocks last freed on one stream.  The ready bin's blocks may serve any
  *                 stream.  Whether a bin's blocks may serve a stream is decided in one place:
- *                 gml_bin_serves (streams.c); every search goes through it.
+ *                 gml_bin_serves (bins.c); every search goes through it.
  *  pin            a chunk mapped by a view an upper layer made of it (a stitched range) is pinned
  *                 (gml_chunk_pin); release never returns an extent with a pinned chunk.
  *  VIEW           a record state the heap never tiles: an upper layer's allocation outside the
@@ -32,7 +32,7 @@
  *
  * Decisions owned here (one function each)
  *  best fit            gml_best_fit (blocks.c): smallest block >= need among the serving bins.
- *  cross-stream reuse  gml_bin_serves (streams.c); promotion gml_promote (streams.c).
+ *  cross-stream reuse  gml_bin_serves (bins.c); promotion gml_promote (streams.c).
  *  growth unit, amount gml_grow (arena.c, its plan_growth).
  *  release             gml_release_free_chunks (arena.c): whole unpinned chunks of the ready bin.
  *
@@ -121,7 +121,7 @@ RB_HEAD(gml_size_tree, gml_block);
 RB_PROTOTYPE(gml_size_tree, gml_block, snode, gml_size_cmp)
 enum { GML_IN_READY = 0, GML_IN_PENDING, GML_IN_PASSED };
 /* Free blocks of stream bins known to have passed, all bins together, by (size, bin holding
- * order, addr): what a miss promotes (streams.c). */
+ * order, addr): what a miss promotes (bins.c keeps it, streams.c reads it). */
 RB_HEAD(gml_passed_tree, gml_block);
 RB_PROTOTYPE(gml_passed_tree, gml_block, pnode, gml_passed_cmp)
 /* One bin's free blocks not known to have passed, by (seq, addr). */
@@ -153,7 +153,7 @@ struct gml_bin {
     LIST_ENTRY(gml_bin) holding;     /* bins with nfree > 0 (the ready bin too): heap->holding */
     uint64_t hold_stamp;             /* heap->hold_clock when it last joined heap->holding */
     uint64_t asked;                  /* heap->ask_round of the last promotion that asked it */
-    /* stream bins only (streams.c keeps them, through gml_bin_block_in / _out): */
+    /* stream bins only (bins.c keeps them, through gml_bin_block_in / _out): */
     struct gml_pending_tree pending; /* free blocks not known to have passed */
     size_t npend[GML_NSPACES];
     LIST_ENTRY(gml_bin) pend_link[GML_NSPACES]; /* npend[s] > 0: in heap->pend_bins[s] */
@@ -191,7 +191,7 @@ typedef struct gml_heap {
     gml_bin *bins;                   /* hash by stream */
     struct gml_bin_list holding;     /* bins holding free blocks */
     uint64_t hold_clock;             /* stamps bins joining `holding` (bin->hold_stamp) */
-    /* the indexes a miss searches (streams.c): cost logarithmic in blocks and bins */
+    /* the indexes a miss searches (bins.c): cost logarithmic in blocks and bins */
     struct gml_passed_tree passed[GML_NSPACES]; /* stream bins' blocks known to have passed */
     struct gml_bin_list passed_bins; /* stream bins with such blocks */
     struct gml_bin_list pend_bins[GML_NSPACES]; /* stream bins with blocks of the space not
@@ -314,7 +314,7 @@ static inline uintptr_t gml_extent_hi(const gml_heap *h, uintptr_t a)
  * extent.  [*b1, *b2) are the whole extents inside b. */
 bool gml_extent_bounds(const gml_heap *h, const gml_block *b, uintptr_t *b1, uintptr_t *b2);
 
-/* ---- streams.c: bins, events, promotion; the one rule of cross-stream reuse ---- */
+/* ---- streams.c: bins' identity, events, retirement, promotion ---- */
 gml_bin *gml_bin_get(gml_heap *p, gml_stream s); /* NULL on host OOM */
 /* True when the work submitted to bin's stream up to `seq` has completed (a device
  * synchronisation up to heap->synced_seq, or an event recorded and queried as needed).  Nothing
@@ -324,24 +324,11 @@ bool gml_bin_passed(gml_heap *p, gml_bin *bin, uint64_t seq);
  * bin, and frees retired bins left empty; returns the number of blocks moved.  need == 0: every
  * such block.  need > 0 (a miss of `space`): one such block >= need when there is one (the
  * smallest of those known to have passed without a device call, else the first found by asking
- * the bins holding one that large), the rest staying with its stream, where that stream's later
- * frees merge with it; else every such block, asking each bin at most once and not asking bins
- * holding no block of the large space nor of `space`. */
+ * the bins whose largest block is that large, the tightest first), the rest staying with its
+ * stream, where that stream's later frees merge with it; else every such block, asking each bin
+ * with blocks not known to have passed at most once (for a large miss only those with large
+ * ones).  Cost: logarithmic in blocks and bins, plus one step per bin asked (bins.c). */
 size_t gml_promote(gml_heap *p, gml_bin *except, int space, size_t need);
-/* Free block b has just entered / is about to leave its bin's size tree: counts it (keeps
- * heap->holding) and keeps the indexes a miss searches (heap->passed, the bin's pending tree,
- * heap->cand, heap->small_whole). */
-void gml_bin_block_in(gml_heap *p, gml_block *b);
-void gml_bin_block_out(gml_heap *p, gml_block *b);
-/* What is known of bin's work without a device call: done up to this seq (a device
- * synchronisation covers every bin of a stream of this device; remembered in done_seq). */
-uint64_t gml_bin_known_done(gml_heap *p, gml_bin *bin);
-/* The seq up to which bin's blocks are known to have passed, without a device call (a retired
- * bin: all or none). */
-uint64_t gml_bin_threshold(gml_heap *p, gml_bin *bin);
-/* Brings bin's blocks in line with its threshold after it rose (or fell: a retirement): pending
- * ones below it move to heap->passed, and a retired bin not known to have passed holds none. */
-void gml_bin_settle(gml_heap *p, gml_bin *bin);
 /* Records bin's event now if its stream can be named here (the want_record request). */
 void gml_bin_record(gml_heap *p, gml_bin *bin);
 /* Whether some stream bin (not the ready bin) holds free blocks: a device wait would let them serve
@@ -357,6 +344,7 @@ void gml_bin_retire(gml_heap *p, gml_bin *bin);
 static inline void gml_bin_hold(gml_bin *bin) { bin->held++; }
 void gml_bin_unhold(gml_heap *p, gml_bin *bin);
 void gml_bins_destroy(gml_heap *p);
+/* ---- bins.c: the bins' trees, the one rule of cross-stream reuse, the miss indexes ---- */
 /* The reuse rule: the free blocks of bin `from` may serve a request on bin `to`'s stream now
  * (to == NULL: every stream, as release needs) without waiting for any work. */
 bool gml_bin_serves(const gml_heap *h, const gml_bin *from, const gml_bin *to);
@@ -368,8 +356,23 @@ gml_bin *gml_serving_bin_next(const gml_heap *h, const gml_bin *to, const gml_bi
     for (gml_bin *it = gml_serving_bin_next((h), (to), NULL); it;                                 \
          it = gml_serving_bin_next((h), (to), it))
 
+/* Free block b has just entered / is about to leave its bin's size tree: counts it (keeps
+ * heap->holding) and keeps the indexes a miss searches (heap->passed, the bin's pending tree,
+ * heap->cand, heap->small_whole). */
+void gml_bin_block_in(gml_heap *p, gml_block *b);
+void gml_bin_block_out(gml_heap *p, gml_block *b);
+/* What is known of bin's work without a device call: done up to this seq (a device
+ * synchronisation covers every bin of a stream of this device; remembered in done_seq). */
+uint64_t gml_bin_known_done(gml_heap *p, gml_bin *bin);
+/* The seq up to which bin's blocks are known to have passed, without a device call (a retired
+ * bin: all or none). */
+uint64_t gml_bin_threshold(gml_heap *p, gml_bin *bin);
+/* Brings bin's blocks in line with its threshold after it rose (or fell: a retirement): pending
+ * ones below it move to heap->passed, and a retired bin not known to have passed holds none. */
+void gml_bin_settle(gml_heap *p, gml_bin *bin);
+
 /* ---- heap_check.c ---- */
-/* H1..H5, given the blocks the layers above hold: every LIVE and HELD block (`used`). */
+/* H1..H6, given the blocks the layers above hold: every LIVE and HELD block (`used`). */
 int gml_heap_check(gml_heap *h, gml_block *const *used, size_t nused, char *why, size_t whylen);
 /* Free-memory figures, walking every bin. */
 void gml_heap_free_stats(gml_heap *h, gml_heap_free *out);

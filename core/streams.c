@@ -20,9 +20,15 @@
  * another device's stream (a stream-ordered free may name any stream; gml_dev_stream_local,
  * asked once when the bin is made) is `foreign`: only its own event says its work passed.
  * Nothing here waits.
- * The rule itself is gml_bin_serves, which every search of the heap (best fit, growth next to a
- * free block, small refill), of stitching and of release calls (tier 1, contract in heap.h).
- * A miss walks only the bins holding free blocks (heap->holding, kept by gml_bin_count).
+ * The rule itself is gml_bin_serves (bins.c), which every search of the heap (best fit, growth
+ * next to a free block, small refill), of stitching and of release calls (tier 1, contract in
+ * heap.h).  A miss walks no list of bins or blocks: the blocks known to have passed are in one
+ * size tree over every bin, the others in their bin's tree by seq, and the bins a miss may ask
+ * are ordered by their largest block (bins.c keeps these indexes as blocks come and go); a
+ * promotion costs the logarithm of blocks and bins, plus one step per bin it asks (an event
+ * record and query, as before) and per block it moves.  Among bins holding a block that fits,
+ * the one whose largest block is the smallest is asked first (until issue 23, the bin that last
+ * began holding blocks); a bin whose blocks are all known to have passed is not asked.
  *
  * Identity: a bin is keyed by its stream's key (device.h).  Implicit streams name one thread's
  * (per-thread default stream) or one context's (legacy stream) stream, so their keys carry the
