@@ -10,6 +10,8 @@
  * stream only once it reached the ready bin (streams.c: gml_promote moves it there once S's work
  * up to the free has passed).
  */
+#include <stdlib.h>
+
 #include "heap.h"
 
 static int gml_size_cmp(const gml_block *a, const gml_block *b)
@@ -71,26 +73,18 @@ static int gml_passed_cmp(const gml_block *a, const gml_block *b)
     return a->addr < b->addr ? -1 : (a->addr > b->addr);
 }
 
-static int gml_pending_cmp(const gml_block *a, const gml_block *b)
-{
-    if (a->seq != b->seq)
-        return a->seq < b->seq ? -1 : 1;
-    return a->addr < b->addr ? -1 : (a->addr > b->addr);
-}
-
 static int gml_cand_cmp(const gml_bin *a, const gml_bin *b, int space)
 {
-    if (a->cmax[space] != b->cmax[space])
-        return a->cmax[space] < b->cmax[space] ? -1 : 1;
-    if (a->hold_stamp != b->hold_stamp)
-        return a->hold_stamp > b->hold_stamp ? -1 : 1;
+    if (a->ckey_max[space] != b->ckey_max[space])
+        return a->ckey_max[space] < b->ckey_max[space] ? -1 : 1;
+    if (a->ckey_stamp[space] != b->ckey_stamp[space])
+        return a->ckey_stamp[space] > b->ckey_stamp[space] ? -1 : 1;
     return a < b ? -1 : (a > b);
 }
 static int cand_large_cmp(const gml_bin *a, const gml_bin *b) { return gml_cand_cmp(a, b, GML_SPACE_LARGE); }
 static int cand_small_cmp(const gml_bin *a, const gml_bin *b) { return gml_cand_cmp(a, b, GML_SPACE_SMALL); }
 
 RB_GENERATE(gml_passed_tree, gml_block, pnode, gml_passed_cmp)
-RB_GENERATE(gml_pending_tree, gml_block, pnode, gml_pending_cmp)
 RB_GENERATE(gml_cand_large, gml_bin, cnode_large, cand_large_cmp)
 RB_GENERATE(gml_cand_small, gml_bin, cnode_small, cand_small_cmp)
 
@@ -103,36 +97,79 @@ uint64_t gml_bin_threshold(gml_heap *p, gml_bin *bin)
     return d;
 }
 
-static void cand_set(gml_heap *p, gml_bin *bin, int space, size_t max)
+/* bin's largest block or holding order changed: it is placed again at the next promotion. */
+static inline void cand_touch(gml_heap *p, gml_bin *bin)
 {
-    if (bin->cmax[space] == max)
-        return;
-    if (bin->cmax[space]) {
-        if (space == GML_SPACE_LARGE)
-            RB_REMOVE(gml_cand_large, &p->cand_large, bin);
-        else
-            RB_REMOVE(gml_cand_small, &p->cand_small, bin);
-    }
-    bin->cmax[space] = max;
-    if (max) {
-        if (space == GML_SPACE_LARGE)
-            RB_INSERT(gml_cand_large, &p->cand_large, bin);
-        else
-            RB_INSERT(gml_cand_small, &p->cand_small, bin);
+    if (!bin->cdirty) {
+        bin->cdirty = true;
+        LIST_INSERT_HEAD(&p->cand_dirty, bin, dirty_link);
     }
 }
 
-static void pending_add(gml_heap *p, gml_bin *bin, gml_block *b)
+static void cand_place(gml_heap *p, gml_bin *bin, int space, bool in)
+{
+    if (space == GML_SPACE_LARGE) {
+        if (in)
+            RB_INSERT(gml_cand_large, &p->cand_large, bin);
+        else
+            RB_REMOVE(gml_cand_large, &p->cand_large, bin);
+    } else {
+        if (in)
+            RB_INSERT(gml_cand_small, &p->cand_small, bin);
+        else
+            RB_REMOVE(gml_cand_small, &p->cand_small, bin);
+    }
+}
+
+void gml_bin_cand_flush(gml_heap *p)
+{
+    gml_bin *bin;
+    while ((bin = LIST_FIRST(&p->cand_dirty))) {
+        LIST_REMOVE(bin, dirty_link);
+        bin->cdirty = false;
+        for (int s = 0; s < GML_NSPACES; s++) {
+            if (bin->ckey_max[s] == bin->cmax[s] && bin->ckey_stamp[s] == bin->hold_stamp)
+                continue;
+            if (bin->ckey_max[s])
+                cand_place(p, bin, s, false);
+            bin->ckey_max[s] = bin->cmax[s];
+            bin->ckey_stamp[s] = bin->hold_stamp;
+            if (bin->ckey_max[s])
+                cand_place(p, bin, s, true);
+        }
+    }
+}
+
+void gml_bin_forget(gml_heap *p, gml_bin *bin)
+{
+    if (bin->cdirty)
+        LIST_REMOVE(bin, dirty_link);
+    bin->cdirty = false;
+    for (int s = 0; s < GML_NSPACES; s++)
+        if (bin->ckey_max[s]) {
+            cand_place(p, bin, s, false);
+            bin->ckey_max[s] = 0;
+        }
+}
+
+/* Appends b to bin's pending list (after `after`; at the head when after is NULL and at_tail
+ * false). */
+static void pending_add(gml_heap *p, gml_bin *bin, gml_block *b, gml_block *after, bool at_tail)
 {
     b->where = GML_IN_PENDING;
-    RB_INSERT(gml_pending_tree, &bin->pending, b);
+    if (at_tail)
+        TAILQ_INSERT_TAIL(&bin->pending, b, qnode);
+    else if (after)
+        TAILQ_INSERT_AFTER(&bin->pending, after, b, qnode);
+    else
+        TAILQ_INSERT_HEAD(&bin->pending, b, qnode);
     if (bin->npend[b->space]++ == 0)
         LIST_INSERT_HEAD(&p->pend_bins[b->space], bin, pend_link[b->space]);
 }
 
 static void pending_del(gml_bin *bin, gml_block *b)
 {
-    RB_REMOVE(gml_pending_tree, &bin->pending, b);
+    TAILQ_REMOVE(&bin->pending, b, qnode);
     if (--bin->npend[b->space] == 0)
         LIST_REMOVE(bin, pend_link[b->space]);
 }
@@ -154,12 +191,14 @@ static void passed_del(gml_heap *p, gml_bin *bin, gml_block *b)
         LIST_REMOVE(bin, passed_link);
 }
 
-void gml_bin_block_in(gml_heap *p, gml_block *b)
+void gml_bin_block_in(gml_heap *p, gml_block *b, const gml_pend_pos *pos)
 {
     gml_bin *bin = b->bin;
     if (bin->nfree++ == 0) {
         bin->hold_stamp = ++p->hold_clock;
         LIST_INSERT_HEAD(&p->holding, bin, holding);
+        if (bin != p->ready)
+            cand_touch(p, bin);
     }
     b->whole = b->space == GML_SPACE_SMALL && b->size == p->chunk;
     if (b->whole)
@@ -167,17 +206,25 @@ void gml_bin_block_in(gml_heap *p, gml_block *b)
     b->where = GML_IN_READY;
     if (bin == p->ready)
         return;
-    if (b->size > bin->cmax[b->space])
-        cand_set(p, bin, b->space, b->size);
+    if (b->size > bin->cmax[b->space]) {
+        bin->cmax[b->space] = b->size;
+        cand_touch(p, bin);
+    }
     if (b->seq <= gml_bin_threshold(p, bin))
         passed_add(p, bin, b);
+    else if (pos && pos->pending)
+        pending_add(p, bin, b, pos->prev, false);
     else
-        pending_add(p, bin, b);
+        pending_add(p, bin, b, NULL, true);
 }
 
-void gml_bin_block_out(gml_heap *p, gml_block *b)
+void gml_bin_block_out(gml_heap *p, gml_block *b, gml_pend_pos *pos)
 {
     gml_bin *bin = b->bin;
+    if (pos) {
+        pos->pending = b->where == GML_IN_PENDING;
+        pos->prev = pos->pending ? TAILQ_PREV(b, gml_pend_list, qnode) : NULL;
+    }
     if (b->whole)
         LIST_REMOVE(b, wnode);
     b->whole = false;
@@ -188,7 +235,8 @@ void gml_bin_block_out(gml_heap *p, gml_block *b)
     b->where = GML_IN_READY;
     if (bin != p->ready && !RB_NEXT(gml_size_tree, NULL, b)) { /* b is the largest */
         gml_block *prev = RB_PREV(gml_size_tree, NULL, b);
-        cand_set(p, bin, b->space, prev ? prev->size : 0);
+        bin->cmax[b->space] = prev ? prev->size : 0;
+        cand_touch(p, bin);
     }
     if (--bin->nfree == 0)
         LIST_REMOVE(bin, holding);
@@ -196,19 +244,78 @@ void gml_bin_block_out(gml_heap *p, gml_block *b)
 
 /* Brings bin's blocks in line with its threshold: the pending ones below it move to
  * heap->passed; a retired bin not known to have passed holds none passed. */
+static int by_seq(const void *x, const void *y)
+{
+    const gml_block *a = *(gml_block *const *)x, *b = *(gml_block *const *)y;
+    return a->seq < b->seq ? -1 : (a->seq > b->seq);
+}
+
+/* A retired bin not known to have passed: its passed blocks go back among the pending ones, in
+ * seq order (once per retirement: sorted, then merged into the list). */
+static void unpass_all(gml_heap *p, gml_bin *bin)
+{
+    GML_VEC(gml_block *) v = {0};
+    gml_block *b;
+    LIST_FOREACH(b, &bin->passed, lnode)
+        if (!gml_vec_push(&v, b))
+            break;
+    qsort(v.v, v.n, sizeof *v.v, by_seq);
+    gml_block *at = TAILQ_FIRST(&bin->pending), *after = NULL;
+    for (size_t i = 0; i < v.n; i++) {
+        while (at && at->seq <= v.v[i]->seq) {
+            after = at;
+            at = TAILQ_NEXT(at, qnode);
+        }
+        passed_del(p, bin, v.v[i]);
+        pending_add(p, bin, v.v[i], after, false);
+        after = v.v[i];
+    }
+    gml_vec_free(&v);
+}
+
 void gml_bin_settle(gml_heap *p, gml_bin *bin)
 {
     if (bin == p->ready)
         return;
     uint64_t t = gml_bin_threshold(p, bin);
     gml_block *b;
-    while ((b = RB_MIN(gml_pending_tree, &bin->pending)) && b->seq <= t) {
+    while ((b = TAILQ_FIRST(&bin->pending)) && b->seq <= t) {
         pending_del(bin, b);
         passed_add(p, bin, b);
     }
-    if (t == 0)
-        while ((b = LIST_FIRST(&bin->passed))) {
-            passed_del(p, bin, b);
-            pending_add(p, bin, b);
-        }
+    if (t == 0 && bin->npassed)
+        unpass_all(p, bin);
+}
+
+void gml_bin_block_shrink(gml_heap *p, gml_block *b, size_t size)
+{
+    gml_bin *bin = b->bin;
+    struct gml_size_tree *t = &bin->free[b->space];
+    bool was_max = bin != p->ready && !RB_NEXT(gml_size_tree, NULL, b);
+    bool passed = b->where == GML_IN_PASSED;
+    gml_block *below = was_max ? RB_PREV(gml_size_tree, NULL, b) : NULL;
+    size_t next_max = below && below->size > size ? below->size : size;
+    RB_REMOVE(gml_size_tree, t, b);
+    if (passed)
+        RB_REMOVE(gml_passed_tree, &p->passed[b->space], b);
+    if (b->whole)
+        LIST_REMOVE(b, wnode);
+    if (bin->nfree == 1) { /* as if it left and came back: the bin begins holding again */
+        LIST_REMOVE(bin, holding);
+        LIST_INSERT_HEAD(&p->holding, bin, holding);
+        bin->hold_stamp = ++p->hold_clock;
+        if (bin != p->ready)
+            cand_touch(p, bin);
+    }
+    b->size = size;
+    RB_INSERT(gml_size_tree, t, b);
+    b->whole = b->space == GML_SPACE_SMALL && b->size == p->chunk;
+    if (b->whole)
+        LIST_INSERT_HEAD(&p->small_whole, b, wnode);
+    if (passed)
+        RB_INSERT(gml_passed_tree, &p->passed[b->space], b);
+    if (was_max) {
+        bin->cmax[b->space] = next_max;
+        cand_touch(p, bin);
+    }
 }

@@ -47,8 +47,9 @@
  *  H5 a free block is in its bin's size tree and nowhere else.
  *  H6 the indexes a miss searches agree with the trees (bins.c): a stream bin's free block is
  *     either passed (seq <= its bin's threshold; in heap->passed and its bin's list) or pending
- *     (in its bin's pending tree), with the counts and lists of bins to match; a bin is in
- *     heap->cand_* by its largest block; heap->small_whole lists the free whole small chunks.
+ *     (in its bin's pending list, in seq order), with the counts and lists of bins to match; a
+ *     bin is in heap->cand_* by its largest block (or marked to be placed again);
+ *     heap->small_whole lists the free whole small chunks.
  * Functions returning int give GMLAKE_OK, GMLAKE_ERR_NOMEM (device, limit or host memory) or
  * GMLAKE_ERR_DEVICE (the driver failed; everything done so far is undone).
  */
@@ -70,19 +71,17 @@
 #include "device.h"
 #include "vec.h"
 
-/* uthash on pointer-sized keys: splitmix64's finalizer instead of Jenkins.  (One multiply and the
- * product's high half was tried: on 10^6 consecutive keys, such as stream keys, uthash found its
- * buckets badly filled, stopped expanding at 32,768 buckets and every lookup walked ~30 records.) */
+/* uthash on pointer-sized keys: one multiply, its two halves folded, instead of Jenkins.  (The
+ * product's high half alone was used before: on 10^6 consecutive keys, such as stream keys,
+ * uthash found its buckets badly filled, stopped expanding at 32,768 buckets and every lookup
+ * walked ~30 records.) */
 #undef HASH_FUNCTION
 #define HASH_FUNCTION(keyptr, keylen, hashv)                                                      \
     do {                                                                                          \
         uint64_t k_ = *(const uint64_t *)(keyptr);                                                \
-        k_ ^= k_ >> 30;                                                                           \
+        k_ ^= k_ >> 29;                                                                           \
         k_ *= UINT64_C(0xbf58476d1ce4e5b9);                                                       \
-        k_ ^= k_ >> 27;                                                                           \
-        k_ *= UINT64_C(0x94d049bb133111eb);                                                       \
-        k_ ^= k_ >> 31;                                                                           \
-        (hashv) = (unsigned)k_;                                                                   \
+        (hashv) = (unsigned)(k_ ^ (k_ >> 32));                                                    \
     } while (0)
 
 enum gml_space { GML_SPACE_LARGE = 0, GML_SPACE_SMALL = 1, GML_NSPACES = 2 };
@@ -105,8 +104,9 @@ typedef struct gml_block {
     uint64_t seq;                    /* FREE: heap->seq at the free (for stream promotion) */
     RB_ENTRY(gml_block) pnode;       /* FREE in a stream bin: in heap->passed[space] when its work
                                         is known to have completed (seq <= gml_bin_threshold),
-                                        else in its bin's `pending` tree */
+                                        else in its bin's `pending` list */
     LIST_ENTRY(gml_block) lnode;     /* passed: in its bin's `passed` list */
+    TAILQ_ENTRY(gml_block) qnode;    /* pending: in its bin's `pending` list */
     LIST_ENTRY(gml_block) wnode;     /* FREE whole small chunk: in heap->small_whole */
     uint8_t state, space;
     uint8_t where;                   /* FREE: GML_IN_READY, GML_IN_PENDING or GML_IN_PASSED */
@@ -124,9 +124,9 @@ enum { GML_IN_READY = 0, GML_IN_PENDING, GML_IN_PASSED };
  * order, addr): what a miss promotes (bins.c keeps it, streams.c reads it). */
 RB_HEAD(gml_passed_tree, gml_block);
 RB_PROTOTYPE(gml_passed_tree, gml_block, pnode, gml_passed_cmp)
-/* One bin's free blocks not known to have passed, by (seq, addr). */
-RB_HEAD(gml_pending_tree, gml_block);
-RB_PROTOTYPE(gml_pending_tree, gml_block, pnode, gml_pending_cmp)
+/* One bin's free blocks not known to have passed, in seq order (a new free has the largest seq;
+ * a block that keeps its seq keeps its place: gml_pend_pos). */
+TAILQ_HEAD(gml_pend_list, gml_block);
 LIST_HEAD(gml_block_list, gml_block);
 /* Stream bins holding blocks of one space, by (their largest free block there, holding order,
  * address): one tree per space. */
@@ -154,15 +154,22 @@ struct gml_bin {
     uint64_t hold_stamp;             /* heap->hold_clock when it last joined heap->holding */
     uint64_t asked;                  /* heap->ask_round of the last promotion that asked it */
     /* stream bins only (bins.c keeps them, through gml_bin_block_in / _out): */
-    struct gml_pending_tree pending; /* free blocks not known to have passed */
+    struct gml_pend_list pending;    /* free blocks not known to have passed, by seq */
     size_t npend[GML_NSPACES];
     LIST_ENTRY(gml_bin) pend_link[GML_NSPACES]; /* npend[s] > 0: in heap->pend_bins[s] */
     struct gml_block_list passed;    /* free blocks known to have passed (in heap->passed) */
     size_t npassed;
     LIST_ENTRY(gml_bin) passed_link; /* npassed > 0: in heap->passed_bins */
     size_t cmax[GML_NSPACES];        /* its largest free block of the space (0: none) */
-    RB_ENTRY(gml_bin) cnode_large;   /* cmax[LARGE] > 0: in heap->cand_large */
-    RB_ENTRY(gml_bin) cnode_small;   /* cmax[SMALL] > 0: in heap->cand_small */
+    /* its place in heap->cand_* (by ckey_max > 0, then ckey_stamp): cmax and hold_stamp as they
+     * were when it was last placed; a bin whose cmax or stamp changed since is `cdirty`, on
+     * heap->cand_dirty, and placed again at the next promotion (the hot path only marks it) */
+    size_t ckey_max[GML_NSPACES];
+    uint64_t ckey_stamp[GML_NSPACES];
+    bool cdirty;
+    LIST_ENTRY(gml_bin) dirty_link;
+    RB_ENTRY(gml_bin) cnode_large;   /* ckey_max[LARGE] > 0: in heap->cand_large */
+    RB_ENTRY(gml_bin) cnode_small;   /* ckey_max[SMALL] > 0: in heap->cand_small */
     UT_hash_handle hh;
 };
 LIST_HEAD(gml_bin_list, gml_bin);
@@ -198,6 +205,7 @@ typedef struct gml_heap {
                                         known to have passed */
     struct gml_cand_large cand_large; /* stream bins holding large blocks */
     struct gml_cand_small cand_small; /* stream bins holding small blocks */
+    struct gml_bin_list cand_dirty;  /* bins to place again in cand_* (gml_bin_cand_flush) */
     uint64_t synced_applied;         /* synced_seq as far as the indexes know it */
     uint64_t ask_round;              /* promotions so far (gml_bin.asked) */
     struct gml_block_list small_whole; /* free small blocks of a whole chunk (gml_small_reclaim) */
@@ -356,11 +364,26 @@ gml_bin *gml_serving_bin_next(const gml_heap *h, const gml_bin *to, const gml_bi
     for (gml_bin *it = gml_serving_bin_next((h), (to), NULL); it;                                 \
          it = gml_serving_bin_next((h), (to), it))
 
+/* Where a pending block was in its bin's pending list, so that the same block (or a piece of it
+ * with its seq) goes back there: the hot path's split and the carve keep the list in seq order at
+ * no cost. */
+typedef struct gml_pend_pos {
+    bool pending;
+    gml_block *prev;                 /* the block before it (NULL: it was first) */
+} gml_pend_pos;
 /* Free block b has just entered / is about to leave its bin's size tree: counts it (keeps
- * heap->holding) and keeps the indexes a miss searches (heap->passed, the bin's pending tree,
- * heap->cand, heap->small_whole). */
-void gml_bin_block_in(gml_heap *p, gml_block *b);
-void gml_bin_block_out(gml_heap *p, gml_block *b);
+ * heap->holding) and keeps the indexes a miss searches (heap->passed, the bin's pending list,
+ * heap->cand, heap->small_whole).  `out` fills *pos (may be NULL); `in` with pos NULL appends a
+ * pending block (a new free: the largest seq), else puts it after pos->prev. */
+void gml_bin_block_in(gml_heap *p, gml_block *b, const gml_pend_pos *pos);
+void gml_bin_block_out(gml_heap *p, gml_block *b, gml_pend_pos *pos);
+/* Free block b (in its bin's tree) shrinks to `size`, keeping its address, seq and place: the hot
+ * path's split, with no work on the indexes but the size tree (and heap->passed if passed). */
+void gml_bin_block_shrink(gml_heap *p, gml_block *b, size_t size);
+/* Places the bins whose largest block or holding order changed in heap->cand_* again. */
+void gml_bin_cand_flush(gml_heap *p);
+/* Takes a bin about to be freed out of every index. */
+void gml_bin_forget(gml_heap *p, gml_bin *bin);
 /* What is known of bin's work without a device call: done up to this seq (a device
  * synchronisation covers every bin of a stream of this device; remembered in done_seq). */
 uint64_t gml_bin_known_done(gml_heap *p, gml_bin *bin);

@@ -75,8 +75,7 @@ static int check_indexes(gml_heap *h, char *why, size_t whylen)
                              (unsigned long)f->seq);
                 } else if (f->where == GML_IN_PENDING) {
                     npend[s]++;
-                    if (RB_FIND(gml_pending_tree, &bin->pending, f) != f)
-                        FAIL("pending block %#lx is not in its bin's pending tree", (unsigned long)f->addr);
+
                 } else {
                     FAIL("block %#lx of a stream bin is in no index", (unsigned long)f->addr);
                 }
@@ -84,8 +83,15 @@ static int check_indexes(gml_heap *h, char *why, size_t whylen)
         if (bin == h->ready)
             continue;
         size_t intree = 0;
-        RB_FOREACH(f, gml_pending_tree, &bin->pending)
+        uint64_t last = 0;
+        TAILQ_FOREACH(f, &bin->pending, qnode) {
+            if (f->where != GML_IN_PENDING || f->bin != bin || f->state != GML_B_FREE || f->seq < last)
+                FAIL("bin of stream %#lx: its pending list is wrong at %#lx (seq %lu after %lu)",
+                     (unsigned long)bin->stream, (unsigned long)f->addr, (unsigned long)f->seq,
+                     (unsigned long)last);
+            last = f->seq;
             intree++;
+        }
         if (intree != npend[0] + npend[1] || list_len_passed(bin) != npassed || bin->npassed != npassed)
             FAIL("bin of stream %#lx: %zu pending and %zu passed blocks, indexes say %zu and %zu",
                  (unsigned long)bin->stream, npend[0] + npend[1], npassed, intree, bin->npassed);
@@ -97,9 +103,14 @@ static int check_indexes(gml_heap *h, char *why, size_t whylen)
                      (unsigned long)bin->stream, s, bin->npend[s], bin->cmax[s], npend[s], max[s]);
             gml_bin *c = s == GML_SPACE_LARGE ? RB_FIND(gml_cand_large, &h->cand_large, bin)
                                               : RB_FIND(gml_cand_small, &h->cand_small, bin);
-            if ((c == bin) != (max[s] > 0))
+            if ((c == bin) != (bin->ckey_max[s] > 0))
                 FAIL("bin of stream %#lx is %s the bins of space %d by largest block",
                      (unsigned long)bin->stream, c == bin ? "wrongly in" : "missing from", s);
+            if (!bin->cdirty && (bin->ckey_max[s] != max[s] ||
+                                 (max[s] && bin->ckey_stamp[s] != bin->hold_stamp)))
+                FAIL("bin of stream %#lx is placed by a largest block of %zu in space %d, has %zu, "
+                     "and is not marked to be placed again", (unsigned long)bin->stream,
+                     bin->ckey_max[s], s, max[s]);
         }
         gml_block *p;
         LIST_FOREACH(p, &bin->passed, lnode)
@@ -119,6 +130,10 @@ static int check_indexes(gml_heap *h, char *why, size_t whylen)
             FAIL("%zu bins hold pending blocks of space %d, the list has %zu", pend_bins[s], s, n);
     }
     size_t n = 0;
+    LIST_FOREACH(bin, &h->cand_dirty, dirty_link)
+        if (!bin->cdirty || bin == h->ready)
+            FAIL("bin of stream %#lx is on the list of bins to place again, unmarked",
+                 (unsigned long)bin->stream);
     LIST_FOREACH(bin, &h->passed_bins, passed_link)
         if (!bin->npassed || ++n > passed_bins)
             FAIL("the list of bins with passed blocks is wrong");

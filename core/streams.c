@@ -58,6 +58,7 @@ gml_bin *gml_bin_get(gml_heap *p, gml_stream s)
     b->heap = p;
     for (int i = 0; i < GML_NSPACES; i++)
         RB_INIT(&b->free[i]);
+    TAILQ_INIT(&b->pending);
     HASH_ADD(hh, p->bins, stream, sizeof b->stream, b);
     return b;
 }
@@ -119,6 +120,7 @@ bool gml_bin_passed(gml_heap *p, gml_bin *bin, uint64_t seq)
 
 static void bin_free(gml_heap *p, gml_bin *bin)
 {
+    gml_bin_forget(p, bin);
     if (bin->ev)
         gml_dev_event_destroy(p->dev, bin->ev);
     HASH_DEL(p->bins, bin);
@@ -196,8 +198,12 @@ static void to_ready(gml_heap *p, gml_block *f)
  * in holding order, the lowest address, among equal sizes). */
 static gml_block *passed_first(gml_heap *p, gml_bin *except, int space, size_t need)
 {
-    gml_bin kb = {.hold_stamp = UINT64_MAX};
-    gml_block key = {.size = need, .addr = 0, .bin = &kb};
+    gml_bin kb;
+    kb.hold_stamp = UINT64_MAX;
+    gml_block key;
+    key.size = need;
+    key.addr = 0;
+    key.bin = &kb;
     gml_block *f = RB_NFIND(gml_passed_tree, &p->passed[space], &key);
     while (f && f->bin == except)
         f = RB_NEXT(gml_passed_tree, &p->passed[space], f);
@@ -206,8 +212,9 @@ static gml_block *passed_first(gml_heap *p, gml_bin *except, int space, size_t n
 
 static gml_bin *cand_first(gml_heap *p, int space, size_t need)
 {
-    gml_bin key = {.hold_stamp = UINT64_MAX};
-    key.cmax[space] = need;
+    gml_bin key;
+    key.ckey_stamp[space] = UINT64_MAX;
+    key.ckey_max[space] = need;
     return space == GML_SPACE_LARGE ? RB_NFIND(gml_cand_large, &p->cand_large, &key)
                                     : RB_NFIND(gml_cand_small, &p->cand_small, &key);
 }
@@ -249,6 +256,7 @@ static void reap_if_empty(gml_heap *p, gml_bin *bin)
 size_t gml_promote(gml_heap *p, gml_bin *except, int space, size_t need)
 {
     settle_synced(p);
+    gml_bin_cand_flush(p);
     p->ask_round++; /* bins asked in this promotion: bin->asked == ask_round */
     if (need) {
         gml_block *f = passed_fit(p, except, space, need);

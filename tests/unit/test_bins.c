@@ -37,6 +37,7 @@ Test(bins, a_stream_bins_blocks_are_pending_until_its_event_then_passed)
     cr_assert_eq(s1->npend[GML_SPACE_LARGE], 1);
     cr_assert_eq(LIST_FIRST(&f.h.pend_bins[GML_SPACE_LARGE]), s1);
     cr_assert_eq(s1->cmax[GML_SPACE_LARGE], 4 * MiB);
+    gml_bin_cand_flush(&f.h);
     cr_assert_eq(RB_MIN(gml_cand_large, &f.h.cand_large), s1);
     hf_check(&f, 0);
     cr_assert(!gml_bin_passed(&f.h, s1, f.h.seq), "the event was only recorded");
