@@ -6,9 +6,10 @@
  * own (empty) bin: the pool promotes, asks events, refills and reclaims small chunks all the time.
  * Sizes: half small (512 B .. 300 KB), half large (1 .. 8 MiB).  The pool is gmlake's (default
  * settings) on the simulated device, as `gmlake-replay --policy gmlake` runs it.
- * For each N (default 10^4, 10^5, 10^6 allocations over as many streams) it prints the wall time,
- * the time per operation (allocations and frees) and the ratio to the previous N's time; it fails
- * (exit 1) when 10x the allocations cost more than 12x the time, or an allocation fails.
+ * For each N (default 10^4, 10^5, 10^6 allocations over as many streams) it prints the wall time
+ * (the best of 3 runs, each on a fresh pool: the machine's noise only adds), the time per
+ * operation (allocations and frees) and the ratio to the previous N's time; it fails (exit 1) when
+ * 10x the allocations cost more than 12x the time, or an allocation fails.
  *   bench_streams [N...]               N allocations each (>= 1000)
  *   bench_streams --trace FILE N       writes the workload as a gmlake-trace v1 file instead
  *                                      (for `gmlake-replay --policy gmlake FILE`)
@@ -159,9 +160,13 @@ int main(int argc, char **argv)
     printf("%10s %10s %12s %12s %10s\n", "allocs", "ops", "seconds", "ns/op", "x time");
     for (int i = 0; i < k; i++) {
         long ops = 0;
-        double t = time_one(ns[i], &ops);
-        if (t < 0)
-            return 1;
+        double t = -1;
+        for (int rep = 0; rep < 3; rep++) {
+            double r = time_one(ns[i], &ops);
+            if (r < 0)
+                return 1;
+            t = t < 0 || r < t ? r : t;
+        }
         double ratio = prev > 0 ? t / prev : 0;
         printf("%10ld %10ld %12.3f %12.1f", ns[i], ops, t, t * 1e9 / (double)ops);
         if (i > 0) {

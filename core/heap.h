@@ -150,6 +150,7 @@ struct gml_bin {
     uint32_t held;                   /* upper layers' records naming this bin (a cached stitched
                                         block last freed on it): gml_bin_hold / gml_bin_unhold */
     struct gml_heap *heap;
+    LIST_ENTRY(gml_bin) all;         /* every bin: heap->all_bins */
     LIST_ENTRY(gml_bin) holding;     /* bins with nfree > 0 (the ready bin too): heap->holding */
     uint64_t hold_stamp;             /* heap->hold_clock when it last joined heap->holding */
     uint64_t asked;                  /* heap->ask_round of the last promotion that asked it */
@@ -170,7 +171,6 @@ struct gml_bin {
     LIST_ENTRY(gml_bin) dirty_link;
     RB_ENTRY(gml_bin) cnode_large;   /* ckey_max[LARGE] > 0: in heap->cand_large */
     RB_ENTRY(gml_bin) cnode_small;   /* ckey_max[SMALL] > 0: in heap->cand_small */
-    UT_hash_handle hh;
 };
 LIST_HEAD(gml_bin_list, gml_bin);
 RB_PROTOTYPE(gml_cand_large, gml_bin, cnode_large, gml_cand_cmp)
@@ -195,7 +195,13 @@ typedef struct gml_heap {
     uintptr_t arena;
     size_t arena_size, nslots, slot_hint, mapped_slots;
     gml_slot *slots;
-    gml_bin *bins;                   /* hash by stream */
+    /* bins by stream key: open addressing, linear probing, at most half full (a lookup of a stream
+     * not seen yet, as with a stream per request, reads one or two lines; a retired bin's key
+     * names no stream, so it leaves the map and stays only on all_bins) */
+    gml_bin **bin_map;
+    size_t bin_cap, bin_used;
+    struct gml_bin_list all_bins;    /* every bin, for walks (checker, figures, destroy) */
+    size_t nbins;
     struct gml_bin_list holding;     /* bins holding free blocks */
     uint64_t hold_clock;             /* stamps bins joining `holding` (bin->hold_stamp) */
     /* the indexes a miss searches (bins.c): cost logarithmic in blocks and bins */
@@ -324,6 +330,8 @@ bool gml_extent_bounds(const gml_heap *h, const gml_block *b, uintptr_t *b1, uin
 
 /* ---- streams.c: bins' identity, events, retirement, promotion ---- */
 gml_bin *gml_bin_get(gml_heap *p, gml_stream s); /* NULL on host OOM */
+/* The bin of stream s, NULL if it has none (retired bins are no stream's). */
+gml_bin *gml_bin_find(gml_heap *p, gml_stream s);
 /* True when the work submitted to bin's stream up to `seq` has completed (a device
  * synchronisation up to heap->synced_seq, or an event recorded and queried as needed).  Nothing
  * here waits for the device: the layer above synchronises without its lock first. */

@@ -54,9 +54,9 @@ static int check_indexes(gml_heap *h, char *why, size_t whylen)
 {
     int rc = GMLAKE_OK;
     size_t passed_total[GML_NSPACES] = {0}, pend_bins[GML_NSPACES] = {0}, passed_bins = 0, whole = 0;
-    gml_bin *bin, *tmp;
+    gml_bin *bin;
     gml_block *f;
-    HASH_ITER(hh, h->bins, bin, tmp) {
+    LIST_FOREACH(bin, &h->all_bins, all) {
         size_t npend[GML_NSPACES] = {0}, npassed = 0, max[GML_NSPACES] = {0};
         for (int s = 0; s < GML_NSPACES; s++)
             RB_FOREACH(f, gml_size_tree, &bin->free[s]) {
@@ -157,13 +157,18 @@ int gml_heap_check(gml_heap *h, gml_block *const *used, size_t nused, char *why,
     if (!covered)
         FAIL("out of host memory in the checker");
     /* gather */
-    gml_bin *bin, *tmp;
+    gml_bin *bin;
     size_t holding = 0;
     LIST_FOREACH(bin, &h->holding, holding)
-        if (bin->nfree == 0 || ++holding > HASH_COUNT(h->bins))
+        if (bin->nfree == 0 || ++holding > h->nbins)
             FAIL("bin of stream %#lx is on the holding list with %zu free blocks",
                  (unsigned long)bin->stream, bin->nfree);
-    HASH_ITER(hh, h->bins, bin, tmp) {
+    size_t nbins = 0, by_stream = 0;
+    LIST_FOREACH(bin, &h->all_bins, all) {
+        nbins++;
+        if (!bin->retired && gml_bin_find(h, bin->stream) != bin)
+            FAIL("bin of stream %#lx is not found by its stream", (unsigned long)bin->stream);
+        by_stream += !bin->retired;
         if (bin->nfree && holding-- == 0)
             FAIL("more bins hold free blocks than the holding list has");
         size_t inbin = 0;
@@ -184,6 +189,9 @@ int gml_heap_check(gml_heap *h, gml_block *const *used, size_t nused, char *why,
     }
     if (holding)
         FAIL("the holding list has %zu bins that are not in the heap", holding);
+    if (nbins != h->nbins || by_stream != h->bin_used)
+        FAIL("%zu bins (%zu by stream), the heap counts %zu (%zu in its map)", nbins, by_stream, h->nbins,
+             h->bin_used);
     if ((rc = check_indexes(h, why, whylen)) != GMLAKE_OK)
         goto out;
     for (size_t i = 0; i < nused; i++) {
@@ -267,8 +275,8 @@ out:
 void gml_heap_free_stats(gml_heap *h, gml_heap_free *o)
 {
     *o = (gml_heap_free){0};
-    gml_bin *bin, *tmp;
-    HASH_ITER(hh, h->bins, bin, tmp) {
+    gml_bin *bin;
+    LIST_FOREACH(bin, &h->all_bins, all) {
         for (int s = 0; s < GML_NSPACES; s++) {
             gml_block *f;
             RB_FOREACH(f, gml_size_tree, &bin->free[s]) {

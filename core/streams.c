@@ -44,14 +44,78 @@
 
 #include "heap.h"
 
+/* ---- the map of bins by stream key ---- */
+static inline size_t home_of(const gml_heap *p, gml_stream s)
+{
+    uint64_t k = s ^ (s >> 29);
+    k *= UINT64_C(0xbf58476d1ce4e5b9);
+    return (size_t)(k ^ (k >> 32)) & (p->bin_cap - 1);
+}
+
+gml_bin *gml_bin_find(gml_heap *p, gml_stream s)
+{
+    if (!p->bin_cap)
+        return NULL;
+    for (size_t i = home_of(p, s);; i = (i + 1) & (p->bin_cap - 1)) {
+        gml_bin *b = p->bin_map[i];
+        if (!b || b->stream == s)
+            return b;
+    }
+}
+
+static void map_put(gml_heap *p, gml_bin *bin)
+{
+    size_t i = home_of(p, bin->stream);
+    while (p->bin_map[i])
+        i = (i + 1) & (p->bin_cap - 1);
+    p->bin_map[i] = bin;
+    p->bin_used++;
+}
+
+/* Room for one more (at most half full); false on host out of memory. */
+static bool map_room(gml_heap *p)
+{
+    if (2 * (p->bin_used + 1) <= p->bin_cap)
+        return true;
+    size_t cap = p->bin_cap ? 2 * p->bin_cap : 16, old = p->bin_cap;
+    gml_bin **m = calloc(cap, sizeof *m), **was = p->bin_map;
+    if (!m)
+        return false;
+    p->bin_map = m;
+    p->bin_cap = cap;
+    p->bin_used = 0;
+    for (size_t i = 0; i < old; i++)
+        if (was[i])
+            map_put(p, was[i]);
+    free(was);
+    return true;
+}
+
+/* Takes bin out of the map (backward shift: no tombstones). */
+static void map_del(gml_heap *p, gml_bin *bin)
+{
+    size_t mask = p->bin_cap - 1, i = home_of(p, bin->stream);
+    while (p->bin_map[i] != bin)
+        i = (i + 1) & mask;
+    for (size_t j = (i + 1) & mask; p->bin_map[j]; j = (j + 1) & mask) {
+        size_t k = home_of(p, p->bin_map[j]->stream);
+        /* the entry at j may move to the hole at i unless its home lies in (i, j] */
+        bool stays = i <= j ? (i < k && k <= j) : (i < k || k <= j);
+        if (!stays) {
+            p->bin_map[i] = p->bin_map[j];
+            i = j;
+        }
+    }
+    p->bin_map[i] = NULL;
+    p->bin_used--;
+}
+
 gml_bin *gml_bin_get(gml_heap *p, gml_stream s)
 {
-    gml_bin *b = NULL;
-    HASH_FIND(hh, p->bins, &s, sizeof s, b);
+    gml_bin *b = gml_bin_find(p, s);
     if (b)
         return b;
-    b = calloc(1, sizeof *b);
-    if (!b)
+    if (!map_room(p) || !(b = calloc(1, sizeof *b)))
         return NULL;
     b->stream = s;
     b->foreign = !gml_dev_stream_local(p->dev, s);
@@ -59,7 +123,9 @@ gml_bin *gml_bin_get(gml_heap *p, gml_stream s)
     for (int i = 0; i < GML_NSPACES; i++)
         RB_INIT(&b->free[i]);
     TAILQ_INIT(&b->pending);
-    HASH_ADD(hh, p->bins, stream, sizeof b->stream, b);
+    map_put(p, b);
+    LIST_INSERT_HEAD(&p->all_bins, b, all);
+    p->nbins++;
     return b;
 }
 
@@ -123,7 +189,10 @@ static void bin_free(gml_heap *p, gml_bin *bin)
     gml_bin_forget(p, bin);
     if (bin->ev)
         gml_dev_event_destroy(p->dev, bin->ev);
-    HASH_DEL(p->bins, bin);
+    if (!bin->retired)
+        map_del(p, bin);
+    LIST_REMOVE(bin, all);
+    p->nbins--;
     free(bin);
 }
 
@@ -146,12 +215,11 @@ void gml_bin_retire(gml_heap *p, gml_bin *bin)
         return;
     if (bin->nfree || bin->held)
         record(p, bin); /* the stream exists until the real destroy: cover its frees */
-    HASH_DEL(p->bins, bin);
+    map_del(p, bin); /* out of the stream's name: a new stream with its handle starts afresh */
     bin->retired = true;
     bin->retire_seq = p->seq;
     bin->want_record = false;
     bin->stream = GML_BIN_RETIRED | ++p->retired_bins;
-    HASH_ADD(hh, p->bins, stream, sizeof bin->stream, bin);
     gml_bin_settle(p, bin); /* all its blocks or none, from now on */
     retired_reap(p, bin);
 }
@@ -304,12 +372,15 @@ out:
 
 void gml_bins_destroy(gml_heap *p)
 {
-    gml_bin *bin, *tmp;
-    HASH_ITER(hh, p->bins, bin, tmp) {
+    gml_bin *bin;
+    while ((bin = LIST_FIRST(&p->all_bins))) {
         if (bin->ev)
             gml_dev_event_destroy(p->dev, bin->ev);
-        HASH_DEL(p->bins, bin);
+        LIST_REMOVE(bin, all);
         free(bin);
     }
+    free(p->bin_map);
+    p->bin_map = NULL;
+    p->bin_cap = p->bin_used = p->nbins = 0;
     p->ready = NULL;
 }
