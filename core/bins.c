@@ -293,9 +293,12 @@ void gml_bin_block_shrink(gml_heap *p, gml_block *b, size_t size)
     struct gml_size_tree *t = &bin->free[b->space];
     bool was_max = bin != p->ready && !RB_NEXT(gml_size_tree, NULL, b);
     bool passed = b->where == GML_IN_PASSED;
-    gml_block *below = was_max ? RB_PREV(gml_size_tree, NULL, b) : NULL;
-    size_t next_max = below && below->size > size ? below->size : size;
-    RB_REMOVE(gml_size_tree, t, b);
+    gml_block *below = RB_PREV(gml_size_tree, NULL, b);
+    /* still above the block below it in (size, addr): its place in the tree stays (the usual
+     * case of the hot path's split, which then costs no tree work at all) */
+    bool in_place = !below || below->size < size || (below->size == size && below->addr < b->addr);
+    if (!in_place)
+        RB_REMOVE(gml_size_tree, t, b);
     if (passed)
         RB_REMOVE(gml_passed_tree, &p->passed[b->space], b);
     if (b->whole)
@@ -308,14 +311,15 @@ void gml_bin_block_shrink(gml_heap *p, gml_block *b, size_t size)
             cand_touch(p, bin);
     }
     b->size = size;
-    RB_INSERT(gml_size_tree, t, b);
+    if (!in_place)
+        RB_INSERT(gml_size_tree, t, b);
     b->whole = b->space == GML_SPACE_SMALL && b->size == p->chunk;
     if (b->whole)
         LIST_INSERT_HEAD(&p->small_whole, b, wnode);
     if (passed)
         RB_INSERT(gml_passed_tree, &p->passed[b->space], b);
     if (was_max) {
-        bin->cmax[b->space] = next_max;
+        bin->cmax[b->space] = below && below->size > size ? below->size : size;
         cand_touch(p, bin);
     }
 }
