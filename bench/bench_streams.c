@@ -7,7 +7,7 @@
  * Sizes: half small (512 B .. 300 KB), half large (1 .. 8 MiB).  The pool is gmlake's (default
  * settings) on the simulated device, as `gmlake-replay --policy gmlake` runs it.
  * For each N (default 10^4, 10^5, 10^6 allocations over as many streams) it prints the wall time
- * (the best of 3 runs, each on a fresh pool: the machine's noise only adds), the time per
+ * (the best of max(3, 10^6 / N) runs, each on a fresh pool: the machine's noise only adds), the time per
  * operation (allocations and frees) and the ratio to the previous N's time; it fails (exit 1) when
  * 10x the allocations cost more than 12x the time, or an allocation fails.
  *   bench_streams [N...]               N allocations each (>= 1000)
@@ -161,7 +161,8 @@ int main(int argc, char **argv)
     for (int i = 0; i < k; i++) {
         long ops = 0;
         double t = -1;
-        for (int rep = 0; rep < 3; rep++) {
+        long reps = 1000000 / ns[i] > 3 ? 1000000 / ns[i] : 3;
+        for (long rep = 0; rep < reps; rep++) {
             double r = time_one(ns[i], &ops);
             if (r < 0)
                 return 1;
