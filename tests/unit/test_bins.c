@@ -8,6 +8,13 @@
 
 static const gml_stream S1 = 0x1000, S2 = 0x2000, S3 = 0x3000, S4 = 0x4000;
 
+/* A heap whose events complete only when the test says so. */
+static void start(hfix *f, size_t capacity)
+{
+    hf_make(f, capacity);
+    gml_sim_set_manual_events(f->dev, true);
+}
+
 /* A free block of `size` in bin (grown for it, then freed there). */
 static gml_block *free_in(hfix *f, gml_bin *bin, size_t size)
 {
@@ -29,8 +36,7 @@ static size_t passed_count(gml_heap *h, int space)
 Test(bins, a_stream_bins_blocks_are_pending_until_its_event_then_passed)
 {
     hfix f;
-    hf_make(&f, 32 * MiB);
-    gml_sim_set_manual_events(f.dev, true);
+    start(&f, 32 * MiB);
     gml_bin *s1 = gml_bin_get(&f.h, S1);
     gml_block *b = free_in(&f, s1, 4 * MiB);
     cr_assert_eq(b->where, GML_IN_PENDING);
@@ -61,8 +67,7 @@ Test(bins, a_stream_bins_blocks_are_pending_until_its_event_then_passed)
 Test(bins, a_synchronisation_reaches_the_indexes_at_the_next_promotion)
 {
     hfix f;
-    hf_make(&f, 32 * MiB);
-    gml_sim_set_manual_events(f.dev, true);
+    start(&f, 32 * MiB);
     gml_bin *s1 = gml_bin_get(&f.h, S1), *s2 = gml_bin_get(&f.h, S2);
     gml_block *b = free_in(&f, s1, 4 * MiB);
     f.h.synced_seq = f.h.seq; /* what the pool sets after synchronising without its lock */
@@ -78,8 +83,7 @@ Test(bins, a_synchronisation_reaches_the_indexes_at_the_next_promotion)
 Test(bins, a_retired_bin_not_known_passed_holds_none_passed)
 {
     hfix f;
-    hf_make(&f, 32 * MiB);
-    gml_sim_set_manual_events(f.dev, true);
+    start(&f, 32 * MiB);
     gml_bin *s1 = gml_bin_get(&f.h, S1);
     gml_block *a = free_in(&f, s1, 4 * MiB);
     gml_block *keep = hf_take(&f, s1, 2 * MiB);
@@ -105,8 +109,7 @@ Test(bins, a_retired_bin_not_known_passed_holds_none_passed)
 Test(bins, a_miss_asks_the_bins_whose_largest_block_fits_the_tightest_first)
 {
     hfix f;
-    hf_make(&f, 64 * MiB);
-    gml_sim_set_manual_events(f.dev, true);
+    start(&f, 64 * MiB);
     gml_bin *s1 = gml_bin_get(&f.h, S1), *s2 = gml_bin_get(&f.h, S2), *s3 = gml_bin_get(&f.h, S3),
             *s4 = gml_bin_get(&f.h, S4);
     free_in(&f, s1, 8 * MiB);
@@ -130,8 +133,7 @@ Test(bins, a_miss_asks_the_bins_whose_largest_block_fits_the_tightest_first)
 Test(bins, a_large_miss_with_many_small_only_bins_makes_no_device_call)
 {
     hfix f;
-    hf_make(&f, 64 * MiB);
-    gml_sim_set_manual_events(f.dev, true);
+    start(&f, 64 * MiB);
     gml_bin *r = f.h.ready, *me = gml_bin_get(&f.h, S4);
     cr_assert_eq(gml_small_refill(&f.h, r), GMLAKE_OK);
     enum { N = 200 };
