@@ -56,10 +56,14 @@ uint64_t gml_bin_known_done(gml_heap *p, gml_bin *bin)
  *                       needed), all bins together, by (size, bin holding order, addr): the
  *                       smallest that fits is the one a miss promotes first; also on its bin's
  *                       `passed` list (a promotion of every passed block walks heap->passed_bins);
- *  bin->pending         not known yet, by seq: when the bin's threshold rises (an event query, a
- *                       device synchronisation) the blocks below it move to heap->passed.
- * heap->cand[space] orders the stream bins holding blocks of a space by their largest one: the
- * bins a miss may ask (record and query an event) are those whose largest block fits.
+ *  bin->pending         not known yet, a list in seq order (a new free has the largest seq and
+ *                       goes last; a split or a carve keeps the block's place, gml_pend_pos):
+ *                       when the bin's threshold rises (an event query, a device
+ *                       synchronisation) the blocks below it move to heap->passed from its head.
+ * heap->cand_large / cand_small order the stream bins holding blocks of a space by their largest
+ * one: the bins a miss may ask (record and query an event) are those whose largest block fits.
+ * The hot path only marks a bin whose largest block changed (heap->cand_dirty); the next
+ * promotion places it again (gml_bin_cand_flush): one placement per promotion and marked bin.
  * heap->pend_bins[space] lists the bins with pending blocks of a space: the ones a promotion of
  * everything asks.  A device synchronisation (heap->synced_seq, written by the layer above) is
  * applied to the indexes at the next promotion (settle_synced). */
