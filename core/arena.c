@@ -398,18 +398,21 @@ static void chunk_to_small(gml_heap *h, gml_block *f, uintptr_t c)
 
 int gml_small_refill(gml_heap *h, gml_bin *bin)
 {
-    gml_block *pick = NULL;
+    /* the smallest free large block (own bin first among equal sizes) holding a whole chunk */
+    gml_block *pick = NULL, key = {.size = h->chunk, .addr = 0};
     uintptr_t pick_c = 0;
-    FOR_USABLE(h, bin, GML_SPACE_LARGE, f) {
-        if (f->size < h->chunk || (pick && pick->size <= f->size))
-            continue;
-        uintptr_t lo, hi, end = f->addr + f->size;
-        gml_whole_chunks(h, f, &lo, &hi);
-        if (lo + h->chunk > hi)
-            continue;
-        pick = f;
-        /* take an edge chunk so the rest of f stays in one piece */
-        pick_c = (hi == end) ? hi - h->chunk : lo;
+    GML_FOR_SERVING_BINS(h, bin, sb) {
+        for (gml_block *f = RB_NFIND(gml_size_tree, &sb->free[GML_SPACE_LARGE], &key);
+             f && !(pick && pick->size <= f->size); f = RB_NEXT(gml_size_tree, NULL, f)) {
+            uintptr_t lo, hi, end = f->addr + f->size;
+            gml_whole_chunks(h, f, &lo, &hi);
+            if (lo + h->chunk > hi)
+                continue;
+            pick = f;
+            /* take an edge chunk so the rest of f stays in one piece */
+            pick_c = (hi == end) ? hi - h->chunk : lo;
+            break; /* ascending sizes: nothing later in this bin is smaller */
+        }
     }
     if (pick) {
         chunk_to_small(h, pick, pick_c);
@@ -432,22 +435,19 @@ static void collect(struct gml_size_tree *t, size_t lo, size_t hi, void *out)
 
 size_t gml_small_reclaim(gml_heap *h)
 {
+    /* heap->small_whole lists exactly the fully free small chunks (kept as blocks enter and leave
+     * their bins), so this costs what it moves, whatever the number of bins */
     size_t moved = 0;
-    GML_VEC(gml_block *) v = {0};
-    gml_bin *bin, *tmp;
-    HASH_ITER(hh, h->bins, bin, tmp) {
-        collect(&bin->free[GML_SPACE_SMALL], h->chunk, h->chunk, &v);
-        for (size_t i = 0; i < v.n; i++) {
-            gml_block *b = v.v[i];
-            gml_free_tree_remove(b);
-            b->space = GML_SPACE_LARGE;
-            h->slots[gml_slot_of(h, b->addr)].state = GML_SLOT_LARGE;
-            link_neighbours(h, b);
-            gml_free_insert(h, b, bin);
-            moved++;
-        }
+    gml_block *b;
+    while ((b = LIST_FIRST(&h->small_whole))) {
+        gml_bin *bin = b->bin;
+        gml_free_tree_remove(b);
+        b->space = GML_SPACE_LARGE;
+        h->slots[gml_slot_of(h, b->addr)].state = GML_SLOT_LARGE;
+        link_neighbours(h, b);
+        gml_free_insert(h, b, bin);
+        moved++;
     }
-    gml_vec_free(&v);
     return moved;
 }
 

@@ -16,15 +16,6 @@
 
 #include "heap.h"
 
-static int gml_size_cmp(const gml_block *a, const gml_block *b)
-{
-    if (a->size != b->size)
-        return a->size < b->size ? -1 : 1;
-    return a->addr < b->addr ? -1 : (a->addr > b->addr);
-}
-
-RB_GENERATE(gml_size_tree, gml_block, snode, gml_size_cmp)
-
 enum { SLAB_RECORDS = 1024 };
 
 __attribute__((noinline)) static gml_block *rec_refill(gml_heap *h)
@@ -80,18 +71,23 @@ gml_block *gml_block_at(gml_heap *h, uintptr_t addr)
     return b;
 }
 
-void gml_free_tree_remove(gml_block *b)
+/* Out of its bin's tree, remembering its place among the bin's pending blocks in *pos (NULL: no
+ * need: it comes back with a new seq, if at all). */
+static inline void tree_remove(gml_block *b, gml_pend_pos *pos)
 {
     gml_bin *bin = b->bin;
+    gml_bin_block_out(bin->heap, b, pos);
     RB_REMOVE(gml_size_tree, &bin->free[b->space], b);
-    gml_bin_count(bin, -1);
 }
 
-static inline void tree_insert(gml_block *b)
+void gml_free_tree_remove(gml_block *b) { tree_remove(b, NULL); }
+
+/* Into its bin's tree; pos: where it was among the pending blocks, if it keeps its seq. */
+static inline void tree_insert(gml_block *b, const gml_pend_pos *pos)
 {
     gml_bin *bin = b->bin;
     RB_INSERT(gml_size_tree, &bin->free[b->space], b);
-    gml_bin_count(bin, +1);
+    gml_bin_block_in(bin->heap, b, pos);
 }
 
 /* l immediately precedes r in one space; returns the survivor holding both ranges. */
@@ -137,14 +133,24 @@ gml_block *gml_free_insert(gml_heap *h, gml_block *b, gml_bin *bin)
     b->state = GML_B_FREE;
     b->bin = bin;
     b->seq = ++h->seq;
-    tree_insert(b);
+    tree_insert(b, NULL);
     return b;
 }
 
+/* RB_NFIND for (need, address 0), walked here so that the hot path inlines it: the smallest
+ * block >= need, the lowest address among equal sizes. */
 static inline gml_block *nfind(struct gml_size_tree *t, size_t need)
 {
-    gml_block key = {.size = need, .addr = 0};
-    return RB_NFIND(gml_size_tree, t, &key);
+    gml_block *x = RB_ROOT(t), *fit = NULL;
+    while (x) {
+        if (x->size >= need) {
+            fit = x;
+            x = RB_LEFT(x, snode);
+        } else {
+            x = RB_RIGHT(x, snode);
+        }
+    }
+    return fit;
 }
 
 gml_block *gml_best_fit(gml_heap *h, gml_bin *bin, int space, size_t need)
@@ -160,15 +166,12 @@ gml_block *gml_best_fit(gml_heap *h, gml_bin *bin, int space, size_t need)
 
 gml_block *gml_take(gml_heap *h, gml_block *f, size_t need, size_t req)
 {
-    gml_free_tree_remove(f);
     gml_block *l = f;
     if (f->size > need) {
         l = gml_rec_get(h);
-        if (__builtin_expect(!l, 0)) {
-            tree_insert(f);
+        if (__builtin_expect(!l, 0))
             return NULL;
-        }
-        f->size -= need;
+        gml_bin_block_shrink(h, f, f->size - need); /* keeps its address, seq and place */
         l->addr = f->addr + f->size;
         l->size = need;
         l->space = f->space;
@@ -178,7 +181,8 @@ gml_block *gml_take(gml_heap *h, gml_block *f, size_t need, size_t req)
             f->next->prev = l;
         f->next = l;
         gml_claim(h, l, l->addr, need);
-        tree_insert(f);
+    } else {
+        tree_remove(f, NULL);
     }
     l->state = GML_B_LIVE;
     l->bin = NULL;
@@ -203,7 +207,8 @@ gml_block *gml_carve(gml_heap *h, gml_block *f, uintptr_t a, size_t len)
             return NULL;
         }
     }
-    gml_free_tree_remove(f);
+    gml_pend_pos pos; /* head and tail keep f's seq: they take its place, in order */
+    tree_remove(f, &pos);
     gml_bin *bin = f->bin;
     uint64_t seq = f->seq;
     gml_block *after = f->next;
@@ -212,7 +217,9 @@ gml_block *gml_carve(gml_heap *h, gml_block *f, uintptr_t a, size_t len)
         mid->space = f->space;
         mid->prev = f;
         f->next = mid;
-        tree_insert(f);
+        tree_insert(f, &pos);
+        if (f->where == GML_IN_PENDING)
+            pos.prev = f; /* the tail goes after it */
     }
     mid->addr = a;
     mid->size = len;
@@ -234,7 +241,7 @@ gml_block *gml_carve(gml_heap *h, gml_block *f, uintptr_t a, size_t len)
         tail->bin = bin;
         tail->seq = seq;
         gml_claim(h, tail, tail->addr, tail->size);
-        tree_insert(tail);
+        tree_insert(tail, &pos);
     }
     mid->bin = bin; /* where it came from, for an undo */
     mid->seq = seq;

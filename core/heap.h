@@ -24,7 +24,7 @@
  *                 without device calls.
  *  bin            the free blocks last freed on one stream.  The ready bin's blocks may serve any
  *                 stream.  Whether a bin's blocks may serve a stream is decided in one place:
- *                 gml_bin_serves (streams.c); every search goes through it.
+ *                 gml_bin_serves (bins.c); every search goes through it.
  *  pin            a chunk mapped by a view an upper layer made of it (a stitched range) is pinned
  *                 (gml_chunk_pin); release never returns an extent with a pinned chunk.
  *  VIEW           a record state the heap never tiles: an upper layer's allocation outside the
@@ -32,7 +32,7 @@
  *
  * Decisions owned here (one function each)
  *  best fit            gml_best_fit (blocks.c): smallest block >= need among the serving bins.
- *  cross-stream reuse  gml_bin_serves (streams.c); promotion gml_promote (streams.c).
+ *  cross-stream reuse  gml_bin_serves (bins.c); promotion gml_promote (streams.c).
  *  growth unit, amount gml_grow (arena.c, its plan_growth).
  *  release             gml_release_free_chunks (arena.c): whole unpinned chunks of the ready bin.
  *
@@ -45,6 +45,11 @@
  *  H4 two free neighbours are never in the same bin (they would have been merged); a free block
  *     is never merged with a neighbour of another bin.
  *  H5 a free block is in its bin's size tree and nowhere else.
+ *  H6 the indexes a miss searches agree with the trees (bins.c): a stream bin's free block is
+ *     either passed (seq <= its bin's threshold; in heap->passed and its bin's list) or pending
+ *     (in its bin's pending list, in seq order), with the counts and lists of bins to match; a
+ *     bin is in heap->cand_* by its largest block (or marked to be placed again);
+ *     heap->small_whole lists the free whole small chunks.
  * Functions returning int give GMLAKE_OK, GMLAKE_ERR_NOMEM (device, limit or host memory) or
  * GMLAKE_ERR_DEVICE (the driver failed; everything done so far is undone).
  */
@@ -55,20 +60,28 @@
 
 #include <bsd/sys/queue.h>
 #include <bsd/sys/tree.h>
+/* uthash grows a table when a bucket holds 10 x (its expansions + 1) records by default: with
+ * 10^6 bins (a stream per request) lookups walked long chains of cold records.  Grow sooner. */
+#ifndef HASH_BKT_CAPACITY_THRESH
+#define HASH_BKT_CAPACITY_THRESH 3U
+#endif
 #include <uthash.h>
 
 #include "../config/settings.h"
 #include "device.h"
 #include "vec.h"
 
-/* uthash on pointer-sized keys: a cheap multiplicative hash instead of Jenkins. */
+/* uthash on pointer-sized keys: one multiply, its two halves folded, instead of Jenkins.  (The
+ * product's high half alone was used before: on 10^6 consecutive keys, such as stream keys,
+ * uthash found its buckets badly filled, stopped expanding at 32,768 buckets and every lookup
+ * walked ~30 records.) */
 #undef HASH_FUNCTION
 #define HASH_FUNCTION(keyptr, keylen, hashv)                                                      \
     do {                                                                                          \
         uint64_t k_ = *(const uint64_t *)(keyptr);                                                \
         k_ ^= k_ >> 29;                                                                           \
         k_ *= UINT64_C(0xbf58476d1ce4e5b9);                                                       \
-        (hashv) = (unsigned)(k_ >> 32);                                                           \
+        (hashv) = (unsigned)(k_ ^ (k_ >> 32));                                                    \
     } while (0)
 
 enum gml_space { GML_SPACE_LARGE = 0, GML_SPACE_SMALL = 1, GML_NSPACES = 2 };
@@ -89,7 +102,15 @@ typedef struct gml_block {
     gml_bin *bin;                    /* FREE: its bin; HELD: the bin it was carved from (for an
                                       * undo within the carving operation only) */
     uint64_t seq;                    /* FREE: heap->seq at the free (for stream promotion) */
+    RB_ENTRY(gml_block) pnode;       /* FREE in a stream bin: in heap->passed[space] when its work
+                                        is known to have completed (seq <= gml_bin_threshold),
+                                        else in its bin's `pending` list */
+    LIST_ENTRY(gml_block) lnode;     /* passed: in its bin's `passed` list */
+    TAILQ_ENTRY(gml_block) qnode;    /* pending: in its bin's `pending` list */
+    LIST_ENTRY(gml_block) wnode;     /* FREE whole small chunk: in heap->small_whole */
     uint8_t state, space;
+    uint8_t where;                   /* FREE: GML_IN_READY, GML_IN_PENDING or GML_IN_PASSED */
+    bool whole;                      /* FREE: on heap->small_whole */
     void *holder;                    /* HELD: the upper layer's record */
     STAILQ_ENTRY(gml_block) held;    /* HELD: in the holder's list */
 } gml_block;
@@ -98,6 +119,19 @@ typedef GML_VEC(gml_block *) gml_block_vec;
 
 RB_HEAD(gml_size_tree, gml_block);
 RB_PROTOTYPE(gml_size_tree, gml_block, snode, gml_size_cmp)
+enum { GML_IN_READY = 0, GML_IN_PENDING, GML_IN_PASSED };
+/* Free blocks of stream bins known to have passed, all bins together, by (size, bin holding
+ * order, addr): what a miss promotes (bins.c keeps it, streams.c reads it). */
+RB_HEAD(gml_passed_tree, gml_block);
+RB_PROTOTYPE(gml_passed_tree, gml_block, pnode, gml_passed_cmp)
+/* One bin's free blocks not known to have passed, in seq order (a new free has the largest seq;
+ * a block that keeps its seq keeps its place: gml_pend_pos). */
+TAILQ_HEAD(gml_pend_list, gml_block);
+LIST_HEAD(gml_block_list, gml_block);
+/* Stream bins holding blocks of one space, by (their largest free block there, holding order,
+ * address): one tree per space. */
+RB_HEAD(gml_cand_large, gml_bin);
+RB_HEAD(gml_cand_small, gml_bin);
 
 struct gml_bin {
     gml_stream stream;               /* key; GML_STREAM_NONE for the ready bin; a retired bin's is
@@ -116,10 +150,31 @@ struct gml_bin {
     uint32_t held;                   /* upper layers' records naming this bin (a cached stitched
                                         block last freed on it): gml_bin_hold / gml_bin_unhold */
     struct gml_heap *heap;
+    LIST_ENTRY(gml_bin) all;         /* every bin: heap->all_bins */
     LIST_ENTRY(gml_bin) holding;     /* bins with nfree > 0 (the ready bin too): heap->holding */
-    UT_hash_handle hh;
+    uint64_t hold_stamp;             /* heap->hold_clock when it last joined heap->holding */
+    uint64_t asked;                  /* heap->ask_round of the last promotion that asked it */
+    /* stream bins only (bins.c keeps them, through gml_bin_block_in / _out): */
+    struct gml_pend_list pending;    /* free blocks not known to have passed, by seq */
+    size_t npend[GML_NSPACES];
+    LIST_ENTRY(gml_bin) pend_link[GML_NSPACES]; /* npend[s] > 0: in heap->pend_bins[s] */
+    struct gml_block_list passed;    /* free blocks known to have passed (in heap->passed) */
+    size_t npassed;
+    LIST_ENTRY(gml_bin) passed_link; /* npassed > 0: in heap->passed_bins */
+    size_t cmax[GML_NSPACES];        /* its largest free block of the space (0: none) */
+    /* its place in heap->cand_* (by ckey_max > 0, then ckey_stamp): cmax and hold_stamp as they
+     * were when it was last placed; a bin whose cmax or stamp changed since is `cdirty`, on
+     * heap->cand_dirty, and placed again at the next promotion (the hot path only marks it) */
+    size_t ckey_max[GML_NSPACES];
+    uint64_t ckey_stamp[GML_NSPACES];
+    bool cdirty;
+    LIST_ENTRY(gml_bin) dirty_link;
+    RB_ENTRY(gml_bin) cnode_large;   /* ckey_max[LARGE] > 0: in heap->cand_large */
+    RB_ENTRY(gml_bin) cnode_small;   /* ckey_max[SMALL] > 0: in heap->cand_small */
 };
 LIST_HEAD(gml_bin_list, gml_bin);
+RB_PROTOTYPE(gml_cand_large, gml_bin, cnode_large, gml_cand_cmp)
+RB_PROTOTYPE(gml_cand_small, gml_bin, cnode_small, gml_cand_cmp)
 #define GML_BIN_RETIRED ((gml_stream)1 << 60)
 
 typedef struct gml_slot {
@@ -140,8 +195,26 @@ typedef struct gml_heap {
     uintptr_t arena;
     size_t arena_size, nslots, slot_hint, mapped_slots;
     gml_slot *slots;
-    gml_bin *bins;                   /* hash by stream */
-    struct gml_bin_list holding;     /* bins holding free blocks (what a miss looks at) */
+    /* bins by stream key: open addressing, linear probing, at most half full (a lookup of a stream
+     * not seen yet, as with a stream per request, reads one or two lines; a retired bin's key
+     * names no stream, so it leaves the map and stays only on all_bins) */
+    gml_bin **bin_map;
+    size_t bin_cap, bin_used;
+    struct gml_bin_list all_bins;    /* every bin, for walks (checker, figures, destroy) */
+    size_t nbins;
+    struct gml_bin_list holding;     /* bins holding free blocks */
+    uint64_t hold_clock;             /* stamps bins joining `holding` (bin->hold_stamp) */
+    /* the indexes a miss searches (bins.c): cost logarithmic in blocks and bins */
+    struct gml_passed_tree passed[GML_NSPACES]; /* stream bins' blocks known to have passed */
+    struct gml_bin_list passed_bins; /* stream bins with such blocks */
+    struct gml_bin_list pend_bins[GML_NSPACES]; /* stream bins with blocks of the space not
+                                        known to have passed */
+    struct gml_cand_large cand_large; /* stream bins holding large blocks */
+    struct gml_cand_small cand_small; /* stream bins holding small blocks */
+    struct gml_bin_list cand_dirty;  /* bins to place again in cand_* (gml_bin_cand_flush) */
+    uint64_t synced_applied;         /* synced_seq as far as the indexes know it */
+    uint64_t ask_round;              /* promotions so far (gml_bin.asked) */
+    struct gml_block_list small_whole; /* free small blocks of a whole chunk (gml_small_reclaim) */
     gml_bin *ready;
     gml_block *rec_free;             /* recycled records (linked by next) */
     GML_VEC(gml_block *) slabs;
@@ -255,8 +328,10 @@ static inline uintptr_t gml_extent_hi(const gml_heap *h, uintptr_t a)
  * extent.  [*b1, *b2) are the whole extents inside b. */
 bool gml_extent_bounds(const gml_heap *h, const gml_block *b, uintptr_t *b1, uintptr_t *b2);
 
-/* ---- streams.c: bins, events, promotion; the one rule of cross-stream reuse ---- */
+/* ---- streams.c: bins' identity, events, retirement, promotion ---- */
 gml_bin *gml_bin_get(gml_heap *p, gml_stream s); /* NULL on host OOM */
+/* The bin of stream s, NULL if it has none (retired bins are no stream's). */
+gml_bin *gml_bin_find(gml_heap *p, gml_stream s);
 /* True when the work submitted to bin's stream up to `seq` has completed (a device
  * synchronisation up to heap->synced_seq, or an event recorded and queried as needed).  Nothing
  * here waits for the device: the layer above synchronises without its lock first. */
@@ -265,18 +340,11 @@ bool gml_bin_passed(gml_heap *p, gml_bin *bin, uint64_t seq);
  * bin, and frees retired bins left empty; returns the number of blocks moved.  need == 0: every
  * such block.  need > 0 (a miss of `space`): one such block >= need when there is one (the
  * smallest of those known to have passed without a device call, else the first found by asking
- * the bins holding one that large), the rest staying with its stream, where that stream's later
- * frees merge with it; else every such block, asking each bin at most once and not asking bins
- * holding no block of the large space nor of `space`. */
+ * the bins whose largest block is that large, the tightest first), the rest staying with its
+ * stream, where that stream's later frees merge with it; else every such block, asking each bin
+ * with blocks not known to have passed at most once (for a large miss only those with large
+ * ones).  Cost: logarithmic in blocks and bins, plus one step per bin asked (bins.c). */
 size_t gml_promote(gml_heap *p, gml_bin *except, int space, size_t need);
-/* Counts a free block into / out of bin (keeps heap->holding). */
-static inline void gml_bin_count(gml_bin *bin, int delta)
-{
-    if (delta > 0 && bin->nfree++ == 0)
-        LIST_INSERT_HEAD(&bin->heap->holding, bin, holding);
-    else if (delta < 0 && --bin->nfree == 0)
-        LIST_REMOVE(bin, holding);
-}
 /* Records bin's event now if its stream can be named here (the want_record request). */
 void gml_bin_record(gml_heap *p, gml_bin *bin);
 /* Whether some stream bin (not the ready bin) holds free blocks: a device wait would let them serve
@@ -292,6 +360,7 @@ void gml_bin_retire(gml_heap *p, gml_bin *bin);
 static inline void gml_bin_hold(gml_bin *bin) { bin->held++; }
 void gml_bin_unhold(gml_heap *p, gml_bin *bin);
 void gml_bins_destroy(gml_heap *p);
+/* ---- bins.c: the bins' trees, the one rule of cross-stream reuse, the miss indexes ---- */
 /* The reuse rule: the free blocks of bin `from` may serve a request on bin `to`'s stream now
  * (to == NULL: every stream, as release needs) without waiting for any work. */
 bool gml_bin_serves(const gml_heap *h, const gml_bin *from, const gml_bin *to);
@@ -303,8 +372,38 @@ gml_bin *gml_serving_bin_next(const gml_heap *h, const gml_bin *to, const gml_bi
     for (gml_bin *it = gml_serving_bin_next((h), (to), NULL); it;                                 \
          it = gml_serving_bin_next((h), (to), it))
 
+/* Where a pending block was in its bin's pending list, so that the same block (or a piece of it
+ * with its seq) goes back there: the hot path's split and the carve keep the list in seq order at
+ * no cost. */
+typedef struct gml_pend_pos {
+    bool pending;
+    gml_block *prev;                 /* the block before it (NULL: it was first) */
+} gml_pend_pos;
+/* Free block b has just entered / is about to leave its bin's size tree: counts it (keeps
+ * heap->holding) and keeps the indexes a miss searches (heap->passed, the bin's pending list,
+ * heap->cand, heap->small_whole).  `out` fills *pos (may be NULL); `in` with pos NULL appends a
+ * pending block (a new free: the largest seq), else puts it after pos->prev. */
+void gml_bin_block_in(gml_heap *p, gml_block *b, const gml_pend_pos *pos);
+void gml_bin_block_out(gml_heap *p, gml_block *b, gml_pend_pos *pos);
+/* Free block b (in its bin's tree) shrinks to `size`, keeping its address, seq and place: the hot
+ * path's split, with no work on the indexes but the size tree (and heap->passed if passed). */
+void gml_bin_block_shrink(gml_heap *p, gml_block *b, size_t size);
+/* Places the bins whose largest block or holding order changed in heap->cand_* again. */
+void gml_bin_cand_flush(gml_heap *p);
+/* Takes a bin about to be freed out of every index. */
+void gml_bin_forget(gml_heap *p, gml_bin *bin);
+/* What is known of bin's work without a device call: done up to this seq (a device
+ * synchronisation covers every bin of a stream of this device; remembered in done_seq). */
+uint64_t gml_bin_known_done(gml_heap *p, gml_bin *bin);
+/* The seq up to which bin's blocks are known to have passed, without a device call (a retired
+ * bin: all or none). */
+uint64_t gml_bin_threshold(gml_heap *p, gml_bin *bin);
+/* Brings bin's blocks in line with its threshold after it rose (or fell: a retirement): pending
+ * ones below it move to heap->passed, and a retired bin not known to have passed holds none. */
+void gml_bin_settle(gml_heap *p, gml_bin *bin);
+
 /* ---- heap_check.c ---- */
-/* H1..H5, given the blocks the layers above hold: every LIVE and HELD block (`used`). */
+/* H1..H6, given the blocks the layers above hold: every LIVE and HELD block (`used`). */
 int gml_heap_check(gml_heap *h, gml_block *const *used, size_t nused, char *why, size_t whylen);
 /* Free-memory figures, walking every bin. */
 void gml_heap_free_stats(gml_heap *h, gml_heap_free *out);

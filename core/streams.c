@@ -20,9 +20,15 @@
  * another device's stream (a stream-ordered free may name any stream; gml_dev_stream_local,
  * asked once when the bin is made) is `foreign`: only its own event says its work passed.
  * Nothing here waits.
- * The rule itself is gml_bin_serves, which every search of the heap (best fit, growth next to a
- * free block, small refill), of stitching and of release calls (tier 1, contract in heap.h).
- * A miss walks only the bins holding free blocks (heap->holding, kept by gml_bin_count).
+ * The rule itself is gml_bin_serves (bins.c), which every search of the heap (best fit, growth
+ * next to a free block, small refill), of stitching and of release calls (tier 1, contract in
+ * heap.h).  A miss walks no list of bins or blocks: the blocks known to have passed are in one
+ * size tree over every bin, the others in their bin's tree by seq, and the bins a miss may ask
+ * are ordered by their largest block (bins.c keeps these indexes as blocks come and go); a
+ * promotion costs the logarithm of blocks and bins, plus one step per bin it asks (an event
+ * record and query, as before) and per block it moves.  Among bins holding a block that fits,
+ * the one whose largest block is the smallest is asked first (until issue 23, the bin that last
+ * began holding blocks); a bin whose blocks are all known to have passed is not asked.
  *
  * Identity: a bin is keyed by its stream's key (device.h).  Implicit streams name one thread's
  * (per-thread default stream) or one context's (legacy stream) stream, so their keys carry the
@@ -38,38 +44,88 @@
 
 #include "heap.h"
 
-bool gml_bin_serves(const gml_heap *h, const gml_bin *from, const gml_bin *to)
+/* ---- the map of bins by stream key ---- */
+static inline size_t home_of(const gml_heap *p, gml_stream s)
 {
-    return from == h->ready || from == to;
+    uint64_t k = s ^ (s >> 29);
+    k *= UINT64_C(0xbf58476d1ce4e5b9);
+    return (size_t)(k ^ (k >> 32)) & (p->bin_cap - 1);
 }
 
-bool gml_usable(const gml_heap *h, const gml_block *b, const gml_bin *to)
+gml_bin *gml_bin_find(gml_heap *p, gml_stream s)
 {
-    return b->state == GML_B_FREE && gml_bin_serves(h, b->bin, to);
+    if (!p->bin_cap)
+        return NULL;
+    for (size_t i = home_of(p, s);; i = (i + 1) & (p->bin_cap - 1)) {
+        gml_bin *b = p->bin_map[i];
+        if (!b || b->stream == s)
+            return b;
+    }
 }
 
-gml_bin *gml_serving_bin_next(const gml_heap *h, const gml_bin *to, const gml_bin *prev)
+static void map_put(gml_heap *p, gml_bin *bin)
 {
-    if (!prev)
-        return to ? (gml_bin *)to : h->ready;
-    return prev == h->ready ? NULL : h->ready;
+    size_t i = home_of(p, bin->stream);
+    while (p->bin_map[i])
+        i = (i + 1) & (p->bin_cap - 1);
+    p->bin_map[i] = bin;
+    p->bin_used++;
+}
+
+/* Room for one more (at most half full); false on host out of memory. */
+static bool map_room(gml_heap *p)
+{
+    if (2 * (p->bin_used + 1) <= p->bin_cap)
+        return true;
+    size_t cap = p->bin_cap ? 2 * p->bin_cap : 16, old = p->bin_cap;
+    gml_bin **m = calloc(cap, sizeof *m), **was = p->bin_map;
+    if (!m)
+        return false;
+    p->bin_map = m;
+    p->bin_cap = cap;
+    p->bin_used = 0;
+    for (size_t i = 0; i < old; i++)
+        if (was[i])
+            map_put(p, was[i]);
+    free(was);
+    return true;
+}
+
+/* Takes bin out of the map (backward shift: no tombstones). */
+static void map_del(gml_heap *p, gml_bin *bin)
+{
+    size_t mask = p->bin_cap - 1, i = home_of(p, bin->stream);
+    while (p->bin_map[i] != bin)
+        i = (i + 1) & mask;
+    for (size_t j = (i + 1) & mask; p->bin_map[j]; j = (j + 1) & mask) {
+        size_t k = home_of(p, p->bin_map[j]->stream);
+        /* the entry at j may move to the hole at i unless its home lies in (i, j] */
+        bool stays = i <= j ? (i < k && k <= j) : (i < k || k <= j);
+        if (!stays) {
+            p->bin_map[i] = p->bin_map[j];
+            i = j;
+        }
+    }
+    p->bin_map[i] = NULL;
+    p->bin_used--;
 }
 
 gml_bin *gml_bin_get(gml_heap *p, gml_stream s)
 {
-    gml_bin *b = NULL;
-    HASH_FIND(hh, p->bins, &s, sizeof s, b);
+    gml_bin *b = gml_bin_find(p, s);
     if (b)
         return b;
-    b = calloc(1, sizeof *b);
-    if (!b)
+    if (!map_room(p) || !(b = calloc(1, sizeof *b)))
         return NULL;
     b->stream = s;
     b->foreign = !gml_dev_stream_local(p->dev, s);
     b->heap = p;
     for (int i = 0; i < GML_NSPACES; i++)
         RB_INIT(&b->free[i]);
-    HASH_ADD(hh, p->bins, stream, sizeof b->stream, b);
+    TAILQ_INIT(&b->pending);
+    map_put(p, b);
+    LIST_INSERT_HEAD(&p->all_bins, b, all);
+    p->nbins++;
     return b;
 }
 
@@ -97,18 +153,10 @@ void gml_bin_record(gml_heap *p, gml_bin *bin)
         record(p, bin);
 }
 
-/* What is known without a device call: a device synchronisation covers every bin of a stream of
- * this device. */
-static inline uint64_t known_done(gml_heap *p, gml_bin *bin)
+/* gml_bin_passed's answer; the bin's blocks are settled by the caller. */
+static bool bin_passed(gml_heap *p, gml_bin *bin, uint64_t seq)
 {
-    if (!bin->foreign && p->synced_seq > bin->done_seq)
-        bin->done_seq = p->synced_seq;
-    return bin->done_seq;
-}
-
-bool gml_bin_passed(gml_heap *p, gml_bin *bin, uint64_t seq)
-{
-    if (bin == p->ready || known_done(p, bin) >= seq)
+    if (bin == p->ready || gml_bin_known_done(p, bin) >= seq)
         return true;
     /* an event recorded earlier may have completed: learn that before recording a newer one */
     if (bin->ev && bin->ev_seq > bin->done_seq &&
@@ -127,11 +175,24 @@ bool gml_bin_passed(gml_heap *p, gml_bin *bin, uint64_t seq)
     return bin->done_seq >= seq;
 }
 
+bool gml_bin_passed(gml_heap *p, gml_bin *bin, uint64_t seq)
+{
+    uint64_t before = bin->done_seq;
+    bool passed = bin_passed(p, bin, seq);
+    if (bin->done_seq != before)
+        gml_bin_settle(p, bin);
+    return passed;
+}
+
 static void bin_free(gml_heap *p, gml_bin *bin)
 {
+    gml_bin_forget(p, bin);
     if (bin->ev)
         gml_dev_event_destroy(p->dev, bin->ev);
-    HASH_DEL(p->bins, bin);
+    if (!bin->retired)
+        map_del(p, bin);
+    LIST_REMOVE(bin, all);
+    p->nbins--;
     free(bin);
 }
 
@@ -154,12 +215,12 @@ void gml_bin_retire(gml_heap *p, gml_bin *bin)
         return;
     if (bin->nfree || bin->held)
         record(p, bin); /* the stream exists until the real destroy: cover its frees */
-    HASH_DEL(p->bins, bin);
+    map_del(p, bin); /* out of the stream's name: a new stream with its handle starts afresh */
     bin->retired = true;
     bin->retire_seq = p->seq;
     bin->want_record = false;
     bin->stream = GML_BIN_RETIRED | ++p->retired_bins;
-    HASH_ADD(hh, p->bins, stream, sizeof bin->stream, bin);
+    gml_bin_settle(p, bin); /* all its blocks or none, from now on */
     retired_reap(p, bin);
 }
 
@@ -172,17 +233,27 @@ bool gml_bins_hold_blocks(gml_heap *p)
     return false;
 }
 
-/* The seq up to which bin's blocks may move to the ready bin (0: none), as far as is known
- * (learning it first when `ask`: an event query, or a record and a query). */
-static uint64_t passed_upto(gml_heap *p, gml_bin *bin, bool ask)
+/* A device synchronisation since the last look: every bin of this device with pending blocks
+ * learns it (each such bin is visited once per synchronisation; almost all of them empty their
+ * pending blocks, which were freed before it). */
+static void settle_synced(gml_heap *p)
 {
-    /* a retired bin's blocks all go once the work up to its retirement passed (moves inside the
-     * bin renumber blocks, but no stream can free into it any more) */
-    uint64_t upto = bin->retired ? bin->retire_seq : p->seq;
-    bool passed = ask ? gml_bin_passed(p, bin, upto) : known_done(p, bin) >= upto;
-    if (bin->retired)
-        return passed ? UINT64_MAX : 0;
-    return bin->done_seq;
+    if (p->synced_seq <= p->synced_applied)
+        return;
+    p->synced_applied = p->synced_seq;
+    for (int s = 0; s < GML_NSPACES; s++) {
+        gml_bin *bin, *tmp;
+        LIST_FOREACH_SAFE(bin, &p->pend_bins[s], pend_link[s], tmp)
+            if (!bin->foreign)
+                gml_bin_settle(p, bin);
+    }
+}
+
+/* Asks bin (an event record and query as needed) whether its work up to now has passed; its
+ * blocks below what it learnt move to heap->passed. */
+static void ask(gml_heap *p, gml_bin *bin)
+{
+    gml_bin_passed(p, bin, bin->retired ? bin->retire_seq : p->seq);
 }
 
 static void to_ready(gml_heap *p, gml_block *f)
@@ -191,44 +262,70 @@ static void to_ready(gml_heap *p, gml_block *f)
     gml_free_insert(p, f, p->ready);
 }
 
-static inline gml_block *nfind(gml_bin *bin, int space, size_t need)
+/* The smallest block of `space` >= need known to have passed, not of bin `except` (the first bin
+ * in holding order, the lowest address, among equal sizes). */
+static gml_block *passed_first(gml_heap *p, gml_bin *except, int space, size_t need)
 {
-    gml_block key = {.size = need, .addr = 0};
-    return RB_NFIND(gml_size_tree, &bin->free[space], &key);
+    gml_bin kb;
+    kb.hold_stamp = UINT64_MAX;
+    gml_block key;
+    key.size = need;
+    key.addr = 0;
+    key.bin = &kb;
+    gml_block *f = RB_NFIND(gml_passed_tree, &p->passed[space], &key);
+    while (f && f->bin == except)
+        f = RB_NEXT(gml_passed_tree, &p->passed[space], f);
+    return f;
 }
 
-/* The smallest block of bin's `space` >= need whose work is done up to `upto`, if smaller than
- * `best` (else best). */
-static gml_block *passed_in(gml_bin *bin, int space, size_t need, uint64_t upto, gml_block *best)
+static gml_bin *cand_first(gml_heap *p, int space, size_t need)
 {
-    for (gml_block *f = nfind(bin, space, need); f && (!best || f->size < best->size);
-         f = RB_NEXT(gml_size_tree, NULL, f))
-        if (f->seq <= upto)
-            return f;
-    return best;
+    gml_bin key;
+    key.ckey_stamp[space] = UINT64_MAX;
+    key.ckey_max[space] = need;
+    return space == GML_SPACE_LARGE ? RB_NFIND(gml_cand_large, &p->cand_large, &key)
+                                    : RB_NFIND(gml_cand_small, &p->cand_small, &key);
+}
+
+static gml_bin *cand_next(int space, gml_bin *bin)
+{
+    return space == GML_SPACE_LARGE ? RB_NEXT(gml_cand_large, NULL, bin)
+                                    : RB_NEXT(gml_cand_small, NULL, bin);
 }
 
 /* One block of `space` >= need, of a stream bin other than `except`, whose work has completed:
  * the smallest of those known to have completed (no device call), else the first found by asking
- * the bins that hold a block large enough (an event each), else NULL. */
+ * the bins that hold a block large enough (an event each; the bin whose largest block is the
+ * smallest first), else NULL. */
 static gml_block *passed_fit(gml_heap *p, gml_bin *except, int space, size_t need)
 {
-    gml_block *best = NULL;
-    gml_bin *bin;
-    LIST_FOREACH(bin, &p->holding, holding)
-        if (bin != except && bin != p->ready)
-            best = passed_in(bin, space, need, passed_upto(p, bin, false), best);
-    if (best)
-        return best;
-    LIST_FOREACH(bin, &p->holding, holding)
-        if (bin != except && bin != p->ready && nfind(bin, space, need) &&
-            (best = passed_in(bin, space, need, passed_upto(p, bin, true), NULL)))
-            return best;
+    gml_block *f = passed_first(p, except, space, need);
+    if (f)
+        return f;
+    /* none fits among the known: the blocks that fit are all pending, so a block that passes
+     * when a bin is asked is that bin's */
+    for (gml_bin *bin = cand_first(p, space, need); bin; bin = cand_next(space, bin)) {
+        if (bin == except)
+            continue;
+        bin->asked = p->ask_round;
+        ask(p, bin);
+        if ((f = passed_first(p, except, space, need)))
+            return f;
+    }
     return NULL;
+}
+
+static void reap_if_empty(gml_heap *p, gml_bin *bin)
+{
+    if (!bin->nfree)
+        retired_reap(p, bin);
 }
 
 size_t gml_promote(gml_heap *p, gml_bin *except, int space, size_t need)
 {
+    settle_synced(p);
+    gml_bin_cand_flush(p);
+    p->ask_round++; /* bins asked in this promotion: bin->asked == ask_round */
     if (need) {
         gml_block *f = passed_fit(p, except, space, need);
         if (f) {
@@ -238,31 +335,35 @@ size_t gml_promote(gml_heap *p, gml_bin *except, int space, size_t need)
             return 1;
         }
     }
+    /* Ask each bin with pending blocks once (passed_fit asked those holding a block >= need; for
+     * a large miss, a bin whose pending blocks are all small cannot help), then move every
+     * block known to have passed. */
+    bool any = !need || space == GML_SPACE_SMALL;
+    for (int s = any ? GML_SPACE_SMALL : GML_SPACE_LARGE; s >= 0; s--) {
+        gml_bin *bin, *tmp;
+        LIST_FOREACH_SAFE(bin, &p->pend_bins[s], pend_link[s], tmp)
+            if (bin != except && bin->asked != p->ask_round) {
+                bin->asked = p->ask_round;
+                ask(p, bin);
+            }
+    }
     size_t moved = 0;
     GML_VEC(gml_block *) v = {0};
     gml_bin *bin, *tmp;
-    LIST_FOREACH_SAFE(bin, &p->holding, holding, tmp) {
-        if (bin == except || bin == p->ready)
+    LIST_FOREACH_SAFE(bin, &p->passed_bins, passed_link, tmp) {
+        if (bin == except)
             continue;
-        /* ask each bin once: passed_fit asked those holding a block >= need; a bin holding no
-         * block of the large space nor of `space` cannot help this request */
-        bool ask = !need || (!nfind(bin, space, need) &&
-                             (!RB_EMPTY(&bin->free[GML_SPACE_LARGE]) || !RB_EMPTY(&bin->free[space])));
-        uint64_t upto = passed_upto(p, bin, ask);
-        if (upto == 0)
-            continue;
-        /* collect first: moving blocks merges and frees records */
+        /* collect first: moving blocks merges and frees records; moving the bin's last block
+         * may free the bin (retired), so it leaves passed_bins first */
         v.n = 0;
         gml_block *f;
-        for (int s = 0; s < GML_NSPACES; s++)
-            RB_FOREACH(f, gml_size_tree, &bin->free[s]) {
-                if (f->seq <= upto && !gml_vec_push(&v, f))
-                    goto out;
-            }
+        LIST_FOREACH(f, &bin->passed, lnode)
+            if (!gml_vec_push(&v, f))
+                goto out;
         for (size_t i = 0; i < v.n; i++)
             to_ready(p, v.v[i]);
         moved += v.n;
-        retired_reap(p, bin);
+        reap_if_empty(p, bin);
     }
 out:
     gml_vec_free(&v);
@@ -271,12 +372,15 @@ out:
 
 void gml_bins_destroy(gml_heap *p)
 {
-    gml_bin *bin, *tmp;
-    HASH_ITER(hh, p->bins, bin, tmp) {
+    gml_bin *bin;
+    while ((bin = LIST_FIRST(&p->all_bins))) {
         if (bin->ev)
             gml_dev_event_destroy(p->dev, bin->ev);
-        HASH_DEL(p->bins, bin);
+        LIST_REMOVE(bin, all);
         free(bin);
     }
+    free(p->bin_map);
+    p->bin_map = NULL;
+    p->bin_cap = p->bin_used = p->nbins = 0;
     p->ready = NULL;
 }

@@ -431,8 +431,7 @@ int gml_pool_sync(gml_pool *p)
 void gml_pool_stream_retire(gml_pool *p, gml_stream stream)
 {
     pthread_mutex_lock(&p->mu);
-    gml_bin *b = NULL;
-    HASH_FIND(hh, p->heap.bins, &stream, sizeof stream, b);
+    gml_bin *b = gml_bin_find(&p->heap, stream);
     if (b) {
         if (p->last_bin == b)
             p->last_bin = p->heap.ready;

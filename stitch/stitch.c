@@ -20,6 +20,7 @@
  * Those driver calls run without the pool lock: the parts are carved (HELD) first, the block
  * waits on st->making, and it is published, or its parts go home, once the lock is back.  The
  * auto GC's teardowns for it run in the same unlocked window (cache.c).
+ * The device calls themselves (map a range, unmap it) are map.c's, under this file and cache.c.
  * Tier 2: only the heap's API below (contract in stitch.h).
  */
 #include <limits.h>
@@ -271,42 +272,6 @@ static void add_extents(const gml_heap *h, uintptr_t lo, uintptr_t hi, uint32_t 
         slots[(*k)++] = (uint32_t)s;
 }
 
-bool gml_stitch_unmap(gml_heap *h, uintptr_t va, const uint32_t *slots, size_t mapped)
-{
-    bool ok = true;
-    for (size_t i = 0; i < mapped;) {
-        size_t len = gml_extent_len(h, slots[i]);
-        if (gml_dev_unmap(h->dev, va + (i << h->chunk_shift), len << h->chunk_shift))
-            ok = false;
-        i += len;
-    }
-    return ok;
-}
-
-/* Device calls for a stitched range over `slots`; on failure nothing stays mapped or reserved. */
-static int map_range(gml_heap *h, const uint32_t *slots, size_t n, uintptr_t *va_out)
-{
-    uintptr_t va;
-    size_t bytes = n << h->chunk_shift;
-    if (gml_dev_va_reserve(h->dev, bytes, h->chunk, &va) != GMLAKE_OK)
-        return GMLAKE_ERR_DEVICE;
-    size_t i = 0; /* one map per extent: slots holds whole extents, heads first */
-    while (i < n) {
-        size_t len = gml_extent_len(h, slots[i]);
-        if (gml_dev_map(h->dev, va + (i << h->chunk_shift), len << h->chunk_shift,
-                        h->slots[slots[i]].handle))
-            break;
-        i += len;
-    }
-    if (i == n && gml_dev_set_access(h->dev, va, bytes) == GMLAKE_OK) {
-        *va_out = va;
-        return GMLAKE_OK;
-    }
-    gml_stitch_unmap(h, va, slots, i);
-    gml_dev_va_free(h->dev, va, bytes);
-    return GMLAKE_ERR_DEVICE;
-}
-
 /* Takes a free block that fits as a LIVE block: the caller's best fit missed, but a growth (ours,
  * or one whose failed run dropped the caller's lock while another thread freed) may have made
  * one.  Also what keeps choose_pieces' head below need.  False when none fits. */
@@ -384,7 +349,7 @@ int gml_stitch_alloc(gml_stitch *st, gml_bin *bin, size_t need, size_t req, bool
         gml_sblock_vec evict = {0};
         gml_stitch_evict_pick(st, false, &evict);
         gml_heap_unlock(h);
-        rc = map_range(h, slots, chunks, &va);
+        rc = gml_stitch_map(h, slots, chunks, &va);
         gml_stitch_evict_calls(st, &evict);
         gml_heap_relock(h);
         gml_stitch_evict_done(st, &evict);

@@ -38,7 +38,8 @@
  *
  * Decisions owned here: which chunks a stitch takes (choose_pieces, stitch.c); which cached block
  * serves a request (gml_stitch_cache_take, cache.c); when a stitched mapping is torn down
- * (gml_stitch_gc, cache.c).  Growth for a stitch is asked of the heap (gml_grow, GML_GROW_CHUNKS).
+ * (gml_stitch_gc, cache.c).  The device calls of a stitched range (map, unmap) are map.c's, under both
+ * stitch.c and cache.c: the decisions call down into the mechanism, never into each other.  Growth for a stitch is asked of the heap (gml_grow, GML_GROW_CHUNKS).
  *
  * Contract
  *  gml_stitch_alloc and gml_stitch_gc drop the lock named to the heap (gml_heap_set_lock) around
@@ -151,6 +152,11 @@ size_t gml_stitch_gc(gml_stitch *st, bool all);
 size_t gml_stitch_evict_pick(gml_stitch *st, bool all, gml_sblock_vec *v);
 void gml_stitch_evict_calls(gml_stitch *st, const gml_sblock_vec *v);
 void gml_stitch_evict_done(gml_stitch *st, gml_sblock_vec *v);
+/* ---- map.c: the device calls of a stitched range (under stitch.c and cache.c) ---- */
+/* Reserves a range for the chunks `slots` (n of them, whole extents, heads first), maps each
+ * extent and sets access over it: GMLAKE_OK with *va_out, or GMLAKE_ERR_DEVICE with nothing left
+ * mapped or reserved.  Reads only slot fields that HELD parts or pins keep fixed (no lock needed). */
+int gml_stitch_map(gml_heap *h, const uint32_t *slots, size_t n, uintptr_t *va_out);
 /* Unmaps the first `mapped` chunks of a stitched range over `slots` (whole extents), one call per
  * extent; false if the device refused one. */
 bool gml_stitch_unmap(gml_heap *h, uintptr_t va, const uint32_t *slots, size_t mapped);

@@ -15,7 +15,7 @@ cd "$root"
 tier() {
   case "$1" in
     include/* | config/*) echo 0 ;;
-    core/heap.h | core/blocks.c | core/arena.c | core/streams.c | core/heap_check.c) echo 2 ;;
+    core/heap.h | core/bins.c | core/blocks.c | core/arena.c | core/streams.c | core/heap_check.c) echo 2 ;;
     core/*) echo 1 ;;
     stitch/pool.[ch] | stitch/registry.[ch]) echo 4 ;;
     stitch/*) echo 3 ;;
