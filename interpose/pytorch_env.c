@@ -99,10 +99,16 @@ __attribute__((constructor)) static void pytorch_route(void)
             gml_log(GML_LOG_DEBUG, "%s=%s (PyTorch hands every tensor to gmlake)", var, value);
         break;
     case GML_TORCH_BYPASS:
-        gml_log(GML_LOG_WARN, "%s=%s keeps PyTorch's own caching allocator: PyTorch's allocations "
-                "will not reach gmlake (it asks CUDA only for large segments).  Use "
-                "backend:cudaMallocAsync, or unset %s and let gmlake set it",
-                var, getenv(var), var);
+        if (strstr(getenv(var), "expandable_segments"))
+            gml_log(GML_LOG_WARN, "%s=%s keeps PyTorch's own caching allocator: PyTorch's "
+                    "allocations will not reach gmlake (it maps its own memory).  Use "
+                    "backend:cudaMallocAsync, or unset %s and let gmlake set it",
+                    var, getenv(var), var);
+        else /* the native allocator asks CUDA for large segments, which gmlake serves */
+            gml_log(GML_LOG_WARN, "%s=%s keeps PyTorch's own caching allocator: gmlake serves its "
+                    "segments (CUDA IPC, torch.multiprocessing, CUDA graphs and snapshots work) but "
+                    "cannot save memory inside them.  For gmlake's savings use backend:cudaMallocAsync, "
+                    "or unset %s and let gmlake set it", var, getenv(var), var);
         break;
     default: break;
     }

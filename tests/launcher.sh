@@ -34,7 +34,8 @@ check "backend:cudaMallocAsync is left alone, silently" \
 check "expandable_segments is kept, with one warning" \
   '[ "$(pt PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True)" = "cuda=expandable_segments:True alloc=unset" ] && [ "$(grep -c "will not reach gmlake" "$tmp/err")" = 1 ]'
 check "backend:native is kept, with a warning naming the variable" \
-  '[ "$(pt PYTORCH_ALLOC_CONF=backend:native)" = "cuda=unset alloc=backend:native" ] && grep -q "PYTORCH_ALLOC_CONF=backend:native keeps PyTorch" "$tmp/err"'
+  '[ "$(pt PYTORCH_ALLOC_CONF=backend:native)" = "cuda=unset alloc=backend:native" ] && grep -q "PYTORCH_ALLOC_CONF=backend:native keeps PyTorch" "$tmp/err" &&
+  grep -q "gmlake serves its segments" "$tmp/err" && ! grep -q "will not reach gmlake" "$tmp/err"'
 check "pytorch_backend=off leaves the environment alone" '[ "$(pt GMLAKE_PYTORCH_BACKEND=off)" = "cuda=unset alloc=unset" ]'
 check "GMLAKE_ENABLE=0 leaves the environment alone" '[ "$(pt GMLAKE_ENABLE=0)" = "cuda=unset alloc=unset" ]'
 err=$(PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True "$g" run -- sh -c 'echo "$PYTORCH_CUDA_ALLOC_CONF"' 2>&1)

@@ -107,3 +107,18 @@ def test_memory_snapshot(capsys):
                      "(a gmlake trace converted to a snapshot that PyTorch's memory_viz opens)")
     pytest.fail(f"memory snapshot under gmlake's default {status} (backend {res.get('backend')}): "
                 f"{res['detail']}; gmlake's own exporter: {equivalent or 'not there'}\n{log}")
+
+
+# The way out gmlake documents for the features PyTorch's async backend lacks (docs/ARCHITECTURE.md
+# "The PyTorch route"): PyTorch's native allocator over gmlake (PYTORCH_CUDA_ALLOC_CONF=backend:native,
+# kept as the user's choice); its segments are gmlake's, shared through gmlake's CUDA IPC.
+def test_native_route_multiprocessing_shares_cuda_tensor(capsys):
+    status, secs, res, log = feature("mp", capsys, timeout=150, MP_WAIT="60",
+                                     PYTORCH_CUDA_ALLOC_CONF="backend:native")
+    assert status == "ok", f"torch.multiprocessing under backend:native + gmlake {status}: {res['detail']}\n{log}"
+
+
+def test_native_route_compile_reduce_overhead_trains(capsys):
+    status, secs, res, log = feature("compile", capsys, timeout=300,
+                                     PYTORCH_CUDA_ALLOC_CONF="backend:native")
+    assert status == "ok", f"reduce-overhead under backend:native + gmlake {status}: {res['detail']}\n{log}"
