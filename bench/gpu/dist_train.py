@@ -81,7 +81,8 @@ def gmlake_figures(device):
             "peak_active_mib": s["peak_active_bytes"] / MIB,
             "utilization": s["utilization"], "allocations": s["allocations"],
             "stitches": s["stitches"], "device_calls": sum(s["device_calls"].values()),
-            "driver_s": s["device_seconds"]}
+            "driver_s": s["device_seconds"], "calls_by_kind": s["device_calls"],
+            "driver_s_by_kind": s.get("device_seconds_by_call")}
 
 
 def run(args):
