@@ -10,16 +10,10 @@
 
 #include "gmlake.h"
 #include "tests/fake/fake_cuda.h"
+#include "stitched.h"
 
 #define MiB ((size_t)1 << 20)
 extern char **environ;
-
-static gmlake_stats stats(void)
-{
-    gmlake_stats s;
-    gmlake_get_stats(0, &s);
-    return s;
-}
 
 /* Runs ipc_peer MODE HANDLE OFF LEN BYTE; its exit status. */
 static int peer(const char *mode, const cudaIpcMemHandle_t *h, size_t off, size_t len, unsigned byte)
@@ -81,14 +75,7 @@ Test(ipc, the_driver_api_and_a_pointer_inside_an_allocation)
 
 Test(ipc, a_stitched_block)
 {
-    void *v[8], *s;
-    for (int i = 0; i < 8; i++)
-        cr_assert_eq(cudaMalloc(&v[i], 2 * MiB), cudaSuccess);
-    cr_assert_eq(gmlake_empty_cache(0), GMLAKE_OK);
-    for (int i = 0; i < 8; i += 2)
-        cr_assert_eq(cudaFree(v[i]), cudaSuccess);
-    cr_assert_eq(cudaMalloc(&s, 8 * MiB), cudaSuccess);
-    cr_assert_eq(stats().stitches, 1, "8 MiB made of four free 2 MiB chunks");
+    void *v[8], *s = stitched_8mib(v);
     for (int i = 0; i < 8; i++)
         memset((char *)s + i * MiB, 0x50, MiB);
     cudaIpcMemHandle_t h;

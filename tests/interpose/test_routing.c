@@ -9,6 +9,7 @@
 
 #include "gmlake.h"
 #include "tests/fake/fake_cuda.h"
+#include "stitched.h"
 #include "tools/trace.h"
 #include <stdlib.h>
 #include <unistd.h>
@@ -148,14 +149,7 @@ Test(routing, stream_ordered_and_stitched_frees_find_their_pool)
     cr_assert_eq(stats().frees, 1);
 
     /* a stitched block: free every other 2 MiB block, then ask for 8 MiB */
-    void *v[8], *s;
-    for (int i = 0; i < 8; i++)
-        cr_assert_eq(cudaMalloc(&v[i], 2 * MiB), cudaSuccess);
-    cr_assert_eq(gmlake_empty_cache(0), GMLAKE_OK);
-    for (int i = 0; i < 8; i += 2)
-        cr_assert_eq(cudaFree(v[i]), cudaSuccess);
-    cr_assert_eq(cudaMalloc(&s, 8 * MiB), cudaSuccess);
-    cr_assert_eq(stats().stitches, 1, "8 MiB made of four free 2 MiB chunks");
+    void *v[8], *s = stitched_8mib(v);
     memset(s, 0x5a, 8 * MiB);
     cr_assert_eq(cudaFreeAsync((char *)s + 4 * MiB, st), cudaErrorInvalidValue, "inside a stitched block");
     cr_assert_eq(cudaFreeAsync(s, st), cudaSuccess, "a stitched block's stream-ordered free");
