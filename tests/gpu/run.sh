@@ -3,7 +3,7 @@
 # runs gpu_hooks under libgmlake (shared and static cudart), multi_gpu, streams_gpu (streams,
 # cudaFree, empty_cache, fork), stitch_ends (stitched ranges entering partly used extents), then
 # the pytest suite (test_gpu.py, test_pytorch_route.py, test_torch_features.py).  Skips where no GPU is present.
-# Usage: tests/gpu/run.sh [OUTDIR]   (logs go to OUTDIR, default build/gpu)
+# Usage: [GPU_C=0] [GPU_PYTEST='test_gpu.py ...'] tests/gpu/run.sh [OUTDIR]  (GPU_C=0: the pytest part only)   (logs go to OUTDIR, default build/gpu)
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 out=${1:-$root/build/gpu}
@@ -11,6 +11,7 @@ mkdir -p "$out" "$root/build/gpu"
 if ! nvidia-smi -L >/dev/null 2>&1; then echo "tests/gpu: no GPU, skipped"; exit 0; fi
 lib=$root/build/interpose/libgmlake.so
 status=0
+if [ "${GPU_C:-1}" != 0 ]; then
 for v in shared static; do
   bin=$root/build/gpu/gpu_hooks_$v
   if [ ! -x "$bin" ]; then
@@ -51,8 +52,10 @@ run rtld_local_off LD_PRELOAD=$lib GMLAKE_ENABLE=0 "$g/rtld_local_main" "$g/rtld
 run streams_gpu LD_PRELOAD=$lib "$g/streams_gpu"
 run ipc_gpu LD_PRELOAD=$lib GMLAKE_EXTENT_SIZE=2MiB "$g/ipc_gpu"
 run stitch_ends LD_PRELOAD=$lib GMLAKE_EXTENT_SHARE=0 GMLAKE_EXTENT_SIZE=8MiB "$g/stitch_ends"
+fi
 echo "== pytest"
-LIBGMLAKE=$lib python3 -m pytest -q "$root/tests/gpu/test_gpu.py" "$root/tests/gpu/test_pytorch_route.py" \
-  "$root/tests/gpu/test_torch_features.py" "$root/tests/gpu/test_snapshot_export.py" 2>&1 | tee "$out/pytest.log"
+# GPU_PYTEST: the pytest files to run (default: all four; a subset splits a run in two)
+read -r -a pyfiles <<<"${GPU_PYTEST:-test_gpu.py test_pytorch_route.py test_torch_features.py test_snapshot_export.py}"
+LIBGMLAKE=$lib python3 -m pytest -q "${pyfiles[@]/#/$root/tests/gpu/}" 2>&1 | tee "$out/pytest.log"
 [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 exit $status
