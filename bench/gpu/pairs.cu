@@ -1,0 +1,71 @@
+// pairs.cu — the cost of one allocate + free pair on a GPU, three patterns (issue 20):
+//   one    cudaMallocAsync / cudaFreeAsync on one stream
+//   cross  the same, but every other free is issued on a second stream after
+//          cudaEventRecord(ev, s1) + cudaStreamWaitEvent(s2, ev) (the block was used on s1)
+//   sync   cudaMalloc / cudaFree
+// 512 allocations stay live; each pair frees a random one and allocates a new size, log-uniform
+// 512 B .. 32 MiB, from a fixed seed (the same sequence under every allocator).  No kernels: the
+// allocator's own cost.  Run it under LD_PRELOAD=libgmlake.so and with GMLAKE_ENABLE=0 (CUDA's
+// own stream-ordered pool, and cudaMalloc) side by side.
+//   pairs MODE PAIRS     prints one JSON line: mode, pairs, us_per_pair, gmlake (whether served)
+#include <cuda_runtime.h>
+#include <dlfcn.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define LIVE 512
+#define CK(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) { fprintf(stderr, "pairs: %s: %s\n", #x, cudaGetErrorString(e_)); exit(1); } } while (0)
+
+static uint64_t rng = 88172645463325252ull;
+static uint64_t next(void) { rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17; return rng; }
+static size_t size_of(void) { return (size_t)exp(log(512.0) + (next() % 1000000) / 1e6 * (log(32.0 * (1 << 20)) - log(512.0))); }
+static double now(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return t.tv_sec + t.tv_nsec * 1e-9; }
+
+int main(int argc, char **argv) {
+    if (argc != 3) { fprintf(stderr, "usage: pairs one|cross|sync PAIRS\n"); return 2; }
+    const char *mode = argv[1];
+    long n = atol(argv[2]);
+    int m = !strcmp(mode, "one") ? 0 : !strcmp(mode, "cross") ? 1 : !strcmp(mode, "sync") ? 2 : -1;
+    if (m < 0 || n <= 0) { fprintf(stderr, "pairs: bad mode or count\n"); return 2; }
+    cudaStream_t s1, s2;
+    cudaEvent_t ev;
+    CK(cudaStreamCreateWithFlags(&s1, cudaStreamNonBlocking));
+    CK(cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking));
+    CK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+    void *live[LIVE];
+    for (int i = 0; i < LIVE; i++)
+        CK(m == 2 ? cudaMalloc(&live[i], size_of()) : cudaMallocAsync(&live[i], size_of(), s1));
+    CK(cudaDeviceSynchronize());
+    double t0 = 0;
+    for (long k = -n / 10; k < n; k++) { // a tenth of the pairs as warm-up
+        if (k == 0) { CK(cudaDeviceSynchronize()); t0 = now(); }
+        int i = (int)(next() % LIVE);
+        if (m == 2) {
+            CK(cudaFree(live[i]));
+            CK(cudaMalloc(&live[i], size_of()));
+        } else {
+            if (m == 1 && (k & 1)) {
+                CK(cudaEventRecord(ev, s1));
+                CK(cudaStreamWaitEvent(s2, ev, 0));
+                CK(cudaFreeAsync(live[i], s2));
+            } else {
+                CK(cudaFreeAsync(live[i], s1));
+            }
+            CK(cudaMallocAsync(&live[i], size_of(), s1));
+        }
+    }
+    CK(cudaDeviceSynchronize());
+    double us = (now() - t0) * 1e6 / n;
+    int (*stats)(int, void *) = (int (*)(int, void *))dlsym(RTLD_DEFAULT, "gmlake_get_stats");
+    const char *en = getenv("GMLAKE_ENABLE");
+    int served = stats && !(en && !strcmp(en, "0"));
+    printf("{\"mode\":\"%s\",\"pairs\":%ld,\"us_per_pair\":%.3f,\"gmlake\":%s}\n", mode, n, us, served ? "true" : "false");
+    for (int i = 0; i < LIVE; i++)
+        CK(m == 2 ? cudaFree(live[i]) : cudaFreeAsync(live[i], s1));
+    CK(cudaDeviceSynchronize());
+    return 0;
+}
