@@ -59,8 +59,9 @@ gml_ensure_build() {
       return 1
     fi
   fi
+  # the filter may print nothing (nothing to do): its grep's status is not the build's
   ninja -C "$dir" 2>&1 | tee -a "$log" |
-    grep -v -e '^ninja: Entering directory' -e '^ninja: no work to do' >&2
+    { grep -v -e '^ninja: Entering directory' -e '^ninja: no work to do' >&2 || true; }
   rc=${PIPESTATUS[0]}
   if [ "$rc" -ne 0 ]; then
     echo "gmlake: 'ninja -C $dir' failed:" >&2
