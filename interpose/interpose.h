@@ -190,7 +190,7 @@ cudaError_t cudaStreamEndCapture_ptsz(cudaStream_t stream, cudaGraph_t *pGraph);
 typedef CUresult (*gml_pfn_stream_begin_capture_v1)(CUstream hStream);
 
 struct gml_real {
-    void *(*dlsym)(void *, const char *); /* first: the dlsym trampoline reads it (resolve.c) */
+    void *(*dlsym)(void *, const char *); /* first: the dlsym trampoline reads it (hooktable.c) */
 #define GML_REAL_FIELD(field, symbol, type) type field;
     GML_REAL_FUNCTIONS(GML_REAL_FIELD)
 #undef GML_REAL_FIELD
