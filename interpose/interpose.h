@@ -65,6 +65,7 @@
 #include <cuda.h>
 #include <cuda_runtime_api.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 
@@ -255,11 +256,9 @@ extern __thread int gml_depth; /* > 0 while this thread runs inside gmlake */
 /* Reads RANK, else LOCAL_RANK (settings.c, as the settings load); gml_rank: it, else "". */
 void gml_rank_read(void);
 const char *gml_rank(void);
-/* This process is a child forked after gmlake started (marked by lifecycle.c's fork handler);
- * gml_forked_child_relaxed: the same read with no ordering (gml_serving, every hook call). */
-void gml_forked_mark(void);
-bool gml_forked_child(void);
-bool gml_forked_child_relaxed(void);
+/* 1: this process is a child forked after gmlake started (set by lifecycle.c's fork handler).
+ * A variable, not a function: gml_serving reads it on every hook call. */
+extern __attribute__((visibility("hidden"))) _Atomic int gml_forked;
 /* A file name from a log_file / stats_file / trace_file pattern: %p, %r, %%, and with
  * per_process, ".rank%r" inserted when several processes run and the pattern names neither. */
 void gml_file_name(const char *pattern, bool per_process, char *out, size_t len);

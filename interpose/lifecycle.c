@@ -13,6 +13,7 @@
  * pools is handed out or freed there.
  */
 #include <pthread.h>
+#include <stdatomic.h>
 
 #include "stitch/registry.h"
 #include "interpose.h"
@@ -50,7 +51,7 @@ static void fork_release(void)
 
 static void fork_child(void)
 {
-    gml_forked_mark();
+    atomic_store(&gml_forked, 1);
     fork_release();
 }
 
@@ -73,4 +74,7 @@ bool gml_enabled(void)
     return enabled;
 }
 
-bool gml_serving(void) { return gml_depth == 0 && gml_enabled() && !gml_forked_child_relaxed(); }
+bool gml_serving(void)
+{
+    return gml_depth == 0 && gml_enabled() && !atomic_load_explicit(&gml_forked, memory_order_relaxed);
+}

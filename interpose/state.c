@@ -22,7 +22,6 @@
 __thread int gml_depth;
 
 static char rank[24]; /* RANK or LOCAL_RANK, "" when neither is set */
-static _Atomic int forked; /* this process is a child forked after gmlake started */
 
 void gml_rank_read(void)
 {
@@ -34,11 +33,7 @@ void gml_rank_read(void)
 
 const char *gml_rank(void) { return rank; }
 
-void gml_forked_mark(void) { atomic_store(&forked, 1); }
-
-bool gml_forked_child(void) { return atomic_load(&forked); }
-
-bool gml_forked_child_relaxed(void) { return atomic_load_explicit(&forked, memory_order_relaxed); }
+_Atomic int gml_forked;
 
 static bool several_processes(void)
 {
