@@ -1,9 +1,9 @@
 /*
  * hooktable.c — gmlake's hooks handed out to programs that look functions up at run time: dlsym
  * (XLA on a libcuda handle), cuGetProcAddress (libcudart itself, CuPy's static cudart),
- * cudaGetDriverEntryPoint(ByVersion).  The hooks are one table sorted by name (bsearch: dlsym);
- * entry-point resolvers map by the real pointer they got, so the versioned and per-thread-stream
- * variants each get their own hook.  Above the hooks it takes the addresses of (hooks.c,
+ * cudaGetDriverEntryPoint(ByVersion).  The hooks are one table sorted by name (dlsym: a binary
+ * search); entry-point resolvers map by the real pointer they got, so the versioned and
+ * per-thread-stream variants each get their own hook.  Above the hooks it takes the addresses of (hooks.c,
  * capture.c) and the real functions (resolve.c); nothing calls it.
  */
 #include <stddef.h>

@@ -47,16 +47,17 @@
  *    every pool before the real destroy.
  *  - In a child forked after gmlake started, nothing is served (lifecycle.c).
  *
- * Files, each calling only files below it (tests/calls.py fails on a circle; docs/ARCHITECTURE.md
- * "The preload layer" says who owns what):
+ * Files, top to bottom, each calling only files below it (tests/calls.py fails on a circle;
+ * docs/ARCHITECTURE.md says who owns what):
  *   hooktable.c   the hook table; dlsym, cuGetProcAddress, cudaGetDriverEntryPoint hand hooks out
- *   hooks.c, capture.c, pytorch_env.c     the hooks (capture.c: Begin/EndCapture), the constructor
- *   lifecycle.c   first-call start (trace, summary, fork handlers), gml_serving
- *   ipc.c, report.c                       IPC of gmlake memory; the out-of-memory report
- *   pools.c, summary.c, trace.c           pools; exit summary and stats; the trace recorder
+ *   hooks.c       the hooks of allocation, free, memory info, pools, streams, peers, IPC
+ *   capture.c, pytorch_env.c      the Begin/EndCapture hooks; PyTorch's route (the constructor)
+ *   lifecycle.c   the start on the first hook call (trace, summary, fork handlers), gml_serving
+ *   ipc.c, report.c, summary.c    IPC of gmlake memory; out-of-memory report; exit summary
+ *   pools.c, trace.c              the per-device pools; the trace recorder
  *   owner.c       which pool owns a pointer
  *   settings.c    the settings (gml_cfg) and gml_log (a line once they are loaded)
- *   resolve.c, log.c                      the real functions; log lines
+ *   resolve.c, log.c              the real functions; log lines
  *   state.c       gml_depth, rank, forked child, file names: every file reads it, it calls none
  */
 #ifndef GML_INTERPOSE_H
