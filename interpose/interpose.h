@@ -10,7 +10,7 @@
  *  2. Write the hook in hooks.c with exactly the CUDA prototype (the header declaration checks the
  *     type; GML_CHECK_TYPE asserts it against the CUDA typedef as well) and export it with GML_HOOK.
  *     A runtime hook starts with GML_RT_ENTRY(); every real call goes through PASS.
- *  3. Add {name, hook} to the sorted table in resolve.c (dlsym, cuGetProcAddress and
+ *  3. Add {name, hook} to the sorted table in hooktable.c (dlsym, cuGetProcAddress and
  *     cudaGetDriverEntryPoint hand it out), keeping the names in strcmp order (a test checks).
  *
  * Rules every hook follows
@@ -19,7 +19,7 @@
  *    while this thread is inside gmlake (depth > 0), or with gmlake disabled, or that gmlake cannot
  *    serve, passes through, with depth raised so that whatever the real function calls is not
  *    routed again.
- *  - dlsym(RTLD_NEXT, ...) from any other object resolves as if gmlake were not there (resolve.c).
+ *  - dlsym(RTLD_NEXT, ...) from any other object resolves as if gmlake were not there (hooktable.c).
  *  - Streams capturing a graph: allocations pass through to CUDA.  A gmlake pointer freed with a
  *    stream-ordered free during capture stays allocated (logged once): reusing it could corrupt
  *    the graph's replays.  A synchronous free (cudaFree, cuMemFree) waits for the pointer's
@@ -45,13 +45,28 @@
  *    streams name the calling thread's per-thread default stream or the current context's legacy
  *    stream.  A stream the program destroys (cudaStreamDestroy, cuStreamDestroy) is retired in
  *    every pool before the real destroy.
- * *  - In a child forked after gmlake started, nothing is served (settings.c).
+ *  - In a child forked after gmlake started, nothing is served (lifecycle.c).
+ *
+ * Files, top to bottom, each calling only files below it (tests/calls.py fails on a circle;
+ * docs/ARCHITECTURE.md says who owns what):
+ *   hooktable.c   the hook table; dlsym, cuGetProcAddress, cudaGetDriverEntryPoint hand hooks out
+ *   hooks.c       the hooks of allocation, free, memory info, pools, streams, peers, IPC
+ *   capture.c, pytorch_env.c      the Begin/EndCapture hooks; PyTorch's route (the constructor)
+ *   lifecycle.c   the start on the first hook call (trace, summary, fork handlers), gml_serving
+ *   ipc.c, report.c, summary.c    IPC of gmlake memory; out-of-memory report; exit summary
+ *   pools.c, trace.c              the per-device pools; the trace recorder
+ *   owner.c       which pool owns a pointer
+ *   settings.c    the settings (gml_cfg) and gml_log (a line once they are loaded)
+ *   resolve.c, log.c              the real functions; log lines
+ *   state.c       gml_depth, rank, forked child, file names: every file reads it, it calls none
  */
 #ifndef GML_INTERPOSE_H
 #define GML_INTERPOSE_H
 
 #include <cuda.h>
 #include <cuda_runtime_api.h>
+#include <stdarg.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 
@@ -97,6 +112,9 @@ cudaError_t cudaStreamEndCapture_ptsz(cudaStream_t stream, cudaGraph_t *pGraph);
 /* Compile-time check of a hook's type against CUDA's own function-pointer typedef. */
 #define GML_CHECK_TYPE(fn, pfn)                                                                   \
     _Static_assert(__builtin_types_compatible_p(__typeof__(&fn), pfn), #fn " has the wrong type")
+/* Code that may run before a sanitizer runtime has initialised (the dlsym trampoline's path,
+ * hooktable.c): not instrumented, and it calls no function a sanitizer intercepts. */
+#define GML_NO_SANITIZE __attribute__((no_sanitize("address", "undefined", "thread"), noinline))
 
 /* The real functions (resolve.c), one field each, named for what it does (rt_: the runtime,
  * drv_: the driver) so that a call through gml_real never reads like a call of a hook.  Each is
@@ -174,7 +192,7 @@ cudaError_t cudaStreamEndCapture_ptsz(cudaStream_t stream, cudaGraph_t *pGraph);
 typedef CUresult (*gml_pfn_stream_begin_capture_v1)(CUstream hStream);
 
 struct gml_real {
-    void *(*dlsym)(void *, const char *); /* first: the dlsym trampoline reads it (resolve.c) */
+    void *(*dlsym)(void *, const char *); /* first: the dlsym trampoline reads it (hooktable.c) */
 #define GML_REAL_FIELD(field, symbol, type) type field;
     GML_REAL_FUNCTIONS(GML_REAL_FIELD)
 #undef GML_REAL_FIELD
@@ -188,11 +206,16 @@ extern struct gml_real gml_real;
 
 /* Resolves the real dlsym (once). */
 void gml_resolve(void);
+/* The same, returning it (NULL while dlvsym is being asked): the dlsym trampoline's path. */
+GML_NO_SANITIZE void *gml_resolve_dlsym(void);
 /* Looks the real `name` up and stores it in *slot; NULL while it is not loaded yet.  A runtime
  * function that RTLD_NEXT cannot see (libcudart loaded RTLD_LOCAL by a plugin) is looked up in
  * the scope of the object that called the current runtime hook (gml_caller) and cached per
  * calling object, not in *slot. */
 void *gml_resolve_one(void **slot, const char *name);
+/* The real `name` for every caller (RTLD_NEXT; libcuda for the driver), stored in *slot when
+ * found; no caller-scope lookup. */
+void *gml_resolve_global(void **slot, const char *name);
 /* The return address of the runtime hook this thread is in: every runtime hook starts with
  * GML_RT_ENTRY() (in the exported function itself, so that it is the program's address). */
 extern __thread const void *gml_caller;
@@ -224,27 +247,39 @@ void *gml_driver_symbol(const char *name);
 /* Fork handlers: takes (hold) or releases the resolver's locks (the libcuda handle, the
  * caller-scope cache); a thread holds neither while taking another gmlake lock. */
 void gml_resolve_hold(bool hold);
-/* The hook for a real function pointer, or the pointer itself (entry-point resolvers). */
+
+/* The hook table (hooktable.c).  The hook for a real function pointer, or the pointer itself
+ * (entry-point resolvers). */
 void *gml_hook_for(const char *symbol, void *real);
 
-/* Settings and process lifecycle (settings.c) */
+/* What every file reads (state.c) */
 extern __thread int gml_depth; /* > 0 while this thread runs inside gmlake */
-/* The settings, loaded on first use. */
-const gml_config *gml_cfg(void);
-/* Whether a hook on this thread should serve the call (enabled, not re-entered, not a child
- * forked after gmlake started). */
-bool gml_serving(void);
-bool gml_forked_child(void);
-/* RANK, else LOCAL_RANK, else "". */
+/* Reads RANK, else LOCAL_RANK (settings.c, as the settings load); gml_rank: it, else "". */
+void gml_rank_read(void);
 const char *gml_rank(void);
+/* 1: this process is a child forked after gmlake started (set by lifecycle.c's fork handler).
+ * A variable, not a function: gml_serving reads it on every hook call. */
+extern __attribute__((visibility("hidden"))) _Atomic int gml_forked;
 /* A file name from a log_file / stats_file / trace_file pattern: %p, %r, %%, and with
  * per_process, ".rank%r" inserted when several processes run and the pattern names neither. */
 void gml_file_name(const char *pattern, bool per_process, char *out, size_t len);
 
-/* Log (log.c) */
+/* Settings (settings.c).  The settings, loaded on first use (the log opened with them). */
+const gml_config *gml_cfg(void);
+/* A log line once the settings are loaded (its level and file are theirs). */
 void gml_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-/* The same while the settings load (gml_log would wait for them). */
+
+/* Lifecycle (lifecycle.c).  Starts gmlake once (the settings, then with gmlake on: the trace
+ * file, the exit summary, the fork handlers); whether gmlake is on. */
+bool gml_enabled(void);
+/* Whether a hook on this thread should serve the call (enabled, not re-entered, not a child
+ * forked after gmlake started). */
+bool gml_serving(void);
+
+/* Log lines (log.c) */
+/* A line now, while the settings load (gml_log would wait for them). */
 void gml_log_line(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void gml_log_vline(int level, const char *fmt, va_list ap);
 /* Sets the level and opens log_file (pattern "" : standard error). */
 void gml_log_open(int level, const char *pattern);
 /* Errors and warnings counted but not printed (over the budget). */

@@ -2,7 +2,8 @@
  * log.c — gmlake's log: one whole line per call, to log_file (appended; shared by the processes
  * of a job, each line naming its process) or standard error.  Lines start "gmlake[PID]: ", or
  * "gmlake[PID rank R]: " when RANK or LOCAL_RANK is set.  After LOG_BUDGET errors and warnings,
- * further ones are only counted (the count is logged at exit by summary.c).
+ * further ones are only counted (the count is logged at exit by summary.c).  The mechanism only:
+ * settings.c opens it at the settings' level and file, and its gml_log waits for them first.
  */
 #include <pthread.h>
 #include <stdarg.h>
@@ -52,14 +53,7 @@ void gml_log_line(int level, const char *fmt, ...)
     va_end(ap);
 }
 
-void gml_log(int level, const char *fmt, ...)
-{
-    gml_cfg();
-    va_list ap;
-    va_start(ap, fmt);
-    vlog(level, fmt, ap);
-    va_end(ap);
-}
+void gml_log_vline(int level, const char *fmt, va_list ap) { vlog(level, fmt, ap); }
 
 void gml_log_open(int level, const char *pattern)
 {

@@ -83,6 +83,8 @@ static void quiet_settings(gml_config *c)
     free(msgs);
 }
 
+/* A line logged here first starts gmlake as the first hook call would (gml_enabled: the
+ * settings, and with gmlake on the trace file, the exit summary and the fork handlers). */
 __attribute__((constructor)) static void pytorch_route(void)
 {
     gml_config c;
@@ -95,10 +97,13 @@ __attribute__((constructor)) static void pytorch_route(void)
     switch (gml_torch_plan(alloc_conf, cuda_conf, &var, value, sizeof value)) {
     case GML_TORCH_SET:
         setenv(var, value, 1);
-        if (c.log_level >= GML_LOG_DEBUG)
+        if (c.log_level >= GML_LOG_DEBUG) {
+            gml_enabled();
             gml_log(GML_LOG_DEBUG, "%s=%s (PyTorch hands every tensor to gmlake)", var, value);
+        }
         break;
     case GML_TORCH_BYPASS:
+        gml_enabled();
         if (strstr(getenv(var), "expandable_segments"))
             gml_log(GML_LOG_WARN, "%s=%s keeps PyTorch's own caching allocator: PyTorch's "
                     "allocations will not reach gmlake (it maps its own memory).  Use "

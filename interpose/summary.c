@@ -5,6 +5,7 @@
  * printed, and the trace flushed.  A process that served no allocation writes no stats file; a
  * forked child writes nothing (the summary is the parent's).
  */
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -36,7 +37,7 @@ static void write_stats(FILE *f, int d, const gmlake_stats *s)
 
 static void at_exit(void)
 {
-    if (gml_forked_child())
+    if (atomic_load(&gml_forked))
         return; /* the summary and stats file are the parent's */
     gml_depth++;
     bool served = false;
