@@ -54,6 +54,10 @@ const gml_option gml_options[] = {
     {"extent_share", NULL, GML_OPT_UINT, "480", 0, 1000000, NULL,
      "an extent is at most 1/extent_share of the memory reserved when it is created (at least one "
      "chunk; 0: no bound but extent_size)"},
+    {"stream_wait", NULL, GML_OPT_BOOL, "on", 0, 0, NULL,
+     "a stream may take a block another stream freed while that stream's work may still run, by "
+     "making its own work wait for it on the GPU (cuStreamWaitEvent), as CUDA's pool does; off: "
+     "only once that work is known complete (else the pool grows)"},
 };
 const int gml_option_count = (int)(sizeof gml_options / sizeof gml_options[0]);
 _Static_assert(sizeof gml_options / sizeof gml_options[0] <= GML_OPTION_MAX, "GML_OPTION_MAX rows at most");
@@ -80,6 +84,7 @@ static void *field_of(gml_config *c, int i)
     case 15: return &c->pytorch_backend;
     case 16: return &c->pool.extent_size;
     case 17: return &c->pool.extent_share;
+    case 18: return &c->pool.stream_wait;
     default: return NULL;
     }
 }

@@ -19,6 +19,8 @@ typedef struct gml_pool_settings {
     size_t limit_bytes;        /* most bytes the pool may reserve; 0 = the device's total */
     size_t arena_bytes;        /* virtual bytes reserved for home mappings; 0 = 4 x device total */
     size_t extent_size;        /* largest extent (one handle) growth creates (0: one chunk) */
+    bool stream_wait;          /* a stream may take another's freed block by waiting for that
+                                * stream's work on the GPU (cuStreamWaitEvent) */
     unsigned extent_share;     /* an extent is at most 1/extent_share of the memory reserved
                                 * when it is created, and at least one chunk (0: no such bound) */
     /* stitching */

@@ -31,6 +31,7 @@ static const double fixed_us[GMLAKE_DC_COUNT] = {
     [GMLAKE_DC_VA_RESERVE] = 1.96,  [GMLAKE_DC_VA_FREE] = 1.50,     [GMLAKE_DC_EVENT_CREATE] = 0.22,
     [GMLAKE_DC_EVENT_DESTROY] = 0.10, [GMLAKE_DC_EVENT_RECORD] = 0.34, [GMLAKE_DC_EVENT_QUERY] = 1.29,
     [GMLAKE_DC_EVENT_SYNC] = 1.31,  [GMLAKE_DC_SYNCHRONIZE] = 1.47,
+    [GMLAKE_DC_STREAM_WAIT] = 0.34, /* cuStreamWaitEvent: not measured; an event record's */
 };
 
 static const double *row_of(int kind)

@@ -7,6 +7,7 @@
 static const char *const devcall_names[GMLAKE_DC_COUNT] = {
     "chunk_create", "chunk_release", "va_reserve", "va_free", "map", "unmap", "set_access",
     "event_create", "event_destroy", "event_record", "event_query", "event_sync", "synchronize",
+    "stream_wait",
 };
 
 const char *gmlake_devcall_name(int kind)

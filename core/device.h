@@ -79,6 +79,9 @@ typedef struct gml_device_ops {
     int (*event_query)(void *ctx, gml_event ev);
     int (*event_sync)(void *ctx, gml_event ev);
     int (*synchronize)(void *ctx);
+    /* Work submitted to stream s from now on runs after the work event ev captured (a GPU-side
+     * dependency: the caller does not wait).  s must be nameable here (stream_here). */
+    int (*stream_wait)(void *ctx, gml_stream s, gml_event ev);
     /* Whether the calling thread can name stream s now (NULL: always); see gml_dev_stream_here. */
     bool (*stream_here)(void *ctx, gml_stream s);
     /* Whether s runs on this device, so that synchronize() waits for it (NULL: always). */
@@ -151,6 +154,8 @@ static inline int gml_dev_event_sync(gml_device *d, gml_event ev)
 { GML_DEV_CALL(d, GMLAKE_DC_EVENT_SYNC, d->ops->event_sync(d->ctx, ev)); }
 static inline int gml_dev_synchronize(gml_device *d)
 { GML_DEV_CALL(d, GMLAKE_DC_SYNCHRONIZE, d->ops->synchronize(d->ctx)); }
+static inline int gml_dev_stream_wait(gml_device *d, gml_stream s, gml_event ev)
+{ GML_DEV_CALL(d, GMLAKE_DC_STREAM_WAIT, d->ops->stream_wait(d->ctx, s, ev)); }
 /* Whether this thread may create and record an event for s now: a per-thread default stream only
  * on its own thread (elsewhere CU_STREAM_PER_THREAD names another stream), and what the
  * implementation adds (cuda: a legacy stream only while its context is current).  Not counted. */

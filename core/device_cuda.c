@@ -50,6 +50,7 @@ typedef struct cuda_fns {
     CUresult (*event_record)(CUevent, CUstream);
     CUresult (*event_query)(CUevent);
     CUresult (*event_synchronize)(CUevent);
+    CUresult (*stream_wait_event)(CUstream, CUevent, unsigned int); /* optional */
     CUresult (*ctx_synchronize)(void);
     CUresult (*mem_get_info)(size_t *, size_t *);
     CUresult (*ctx_get_current)(CUcontext *);
@@ -406,6 +407,14 @@ static int cu_event_record(void *ctx, gml_event ev, gml_stream s)
     return rc;
 }
 
+static int cu_stream_wait(void *ctx, gml_stream s, gml_event ev)
+{
+    cuda_dev *d = ctx;
+    if (!d->drv.stream_wait_event)
+        return GMLAKE_ERR_DEVICE; /* the pool then waits for the event to complete, or grows */
+    return st(RELAXED(d, d->drv.stream_wait_event(stream_of(s), (CUevent)ev, 0)));
+}
+
 static int cu_event_query(void *ctx, gml_event ev)
 {
     cuda_dev *d = ctx;
@@ -513,6 +522,7 @@ static const gml_device_ops cuda_ops = {
     .event_query = cu_event_query,
     .event_sync = cu_event_sync,
     .synchronize = cu_synchronize,
+    .stream_wait = cu_stream_wait,
     .stream_here = cu_stream_here,
     .stream_local = cu_stream_local,
     .granularity = cu_granularity,
@@ -565,6 +575,7 @@ gml_device *gml_cuda_device_create(int ordinal, gml_sym_resolver resolve, const 
     *(void **)&d->drv.thread_exchange_stream_capture_mode = resolve("cuThreadExchangeStreamCaptureMode");
     *(void **)&d->drv.stream_is_capturing = resolve("cuStreamIsCapturing");
     *(void **)&d->drv.stream_get_ctx = resolve("cuStreamGetCtx");
+    *(void **)&d->drv.stream_wait_event = resolve("cuStreamWaitEvent");
     *(void **)&d->drv.mem_export_to_shareable_handle = resolve("cuMemExportToShareableHandle");
     *(void **)&d->drv.mem_import_from_shareable_handle = resolve("cuMemImportFromShareableHandle");
     *(void **)&d->drv.device_get_attribute = resolve("cuDeviceGetAttribute");

@@ -71,11 +71,21 @@ typedef struct sim_unit_map {
 } sim_unit_map;
 
 /* A stream's simulated work: units submitted (gml_sim_launch) and completed. */
-typedef struct sim_stream {
+typedef struct sim_stream sim_stream;
+/* A stream_wait: the stream's work from unit `unit` on runs after src's work up to src_target. */
+typedef struct sim_gate {
+    uint64_t unit;
+    sim_stream *src;
+    uint64_t src_target;
+} sim_gate;
+
+struct sim_stream {
     gml_stream key;
     uint64_t submitted, completed;
+    sim_gate *gates; /* in unit order */
+    size_t ngates, cap;
     UT_hash_handle hh;
-} sim_stream;
+};
 
 typedef struct sim_event {
     bool done;         /* manual mode: completed by gml_sim_complete_events or a wait */
@@ -493,7 +503,50 @@ static int sim_event_record(void *ctx, gml_event ev, gml_stream key)
     return rc;
 }
 
-static bool event_done(const sim_event *e) { return e->done && (!e->s || e->s->completed >= e->target); }
+/* Whether st's work up to `target` has completed: its own units, and the work of the streams it
+ * waited for before then (stream_wait). */
+static bool reached(const sim_stream *st, uint64_t target, int depth)
+{
+    if (st->completed < target)
+        return false;
+    for (size_t i = 0; i < st->ngates && st->gates[i].unit <= target && depth < 64; i++)
+        if (!reached(st->gates[i].src, st->gates[i].src_target, depth + 1))
+            return false;
+    return true;
+}
+
+/* Completes st's work up to target, and what it waited for. */
+static void complete_to(sim_stream *st, uint64_t target, int depth)
+{
+    if (st->completed < target)
+        st->completed = target;
+    for (size_t i = 0; i < st->ngates && st->gates[i].unit <= target && depth < 64; i++)
+        complete_to(st->gates[i].src, st->gates[i].src_target, depth + 1);
+}
+
+static bool event_done(const sim_event *e) { return e->done && (!e->s || reached(e->s, e->target, 0)); }
+
+static int sim_stream_wait(void *ctx, gml_stream key, gml_event ev)
+{
+    sim *s = ctx;
+    sim_event *e = ev;
+    pthread_mutex_lock(&s->mu);
+    int rc = injected(s, GMLAKE_DC_STREAM_WAIT) ? GMLAKE_ERR_DEVICE : GMLAKE_OK;
+    if (rc == GMLAKE_OK && e->s && !reached(e->s, e->target, 0)) {
+        sim_stream *st = stream_of(s, key);
+        if (!st || (st->ngates == st->cap &&
+                    !(st->gates = realloc(st->gates, (st->cap = st->cap ? 2 * st->cap : 4) * sizeof *st->gates)))) {
+            rc = GMLAKE_ERR_DEVICE; /* host out of memory: the test run is lost anyway */
+        } else {
+            st->submitted++; /* the wait is work of its own on the stream */
+            st->gates[st->ngates++] = (sim_gate){st->submitted, e->s, e->target};
+        }
+    }
+    if (rc == GMLAKE_OK)
+        charge(s, GMLAKE_DC_STREAM_WAIT, 0);
+    pthread_mutex_unlock(&s->mu);
+    return rc;
+}
 
 static int sim_event_query(void *ctx, gml_event ev)
 {
@@ -511,8 +564,8 @@ static int sim_event_sync(void *ctx, gml_event ev)
     sim_event *e = ev;
     pthread_mutex_lock(&s->mu);
     e->done = true; /* waiting lets the simulated work finish */
-    if (e->s && e->s->completed < e->target)
-        e->s->completed = e->target;
+    if (e->s)
+        complete_to(e->s, e->target, 0);
     charge(s, GMLAKE_DC_EVENT_SYNC, 0);
     pthread_mutex_unlock(&s->mu);
     return GMLAKE_OK;
@@ -591,6 +644,7 @@ static void sim_destroy(void *ctx)
     sim_stream *st, *stt;
     HASH_ITER(hh, s->streams, st, stt) {
         HASH_DEL(s->streams, st);
+        free(st->gates);
         free(st);
     }
     if (s->memfd >= 0)
@@ -668,6 +722,7 @@ static const gml_device_ops sim_ops = {
     .event_query = sim_event_query,
     .event_sync = sim_event_sync,
     .synchronize = sim_synchronize,
+    .stream_wait = sim_stream_wait,
     .modeled_seconds = sim_modeled_seconds,
     .granularity = sim_granularity,
     .mem_info = sim_mem_info,

@@ -191,6 +191,7 @@ typedef struct gml_heap {
     size_t chunk, small_limit, round, limit;
     size_t extent_chunks;            /* most chunks in one extent */
     size_t extent_share;             /* an extent <= mapped slots / extent_share (0: no bound) */
+    bool stream_wait;                /* gml_borrow may make a stream wait for another's work */
     unsigned chunk_shift;
     uintptr_t arena;
     size_t arena_size, nslots, slot_hint, mapped_slots;
@@ -345,6 +346,14 @@ bool gml_bin_passed(gml_heap *p, gml_bin *bin, uint64_t seq);
  * with blocks not known to have passed at most once (for a large miss only those with large
  * ones).  Cost: logarithmic in blocks and bins, plus one step per bin asked (bins.c). */
 size_t gml_promote(gml_heap *p, gml_bin *except, int space, size_t need);
+/* After gml_promote found nothing for stream bin `bin`: a free block of `space` >= need that
+ * another stream's bin holds and whose work may still run moves to `bin`, once bin's stream was
+ * made to wait on the GPU for that work (an event recorded on the other stream after the block's
+ * free; gml_dev_stream_wait), as CUDA's pool does with its internal dependencies.  The smallest
+ * such block of the bin whose largest block is the tightest fit first.  Returns 1 if a block
+ * moved; 0 when the heap's stream_wait is off, bin is the ready bin or retired, this thread
+ * cannot name bin's stream, or no other bin can record an event covering a fitting block. */
+size_t gml_borrow(gml_heap *p, gml_bin *bin, int space, size_t need);
 /* Records bin's event now if its stream can be named here (the want_record request). */
 void gml_bin_record(gml_heap *p, gml_bin *bin);
 /* Whether some stream bin (not the ready bin) holds free blocks: a device wait would let them serve

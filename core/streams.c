@@ -370,6 +370,35 @@ out:
     return moved;
 }
 
+size_t gml_borrow(gml_heap *p, gml_bin *bin, int space, size_t need)
+{
+    if (!p->stream_wait || bin == p->ready || bin->retired || !gml_dev_stream_here(p->dev, bin->stream))
+        return 0;
+    gml_bin_cand_flush(p);
+    for (gml_bin *from = cand_first(p, space, need); from; from = cand_next(space, from)) {
+        if (from == bin)
+            continue;
+        gml_block key;
+        key.size = need;
+        key.addr = 0;
+        gml_block *f = RB_NFIND(gml_size_tree, &from->free[space], &key);
+        if (!f)
+            continue;
+        /* the event the wait names must capture the block's free: one recorded after it */
+        if (!from->ev || from->ev_seq < f->seq) {
+            if (from->retired || !record(p, from))
+                continue;
+        }
+        if (gml_dev_stream_wait(p->dev, bin->stream, from->ev) != GMLAKE_OK)
+            continue;
+        gml_free_tree_remove(f);
+        gml_free_insert(p, f, bin); /* a fresh seq in bin: what bin's stream does from now on */
+        retired_reap(p, from);
+        return 1;
+    }
+    return 0;
+}
+
 void gml_bins_destroy(gml_heap *p)
 {
     gml_bin *bin;

@@ -49,6 +49,7 @@ enum gmlake_devcall {
     GMLAKE_DC_EVENT_QUERY,      /* cuEventQuery */
     GMLAKE_DC_EVENT_SYNC,       /* cuEventSynchronize */
     GMLAKE_DC_SYNCHRONIZE,      /* cuCtxSynchronize */
+    GMLAKE_DC_STREAM_WAIT,      /* cuStreamWaitEvent */
     GMLAKE_DC_COUNT
 };
 

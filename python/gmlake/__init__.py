@@ -27,7 +27,7 @@ __all__ = ["enabled", "stats", "memory_summary", "empty_cache", "reset_peak_stat
 
 GMLAKE_OK = 0
 GMLAKE_ERR_NO_POOL = 5
-_DEVCALL_COUNT = 13  # GMLAKE_DC_COUNT
+_DEVCALL_COUNT = 14  # GMLAKE_DC_COUNT
 
 # The fields of struct gmlake_stats, in order (include/gmlake.h).
 _U64_BEFORE = ["active_bytes", "peak_active_bytes", "reserved_bytes", "peak_reserved_bytes",

@@ -38,12 +38,42 @@
 
 enum { NCTX = 8, NHANDLES = 4096, NCAPTURES = 8 };
 
-typedef struct fstream {
+typedef struct fstream fstream;
+/* A cuStreamWaitEvent: the stream's work from `unit` on runs after src's work up to target. */
+typedef struct fgate {
+    uint64_t unit;
+    fstream *src;
+    uint64_t target;
+} fgate;
+#define FAKE_GATES 64
+
+struct fstream {
     CUcontext ctx;
     bool legacy;
     uint64_t submitted, completed;
+    fgate gate[FAKE_GATES]; /* the waits not yet known done (oldest first) */
+    int ngate;
     struct fstream *all_next;
-} fstream;
+};
+
+/* Whether s's work up to target has completed, with what it waited for (called with mu held). */
+static bool reached(fstream *s, uint64_t target, int depth)
+{
+    if (s->completed < target)
+        return false;
+    for (int i = 0; i < s->ngate && s->gate[i].unit <= target && depth < 64; i++)
+        if (!reached(s->gate[i].src, s->gate[i].target, depth + 1))
+            return false;
+    return true;
+}
+
+static void complete_to(fstream *s, uint64_t target, int depth)
+{
+    if (s->completed < target)
+        s->completed = target;
+    for (int i = 0; i < s->ngate && s->gate[i].unit <= target && depth < 64; i++)
+        complete_to(s->gate[i].src, s->gate[i].target, depth + 1);
+}
 
 typedef struct fctx {
     int device;
@@ -576,12 +606,38 @@ static CUresult event_check(CUevent e, bool wait)
     fevent *ev = (fevent *)e;
     pthread_mutex_lock(&mu);
     CUresult r = ev->captured ? CUDA_ERROR_CAPTURED_EVENT : unsafe_call();
-    if (r == CUDA_SUCCESS && ev->s && ev->s->completed < ev->target) {
+    if (r == CUDA_SUCCESS && ev->s && !reached(ev->s, ev->target, 0)) {
         if (wait) {
             wait_point();
-            ev->s->completed = ev->target; /* waiting lets the work finish */
+            complete_to(ev->s, ev->target, 0); /* waiting lets the work finish */
         } else {
             r = CUDA_ERROR_NOT_READY;
+        }
+    }
+    pthread_mutex_unlock(&mu);
+    return r;
+}
+
+EXPORT CUresult cuStreamWaitEvent(CUstream h, CUevent e, unsigned int flags)
+{
+    GUARD();
+    fevent *ev = (fevent *)e;
+    pthread_mutex_lock(&mu);
+    fstream *s = resolve(h);
+    CUresult r = !ev || !s || flags ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
+    if (r == CUDA_SUCCESS && ev->s && !reached(ev->s, ev->target, 0)) {
+        if (s->ngate == FAKE_GATES) { /* full: forget the waits already done */
+            int k = 0;
+            for (int i = 0; i < s->ngate; i++)
+                if (!reached(s->gate[i].src, s->gate[i].target, 0))
+                    s->gate[k++] = s->gate[i];
+            s->ngate = k;
+        }
+        if (s->ngate == FAKE_GATES) {
+            r = CUDA_ERROR_OUT_OF_MEMORY; /* the fake's limit, not CUDA's */
+        } else {
+            s->submitted++;
+            s->gate[s->ngate++] = (fgate){s->submitted, ev->s, ev->target};
         }
     }
     pthread_mutex_unlock(&mu);

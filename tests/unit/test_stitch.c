@@ -226,9 +226,11 @@ Test(stitch, knob_defrag_level)
     }
 }
 
+static void events_only(gml_pool_settings *s) { s->stream_wait = false; }
+
 Test(stitch, cached_block_follows_stream_rules)
 {
-    fixture f = fx_make(64 * MiB, false, NULL);
+    fixture f = fx_make(64 * MiB, false, events_only);
     gml_pool *p = f.pool;
     gml_sim_set_manual_events(f.dev, true);
     const gml_stream a = 0x1000, b = 0x2000;

@@ -166,10 +166,13 @@ Test(streams, the_checker_verifies_the_list_of_bins_holding_free_blocks)
 }
 
 static void no_stitch(gml_pool_settings *s) { s->vmm_defragment = false; }
+/* The event rule alone: no stream waits for another's work on the GPU (stream_wait off). */
+static void events_only(gml_pool_settings *s) { s->stream_wait = false; }
+static void no_stitch_events_only(gml_pool_settings *s) { no_stitch(s), events_only(s); }
 
 Test(streams, a_retired_stream_key_starts_afresh)
 {
-    fixture f = fx_make(64 * MiB, false, NULL);
+    fixture f = fx_make(64 * MiB, false, events_only);
     gml_pool *p = f.pool;
     gml_sim_set_manual_events(f.dev, true);
     const gml_stream s = 0x1000;
@@ -209,7 +212,7 @@ Test(streams, many_retired_streams_leave_nothing_behind)
 
 Test(streams, only_streams_whose_work_completed_pass_their_blocks)
 {
-    fixture f = fx_make(64 * MiB, false, no_stitch);
+    fixture f = fx_make(64 * MiB, false, no_stitch_events_only);
     gml_pool *p = f.pool;
     uintptr_t a = must_alloc(p, 4 * MiB, 0x10), b = must_alloc(p, 4 * MiB, 0x20);
     cr_assert_eq(gml_sim_launch(f.dev, 0x10), GMLAKE_OK);
@@ -321,5 +324,40 @@ Test(streams, a_side_stream_miss_leaves_the_main_streams_memory_whole)
     cr_assert_eq(calls_of(p), calls, "no stitch, no growth, no event");
     must_free(p, c, main_s);
     must_free(p, t, side);
+    fx_free(&f);
+}
+
+/* stream_wait (on by default): a stream takes a block another stream freed while that stream's
+ * work still runs, by waiting for it on the GPU (as CUDA's pool does), instead of growing; its
+ * own work after the allocation completes only after the other stream's. */
+Test(streams, a_stream_takes_a_busy_block_by_waiting_for_it_on_the_gpu)
+{
+    fixture f = fx_make(64 * MiB, false, no_stitch);
+    gml_pool *p = f.pool;
+    const gml_stream s1 = 0x10, s2 = 0x20;
+    uintptr_t x = must_alloc(p, 4 * MiB, s2);
+    cr_assert_eq(gml_sim_launch(f.dev, s2), GMLAKE_OK); /* s2's kernel uses x */
+    must_free(p, x, s2);
+    uint64_t reserved = stats_of(p).reserved_bytes;
+    cr_assert_eq(must_alloc(p, 4 * MiB, s1), x, "s1 takes s2's block");
+    gmlake_stats st = stats_of(p);
+    cr_assert_eq(st.reserved_bytes, reserved, "no growth");
+    cr_assert_eq(st.device_calls[GMLAKE_DC_STREAM_WAIT], 1, "one wait on the GPU");
+    gml_event ev;
+    cr_assert_eq(gml_dev_event_create(f.dev, &ev), GMLAKE_OK);
+    cr_assert_eq(gml_sim_launch(f.dev, s1), GMLAKE_OK); /* s1's kernel on x */
+    gml_sim_finish(f.dev, s1);
+    cr_assert_eq(gml_dev_event_record(f.dev, ev, s1), GMLAKE_OK);
+    cr_assert_eq(gml_dev_event_query(f.dev, ev), GMLAKE_ERR_BUSY, "s1's work waits for s2's");
+    gml_sim_finish(f.dev, s2);
+    cr_assert_eq(gml_dev_event_query(f.dev, ev), GMLAKE_OK, "and completes after it");
+    gml_dev_event_destroy(f.dev, ev);
+    CHECK_POOL(p);
+    /* an allocation usable by every stream at once (cudaMalloc) never takes a busy block */
+    uintptr_t y = must_alloc(p, 4 * MiB, s2);
+    cr_assert_eq(gml_sim_launch(f.dev, s2), GMLAKE_OK);
+    must_free(p, y, s2);
+    cr_assert_neq(must_alloc(p, 4 * MiB, GML_STREAM_NONE), y);
+    CHECK_POOL(p);
     fx_free(&f);
 }
