@@ -325,3 +325,34 @@ Test(streams, out_of_memory_waits_without_the_pool_lock)
     cr_assert_eq(big.ret, p, "after the wait the big request got s1's block");
     cr_assert_eq(gmlake_check(0), GMLAKE_OK);
 }
+
+/* stream_wait: a stream takes a block another stream freed while that stream's work still runs,
+ * through cuStreamWaitEvent (the fake models the dependency): its own later work completes only
+ * after the other stream's. */
+Test(streams, a_stream_takes_a_busy_block_by_waiting_on_the_gpu)
+{
+    cudaStream_t s1, s2;
+    void *p, *q;
+    cr_assert_eq(cudaStreamCreate(&s1), cudaSuccess);
+    cr_assert_eq(cudaStreamCreate(&s2), cudaSuccess);
+    cr_assert_eq(cudaMallocAsync(&p, 4 * MiB, s1), cudaSuccess);
+    fake_cuda_launch((CUstream)s1); /* s1's kernel uses p */
+    cr_assert_eq(cudaFreeAsync(p, s1), cudaSuccess);
+    uint64_t reserved = stats().reserved_bytes;
+    cr_assert_eq(cudaMallocAsync(&q, 4 * MiB, s2), cudaSuccess);
+    cr_assert_eq(q, p, "s2 takes s1's block");
+    cr_assert_eq(stats().reserved_bytes, reserved, "no growth");
+    cr_assert_eq(stats().device_calls[GMLAKE_DC_STREAM_WAIT], 1);
+    cr_assert_eq(fake_cuda_pending((CUstream)s2), 1, "s2 holds the wait");
+    CUevent ev;
+    cr_assert_eq(cuEventCreate(&ev, 0), CUDA_SUCCESS);
+    cr_assert_eq(cuEventRecord(ev, (CUstream)s2), CUDA_SUCCESS);
+    cr_assert_eq(cuEventQuery(ev), CUDA_ERROR_NOT_READY, "s2's work waits for s1's");
+    fake_cuda_finish_all();
+    cr_assert_eq(cuEventQuery(ev), CUDA_SUCCESS);
+    cr_assert_eq(cuEventDestroy_v2(ev), CUDA_SUCCESS);
+    cr_assert_eq(cudaFreeAsync(q, s2), cudaSuccess);
+    cr_assert_eq(cudaStreamDestroy(s1), cudaSuccess);
+    cr_assert_eq(cudaStreamDestroy(s2), cudaSuccess);
+    cr_assert_eq(gmlake_check(0), GMLAKE_OK);
+}
