@@ -543,7 +543,7 @@ EXPORT CUresult cuStreamSynchronize(CUstream h)
     fstream *s = resolve(h);
     if (s) {
         wait_point();
-        s->completed = s->submitted;
+        complete_to(s, s->submitted, 0); /* and the work it waited for */
     }
     pthread_mutex_unlock(&mu);
     return s ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
