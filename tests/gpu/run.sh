@@ -50,6 +50,7 @@ run semantics_peers LD_PRELOAD=$lib "$g/semantics" peers
 run rtld_local LD_PRELOAD=$lib "$g/rtld_local_main" "$g/rtld_local_plugin.so"
 run rtld_local_off LD_PRELOAD=$lib GMLAKE_ENABLE=0 "$g/rtld_local_main" "$g/rtld_local_plugin.so"
 run streams_gpu LD_PRELOAD=$lib "$g/streams_gpu"
+run streams_gpu_events_only LD_PRELOAD=$lib GMLAKE_STREAM_WAIT=off "$g/streams_gpu"
 run ipc_gpu LD_PRELOAD=$lib GMLAKE_EXTENT_SIZE=2MiB "$g/ipc_gpu"
 run stitch_ends LD_PRELOAD=$lib GMLAKE_EXTENT_SHARE=0 GMLAKE_EXTENT_SIZE=8MiB "$g/stitch_ends"
 fi

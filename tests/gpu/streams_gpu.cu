@@ -10,6 +10,7 @@
 //  - gmlake_empty_cache waiting for a busy device does not block another thread's allocation;
 //  - fork: 20 children forked while two threads allocate; each gets an error from cudaMalloc
 //    (CUDA is unusable after fork) and none hangs (alarm).
+#include <stdlib.h>
 #include <cuda.h>
 #include <cuda_runtime.h>
 #include <dlfcn.h>
@@ -71,20 +72,58 @@ static void per_thread_default_streams() {
 }
 
 // ---- destroyed streams ----
-static void destroyed_streams() {
+__global__ void fill_value(uint32_t *p, size_t n, uint32_t v) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) p[i] = v;
+}
+static bool all_value(void *p, size_t bytes, uint32_t v) {
+    size_t n = bytes / 4;
+    uint32_t *h = (uint32_t *)malloc(bytes);
+    bool ok = h && cudaMemcpy(h, p, bytes, cudaMemcpyDeviceToHost) == cudaSuccess;
+    for (size_t i = 0; ok && i < n; i++) ok = h[i] == v;
+    free(h);
+    return ok;
+}
+// With stream_wait on (the default), a stream may take a block another stream freed while that
+// stream's kernel runs, making its own work wait for it on the GPU: s1 spins 300 ms then writes 1
+// into its block and frees it; s2 takes the block and writes 2 at once.  The block must read 2
+// (s2's write ran after s1's).  With GMLAKE_STREAM_WAIT=off, s2 must get another block instead.
+// destroy: s1 is destroyed after its free (its block comes from a retired stream).
+static void busy_block_to_another_stream(bool destroy) {
+    const char *e = getenv("GMLAKE_STREAM_WAIT");
+    bool wait_on = !(e && (!strcmp(e, "off") || !strcmp(e, "0")));
     cudaStream_t s1, s2;
     void *p = NULL, *q = NULL;
+    size_t n = 8 << 20;
     cudaStreamCreateWithFlags(&s1, cudaStreamNonBlocking);
-    CHECK(cudaMallocAsync(&p, 8 << 20, s1) == cudaSuccess, "alloc on s1");
+    CHECK(cudaMallocAsync(&p, n, s1) == cudaSuccess, "alloc on s1");
     spin<<<1, 1, 0, s1>>>(300 * ms_cycles);
+    fill_value<<<256, 256, 0, s1>>>((uint32_t *)p, n / 4, 1);
     cudaFreeAsync(p, s1);
-    CHECK(cudaStreamDestroy(s1) == cudaSuccess, "destroy s1 while its kernel runs");
+    if (destroy)
+        CHECK(cudaStreamDestroy(s1) == cudaSuccess, "destroy s1 while its kernel runs");
     cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking);
-    printf("stream handle %s after destroy\n", s2 == s1 ? "reused" : "not reused");
-    CHECK(cudaMallocAsync(&q, 8 << 20, s2) == cudaSuccess, "alloc on s2");
-    CHECK(q != p, "the new stream got the destroyed stream's block while its kernel ran");
+    if (destroy)
+        printf("stream handle %s after destroy\n", s2 == s1 ? "reused" : "not reused");
+    uint64_t waits = st().device_calls[GMLAKE_DC_STREAM_WAIT];
+    CHECK(cudaMallocAsync(&q, n, s2) == cudaSuccess, "alloc on s2");
+    if (wait_on) {
+        CHECK(q == p && st().device_calls[GMLAKE_DC_STREAM_WAIT] == waits + 1,
+              "s2 took s1's busy block through a wait on the GPU (%s)", destroy ? "s1 destroyed" : "s1 live");
+        fill_value<<<256, 256, 0, s2>>>((uint32_t *)q, n / 4, 2);
+        cudaDeviceSynchronize();
+        CHECK(all_value(q, n, 2), "s2's write ran after s1's kernel (%s)", destroy ? "s1 destroyed" : "s1 live");
+    } else {
+        CHECK(q != p, "the other stream got s1's block while its kernel ran (%s)", destroy ? "destroyed" : "live");
+    }
     cudaFreeAsync(q, s2);
     cudaStreamDestroy(s2);
+    if (!destroy)
+        cudaStreamDestroy(s1);
+}
+
+static void destroyed_streams() {
+    busy_block_to_another_stream(false);
+    busy_block_to_another_stream(true);
     cudaDeviceSynchronize();
     gmlake_stats a = st();
     double t0 = now();
