@@ -17,6 +17,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "gmlake.h"
+
 #define LIVE 512
 #define CK(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) { fprintf(stderr, "pairs: %s: %s\n", #x, cudaGetErrorString(e_)); exit(1); } } while (0)
 
@@ -60,10 +62,21 @@ int main(int argc, char **argv) {
     }
     CK(cudaDeviceSynchronize());
     double us = (now() - t0) * 1e6 / n;
-    int (*stats)(int, void *) = (int (*)(int, void *))dlsym(RTLD_DEFAULT, "gmlake_get_stats");
+    int (*stats)(int, gmlake_stats *) = (int (*)(int, gmlake_stats *))dlsym(RTLD_DEFAULT, "gmlake_get_stats");
+    const char *(*name)(int) = (const char *(*)(int))dlsym(RTLD_DEFAULT, "gmlake_devcall_name");
     const char *en = getenv("GMLAKE_ENABLE");
-    int served = stats && !(en && !strcmp(en, "0"));
-    printf("{\"mode\":\"%s\",\"pairs\":%ld,\"us_per_pair\":%.3f,\"gmlake\":%s}\n", mode, n, us, served ? "true" : "false");
+    int served = stats && name && !(en && !strcmp(en, "0"));
+    printf("{\"mode\":\"%s\",\"pairs\":%ld,\"us_per_pair\":%.3f,\"gmlake\":%s", mode, n, us, served ? "true" : "false");
+    gmlake_stats g;
+    if (served && stats(0, &g) == 0) { // gmlake's own account of the run (warm-up included)
+        printf(",\"reserved_mib\":%.0f,\"stitches\":%llu,\"calls\":{", g.peak_reserved_bytes / 1048576.0,
+               (unsigned long long)g.stitches);
+        for (int k = 0; k < GMLAKE_DC_COUNT; k++)
+            printf("%s\"%s\":[%llu,%.4f]", k ? "," : "", name(k), (unsigned long long)g.device_calls[k],
+                   g.device_seconds_by_call[k]);
+        printf("}");
+    }
+    printf("}\n");
     for (int i = 0; i < LIVE; i++)
         CK(m == 2 ? cudaFree(live[i]) : cudaFreeAsync(live[i], s1));
     CK(cudaDeviceSynchronize());

@@ -10,7 +10,7 @@ root=$(cd "$(dirname "$0")/../.." && pwd)
 out=${1:-${OUT:-$root/build/gpu-bench}}
 mkdir -p "$out"
 bin=$root/build/gpu/pairs
-[ -x "$bin" ] || { mkdir -p "$root/build/gpu" && nvcc -O2 -arch=sm_90 -o "$bin" "$root/bench/gpu/pairs.cu" -ldl; } || exit 1
+[ -x "$bin" ] || { mkdir -p "$root/build/gpu" && nvcc -O2 -arch=sm_90 -I "$root/include" -o "$bin" "$root/bench/gpu/pairs.cu" -ldl; } || exit 1
 lib=$root/build/interpose/libgmlake.so
 : >"$out/pairs.jsonl"
 for r in $(seq 1 "${ROUNDS:-5}"); do
