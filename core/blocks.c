@@ -112,21 +112,22 @@ static gml_block *merge(gml_heap *h, gml_block *l, gml_block *r)
     return r;
 }
 
-/* A free neighbour joins a block freed into `bin` only if it is in that same bin. */
-static inline bool joins(const gml_block *n, const gml_bin *bin)
+/* A free neighbour joins a block freed into `bin` if it is in that same bin (or, with ready, in
+ * the ready bin). */
+static inline bool joins(const gml_heap *h, const gml_block *n, const gml_bin *bin, bool ready)
 {
-    return n && n->state == GML_B_FREE && n->bin == bin;
+    return n && n->state == GML_B_FREE && (n->bin == bin || (ready && n->bin == h->ready));
 }
 
-gml_block *gml_free_insert(gml_heap *h, gml_block *b, gml_bin *bin)
+static gml_block *insert(gml_heap *h, gml_block *b, gml_bin *bin, bool ready)
 {
     b->state = GML_B_FREE;
     b->bin = bin;
-    for (gml_block *n = b->prev; joins(n, bin); n = b->prev) {
+    for (gml_block *n = b->prev; joins(h, n, bin, ready); n = b->prev) {
         gml_free_tree_remove(n);
         b = merge(h, n, b);
     }
-    for (gml_block *n = b->next; joins(n, bin); n = b->next) {
+    for (gml_block *n = b->next; joins(h, n, bin, ready); n = b->next) {
         gml_free_tree_remove(n);
         b = merge(h, b, n);
     }
@@ -135,6 +136,27 @@ gml_block *gml_free_insert(gml_heap *h, gml_block *b, gml_bin *bin)
     b->seq = ++h->seq;
     tree_insert(b, NULL);
     return b;
+}
+
+gml_block *gml_free_insert(gml_heap *h, gml_block *b, gml_bin *bin) { return insert(h, b, bin, false); }
+
+size_t gml_ready_run(const gml_heap *h, const gml_block *f)
+{
+    size_t n = f->size;
+    int k = 0; /* at most GML_JOIN_TRIES blocks each side: a miss stays bounded */
+    for (const gml_block *x = f->prev; joins(h, x, f->bin, true) && k < GML_JOIN_TRIES; x = x->prev, k++)
+        n += x->size;
+    k = 0;
+    for (const gml_block *x = f->next; joins(h, x, f->bin, true) && k < GML_JOIN_TRIES; x = x->next, k++)
+        n += x->size;
+    return n;
+}
+
+gml_block *gml_join_ready(gml_heap *h, gml_block *f)
+{
+    gml_bin *bin = f->bin;
+    gml_free_tree_remove(f);
+    return insert(h, f, bin, true);
 }
 
 /* RB_NFIND for (need, address 0), walked here so that the hot path inlines it: the smallest

@@ -293,6 +293,12 @@ void gml_free_tree_remove(gml_block *b);
 /* Makes b (out of every tree, linked to its neighbours) free in `bin`, merging it with free
  * neighbours of that bin only; returns the surviving record. */
 gml_block *gml_free_insert(gml_heap *h, gml_block *b, gml_bin *bin);
+/* Free block f of a stream bin and the run of free blocks around it that are its bin's or the
+ * ready bin's (the two alternate: a free never merges across bins): the size they make together
+ * (gml_ready_run), and the one block of f's bin they become (gml_join_ready: memory every stream
+ * could use becomes that stream's, with a fresh seq). */
+size_t gml_ready_run(const gml_heap *h, const gml_block *f);
+gml_block *gml_join_ready(gml_heap *h, gml_block *f);
 /* Best fit: the smallest free block of `space` >= need among the bins that serve `bin`. */
 gml_block *gml_best_fit(gml_heap *h, gml_bin *bin, int space, size_t need);
 /* Takes `need` bytes from the tail of free block f as a LIVE block of request `req` (not put in
@@ -354,6 +360,13 @@ size_t gml_promote(gml_heap *p, gml_bin *except, int space, size_t need);
  * moved; 0 when the heap's stream_wait is off, bin is the ready bin or retired, this thread
  * cannot name bin's stream, or no other bin can record an event covering a fitting block. */
 size_t gml_borrow(gml_heap *p, gml_bin *bin, int space, size_t need);
+/* After a large miss of stream bin `bin`: one of bin's free blocks that, joined with its free
+ * neighbours of the ready bin, makes a block >= need becomes that block (gml_join_ready); the
+ * largest of bin's blocks first, at most GML_JOIN_TRIES of them.  A ready block that no single
+ * stream's request needs stays usable by every stream (a free never joins it).  Returns 1 if
+ * it joined. */
+#define GML_JOIN_TRIES 64
+size_t gml_join_for(gml_heap *p, gml_bin *bin, int space, size_t need);
 /* Records bin's event now if its stream can be named here (the want_record request). */
 void gml_bin_record(gml_heap *p, gml_bin *bin);
 /* Whether some stream bin (not the ready bin) holds free blocks: a device wait would let them serve

@@ -399,6 +399,21 @@ size_t gml_borrow(gml_heap *p, gml_bin *bin, int space, size_t need)
     return 0;
 }
 
+size_t gml_join_for(gml_heap *p, gml_bin *bin, int space, size_t need)
+{
+    if (bin == p->ready)
+        return 0;
+    int tries = 0;
+    for (gml_block *f = RB_MAX(gml_size_tree, &bin->free[space]); f && tries < GML_JOIN_TRIES;
+         f = RB_PREV(gml_size_tree, &bin->free[space], f), tries++) {
+        if (gml_ready_run(p, f) >= need) {
+            gml_join_ready(p, f);
+            return 1;
+        }
+    }
+    return 0;
+}
+
 void gml_bins_destroy(gml_heap *p)
 {
     gml_bin *bin;

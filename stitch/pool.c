@@ -189,6 +189,8 @@ __attribute__((noinline)) static int alloc_slow(gml_pool *p, gml_bin *bin, int s
         return GMLAKE_OK;
     if (gml_borrow(h, bin, space, need) && try_fit(p, bin, space, need, req, out))
         return GMLAKE_OK;
+    if (gml_join_for(h, bin, space, need) && try_fit(p, bin, space, need, req, out))
+        return GMLAKE_OK;
     if (space == GML_SPACE_SMALL) {
         rc = gml_small_refill(h, bin);
         if (rc == GMLAKE_OK && try_fit(p, bin, space, need, req, out))

@@ -372,3 +372,25 @@ Test(pool, settings_rules_are_checked_before_a_device_exists)
     cr_assert_str_eq(err, why);
     gml_device_destroy(dev);
 }
+
+/* A free never merges across bins, so frees on two streams leave memory in pieces: a stream's
+ * miss takes the run of its own free blocks and the ready ones around them, whole. */
+Test(pool, a_miss_joins_its_free_blocks_with_the_ready_ones_around_them)
+{
+    fixture f = fx_make(64 * MiB, false, no_stitch);
+    gml_pool *p = f.pool;
+    gml_sim_set_manual_events(f.dev, true);
+    const gml_stream s1 = 0x1000, s2 = 0x2000;
+    uintptr_t a = must_alloc(p, 8 * MiB, s1);
+    must_free(p, a, GML_STREAM_NONE);         /* ready: any stream may use it */
+    uintptr_t b = must_alloc(p, 2 * MiB, s1); /* the tail of the ready block */
+    must_free(p, b, s1);                      /* s1's 2 MiB next to the ready 6 MiB */
+    uint64_t reserved = stats_of(p).reserved_bytes;
+    uintptr_t c = must_alloc(p, 4 * MiB, s2);
+    cr_assert(c >= a && c + 4 * MiB <= a + 6 * MiB, "another stream still gets the ready memory");
+    must_free(p, c, GML_STREAM_NONE);
+    cr_assert_eq(must_alloc(p, 8 * MiB, s1), a, "s1's miss joins its block with the ready one");
+    cr_assert_eq(stats_of(p).reserved_bytes, reserved, "no growth");
+    CHECK_POOL(p);
+    fx_free(&f);
+}
