@@ -20,8 +20,8 @@
  *
  * Graph capture: the pool's own driver calls (memory management and events; not synchronize, which
  * stands for the program's cudaFree) run in relaxed capture mode, so that another thread's capture
- * (global mode) is neither refused nor invalidated by them, and no event is recorded on a
- * stream that is capturing (it would become a node of that graph) or on the legacy stream while a
+ * (global mode) is neither refused nor invalidated by them, and no event is recorded (nor a
+ * stream_wait made) on a stream that is capturing (it would become a node of that graph) or on the legacy stream while a
  * blocking stream captures: such a record fails, and the pool keeps the stream's blocks to it.
  */
 #include <cuda.h>
@@ -412,7 +412,15 @@ static int cu_stream_wait(void *ctx, gml_stream s, gml_event ev)
     cuda_dev *d = ctx;
     if (!d->drv.stream_wait_event)
         return GMLAKE_ERR_DEVICE; /* the pool then waits for the event to complete, or grows */
-    return st(RELAXED(d, d->drv.stream_wait_event(stream_of(s), (CUevent)ev, 0)));
+    CUstream cu_s = stream_of(s);
+    CUstreamCaptureMode m = relax(d);
+    CUstreamCaptureStatus cs = CU_STREAM_CAPTURE_STATUS_NONE;
+    int rc = GMLAKE_ERR_DEVICE; /* a capturing stream gets no wait: it would become a graph node */
+    if (!d->drv.stream_is_capturing ||
+        (d->drv.stream_is_capturing(cu_s, &cs) == CUDA_SUCCESS && cs == CU_STREAM_CAPTURE_STATUS_NONE))
+        rc = st(d->drv.stream_wait_event(cu_s, (CUevent)ev, 0));
+    restore(d, m);
+    return rc;
 }
 
 static int cu_event_query(void *ctx, gml_event ev)
