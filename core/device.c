@@ -48,6 +48,7 @@ gml_device *gml_device_new(const gml_device_ops *ops, void *ctx, int ordinal)
     dev->ops = ops;
     dev->ctx = ctx;
     dev->ordinal = ordinal;
+    dev->timed = !ops->modeled_seconds; /* gml_dev_seconds reads the wrappers' times only then */
     return dev;
 }
 

@@ -199,7 +199,10 @@ typedef struct gml_heap {
     /* bins by stream key: open addressing, linear probing, at most half full (a lookup of a stream
      * not seen yet, as with a stream per request, reads one or two lines; a retired bin's key
      * names no stream, so it leaves the map and stays only on all_bins) */
-    gml_bin **bin_map;
+    struct gml_bin_slot {
+        gml_stream key;              /* the bin's stream, kept here: a probe reads no bin */
+        gml_bin *bin;                /* NULL: an empty slot */
+    } *bin_map;
     size_t bin_cap, bin_used;
     struct gml_bin_list all_bins;    /* every bin, for walks (checker, figures, destroy) */
     size_t nbins;

@@ -57,18 +57,18 @@ gml_bin *gml_bin_find(gml_heap *p, gml_stream s)
     if (!p->bin_cap)
         return NULL;
     for (size_t i = home_of(p, s);; i = (i + 1) & (p->bin_cap - 1)) {
-        gml_bin *b = p->bin_map[i];
-        if (!b || b->stream == s)
-            return b;
+        const struct gml_bin_slot *e = &p->bin_map[i];
+        if (!e->bin || e->key == s)
+            return e->bin;
     }
 }
 
 static void map_put(gml_heap *p, gml_bin *bin)
 {
     size_t i = home_of(p, bin->stream);
-    while (p->bin_map[i])
+    while (p->bin_map[i].bin)
         i = (i + 1) & (p->bin_cap - 1);
-    p->bin_map[i] = bin;
+    p->bin_map[i] = (struct gml_bin_slot){bin->stream, bin};
     p->bin_used++;
 }
 
@@ -78,15 +78,15 @@ static bool map_room(gml_heap *p)
     if (2 * (p->bin_used + 1) <= p->bin_cap)
         return true;
     size_t cap = p->bin_cap ? 2 * p->bin_cap : 16, old = p->bin_cap;
-    gml_bin **m = calloc(cap, sizeof *m), **was = p->bin_map;
+    struct gml_bin_slot *m = calloc(cap, sizeof *m), *was = p->bin_map;
     if (!m)
         return false;
     p->bin_map = m;
     p->bin_cap = cap;
     p->bin_used = 0;
     for (size_t i = 0; i < old; i++)
-        if (was[i])
-            map_put(p, was[i]);
+        if (was[i].bin)
+            map_put(p, was[i].bin);
     free(was);
     return true;
 }
@@ -95,10 +95,10 @@ static bool map_room(gml_heap *p)
 static void map_del(gml_heap *p, gml_bin *bin)
 {
     size_t mask = p->bin_cap - 1, i = home_of(p, bin->stream);
-    while (p->bin_map[i] != bin)
+    while (p->bin_map[i].bin != bin)
         i = (i + 1) & mask;
-    for (size_t j = (i + 1) & mask; p->bin_map[j]; j = (j + 1) & mask) {
-        size_t k = home_of(p, p->bin_map[j]->stream);
+    for (size_t j = (i + 1) & mask; p->bin_map[j].bin; j = (j + 1) & mask) {
+        size_t k = home_of(p, p->bin_map[j].key);
         /* the entry at j may move to the hole at i unless its home lies in (i, j] */
         bool stays = i <= j ? (i < k && k <= j) : (i < k || k <= j);
         if (!stays) {
@@ -106,7 +106,7 @@ static void map_del(gml_heap *p, gml_bin *bin)
             i = j;
         }
     }
-    p->bin_map[i] = NULL;
+    p->bin_map[i] = (struct gml_bin_slot){0, NULL};
     p->bin_used--;
 }
 
