@@ -393,16 +393,21 @@ static bool cu_stream_local(void *ctx, gml_stream s)
     return dev < 0 || dev == d->ordinal;
 }
 
+/* Whether stream s is not capturing a graph (work gmlake puts on a capturing stream would become a
+ * node of that graph); called in relaxed capture mode. */
+static bool not_capturing(cuda_dev *d, CUstream s)
+{
+    CUstreamCaptureStatus cs = CU_STREAM_CAPTURE_STATUS_NONE;
+    return !d->drv.stream_is_capturing ||
+           (d->drv.stream_is_capturing(s, &cs) == CUDA_SUCCESS && cs == CU_STREAM_CAPTURE_STATUS_NONE);
+}
+
 static int cu_event_record(void *ctx, gml_event ev, gml_stream s)
 {
     cuda_dev *d = ctx;
     CUstream cu_s = stream_of(s);
     CUstreamCaptureMode m = relax(d);
-    CUstreamCaptureStatus cs = CU_STREAM_CAPTURE_STATUS_NONE;
-    int rc = GMLAKE_ERR_DEVICE;
-    if (!d->drv.stream_is_capturing ||
-        (d->drv.stream_is_capturing(cu_s, &cs) == CUDA_SUCCESS && cs == CU_STREAM_CAPTURE_STATUS_NONE))
-        rc = st(d->drv.event_record((CUevent)ev, cu_s));
+    int rc = not_capturing(d, cu_s) ? st(d->drv.event_record((CUevent)ev, cu_s)) : GMLAKE_ERR_DEVICE;
     restore(d, m);
     return rc;
 }
@@ -414,11 +419,7 @@ static int cu_stream_wait(void *ctx, gml_stream s, gml_event ev)
         return GMLAKE_ERR_DEVICE; /* the pool then waits for the event to complete, or grows */
     CUstream cu_s = stream_of(s);
     CUstreamCaptureMode m = relax(d);
-    CUstreamCaptureStatus cs = CU_STREAM_CAPTURE_STATUS_NONE;
-    int rc = GMLAKE_ERR_DEVICE; /* a capturing stream gets no wait: it would become a graph node */
-    if (!d->drv.stream_is_capturing ||
-        (d->drv.stream_is_capturing(cu_s, &cs) == CUDA_SUCCESS && cs == CU_STREAM_CAPTURE_STATUS_NONE))
-        rc = st(d->drv.stream_wait_event(cu_s, (CUevent)ev, 0));
+    int rc = not_capturing(d, cu_s) ? st(d->drv.stream_wait_event(cu_s, (CUevent)ev, 0)) : GMLAKE_ERR_DEVICE;
     restore(d, m);
     return rc;
 }
