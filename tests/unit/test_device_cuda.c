@@ -148,10 +148,27 @@ static uint64_t access_of(uintptr_t va)
     return a;
 }
 
+/* Streams for the capture test: is_capturing answers `capturing`; waits are counted. */
+static CUstreamCaptureStatus capturing = CU_STREAM_CAPTURE_STATUS_NONE;
+static atomic_int waits;
+static CUresult is_capturing(CUstream s, CUstreamCaptureStatus *st)
+{
+    (void)s;
+    *st = capturing;
+    return CUDA_SUCCESS;
+}
+static CUresult wait_event(CUstream s, CUevent e, unsigned int flags)
+{
+    (void)s, (void)e, (void)flags;
+    atomic_fetch_add(&waits, 1);
+    return CUDA_SUCCESS;
+}
+
 static const struct {
     const char *name;
     void *fn;
 } stubs[] = {
+    {"cuStreamIsCapturing", (void *)is_capturing}, {"cuStreamWaitEvent", (void *)wait_event},
     {"cuMemGetAllocationGranularity", (void *)granularity}, {"cuCtxGetCurrent", (void *)get_current},
     {"cuCtxGetDevice", (void *)get_device}, {"cuDevicePrimaryCtxRetain", (void *)primary_retain},
     {"cuCtxPushCurrent_v2", (void *)push}, {"cuCtxPopCurrent_v2", (void *)pop},
@@ -349,5 +366,22 @@ Test(device_cuda, driver_calls_are_timed_by_kind)
     cr_assert(map > 0 && map < 0.040, "one quick map timed %.6f s", map);
     cr_assert_eq(gml_dev_seconds(dev, GMLAKE_DC_CHUNK_CREATE), create, "the creates' time stays");
     cr_assert_eq(gml_dev_unmap(dev, R1, RANGE), GMLAKE_OK);
+    gml_device_destroy(dev);
+}
+
+/* A stream that captures a graph gets no stream_wait from the pool (it would become a node of
+ * that graph), as it gets no event record; one that does not capture gets it. */
+Test(device_cuda, no_stream_wait_on_a_capturing_stream)
+{
+    const char *err = NULL;
+    gml_device *dev = gml_cuda_device_create(0, stub, &err);
+    cr_assert_not_null(dev, "%s", err ? err : "");
+    gml_event ev = (gml_event)&ctx_a; /* the stub driver never reads it */
+    capturing = CU_STREAM_CAPTURE_STATUS_ACTIVE;
+    cr_assert_eq(gml_dev_stream_wait(dev, (gml_stream)0x1234, ev), GMLAKE_ERR_DEVICE);
+    cr_assert_eq(atomic_load(&waits), 0, "no cuStreamWaitEvent on a capturing stream");
+    capturing = CU_STREAM_CAPTURE_STATUS_NONE;
+    cr_assert_eq(gml_dev_stream_wait(dev, (gml_stream)0x1234, ev), GMLAKE_OK);
+    cr_assert_eq(atomic_load(&waits), 1);
     gml_device_destroy(dev);
 }
