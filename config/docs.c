@@ -65,8 +65,10 @@ void gml_config_print_man(FILE *out, const char *version)
                  ".PP\nThe environment variable of a key is \\fBGMLAKE_\\fR and the key in upper case,\n"
                  "exactly (\\fBGMLAKE_STITCH\\fR; \\fBGMLAKE_stitch\\fR is not it). Any other variable\n"
                  "whose name starts with \\fBGMLAKE_\\fR, in any case, is reported with the closest\n"
-                 "name and ignored, except \\fBGMLAKE_CONFIG\\fR, \\fBGMLAKE_SYSCONFDIR\\fR and\n"
-                 "\\fBGMLAKE_WARNED_CONFIG\\fR (set by libgmlake: the warnings a parent process gave).\n"
+                 "name and ignored, except \\fBGMLAKE_CONFIG\\fR, \\fBGMLAKE_SYSCONFDIR\\fR,\n"
+                 "\\fBGMLAKE_WARNED_CONFIG\\fR (set by libgmlake: the warnings a parent process gave)\n"
+                 "and \\fBGMLAKE_PYTORCH_ROUTE\\fR (set by libgmlake: the variable through which it\n"
+                 "chose PyTorch's backend).\n"
                  ".SH KEYS\n",
             version);
     for (int i = 0; i < gml_option_count; i++) {

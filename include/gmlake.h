@@ -96,6 +96,11 @@ GMLAKE_API int gmlake_empty_cache(int device);
 GMLAKE_API int gmlake_reset_peak_stats(int device);
 /* Run the whole-pool consistency checker; GMLAKE_ERR_CORRUPT names nothing, the log does. */
 GMLAKE_API int gmlake_check(int device);
+/* The live allocation of gmlake's (any device) that holds ptr: its first byte into *base and the
+ * bytes asked for into *size.  GMLAKE_ERR_INVALID when ptr lies in none (memory gmlake did not
+ * serve, a freed block, one past the end) or an output is NULL.  What a CUDA IPC handle of ptr
+ * names: cudaIpcOpenMemHandle in another process returns that allocation's first byte. */
+GMLAKE_API int gmlake_allocation_range(const void *ptr, void **base, size_t *size);
 /* A one-line description of a status code. */
 GMLAKE_API const char *gmlake_strerror(int status);
 

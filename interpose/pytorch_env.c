@@ -9,11 +9,20 @@
  * interpose.h).  The constructor applies the plan before the program's main runs (PyTorch reads
  * the variable when its allocator starts); `pytorch_backend = off` (GMLAKE_PYTORCH_BACKEND=0) or
  * GMLAKE_ENABLE=0 leaves the environment alone.  `gmlake run` relies on this too: one rule.
+ *
+ * Where it sets the backend it also names the variable in GMLAKE_PYTORCH_ROUTE and appends the
+ * folder of python/torch_route (installed: DATADIR/gmlake/python) to PYTHONPATH: PyTorch loads
+ * its "torch.backends" entry point at `import torch`, which makes torch.multiprocessing share
+ * CUDA tensors through gmlake's IPC, what that backend refuses (_gmlake_torch.py says how).
  */
+#include <dlfcn.h>
+#include <libgen.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <unistd.h>
 
 #include "interpose.h"
 
@@ -83,6 +92,65 @@ static void quiet_settings(gml_config *c)
     free(msgs);
 }
 
+/* Whether the colon-separated list `list` has the entry `dir`. */
+static bool path_has(const char *list, const char *dir)
+{
+    size_t n = strlen(dir);
+    for (const char *c = list; c && *c;) {
+        const char *end = strchr(c, ':');
+        size_t len = end ? (size_t)(end - c) : strlen(c);
+        if (len == n && strncmp(c, dir, n) == 0)
+            return true;
+        c = end ? end + 1 : c + len;
+    }
+    return false;
+}
+
+/* The folder holding _gmlake_torch.py: beside this library as installed (LIBDIR/../share or,
+ * for a multiarch libdir, LIBDIR/../../share), the install prefix's, or the source tree's. */
+static bool torch_route_dir(char *out, size_t len)
+{
+    char self[PATH_MAX] = "";
+    Dl_info info;
+    if (dladdr((void *)&torch_route_dir, &info) && info.dli_fname &&
+        realpath(info.dli_fname, self))
+        dirname(self);
+    const char *const fmt[] = {"%s/../share/gmlake/python", "%s/../../share/gmlake/python"};
+    for (size_t i = 0; i < 4; i++) {
+        char dir[PATH_MAX + 32], file[PATH_MAX + 64], real[PATH_MAX];
+        if (i < 2 && !*self)
+            continue;
+        if (i < 2)
+            snprintf(dir, sizeof dir, fmt[i], self);
+        else
+            snprintf(dir, sizeof dir, "%s", i == 2 ? GML_TORCH_ROUTE_INSTALLED : GML_TORCH_ROUTE_SOURCE);
+        snprintf(file, sizeof file, "%s/_gmlake_torch.py", dir);
+        if (access(file, R_OK) == 0 && realpath(dir, real) && strlen(real) < len) {
+            snprintf(out, len, "%s", real);
+            return true;
+        }
+    }
+    return false;
+}
+
+/* Tells PyTorch's import where gmlake's part is (see the top of this file); var: the variable
+ * that now names backend:cudaMallocAsync. */
+static void torch_route_python(const char *var)
+{
+    setenv(GML_TORCH_ROUTE_ENV, var, 1);
+    char dir[PATH_MAX];
+    if (!torch_route_dir(dir, sizeof dir))
+        return;
+    const char *old = getenv("PYTHONPATH");
+    if (old && path_has(old, dir))
+        return;
+    char *v = NULL;
+    if (asprintf(&v, "%s%s%s", old && *old ? old : "", old && *old ? ":" : "", dir) < 0)
+        return;
+    setenv("PYTHONPATH", v, 1);
+    free(v);
+}
+
 /* A line logged here first starts gmlake as the first hook call would (gml_enabled: the
  * settings, and with gmlake on the trace file, the exit summary and the fork handlers). */
 __attribute__((constructor)) static void pytorch_route(void)
@@ -97,6 +165,7 @@ __attribute__((constructor)) static void pytorch_route(void)
     switch (gml_torch_plan(alloc_conf, cuda_conf, &var, value, sizeof value)) {
     case GML_TORCH_SET:
         setenv(var, value, 1);
+        torch_route_python(var);
         if (c.log_level >= GML_LOG_DEBUG) {
             gml_enabled();
             gml_log(GML_LOG_DEBUG, "%s=%s (PyTorch hands every tensor to gmlake)", var, value);

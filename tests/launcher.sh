@@ -97,6 +97,9 @@ check "one warning per process tree, not per process" \
   '[ "$(grep -c "GMLAKE_STICH: no such setting" <<<"$err")" = 1 ] && [ "$(grep -c "auto_gc = .lots. is not valid" <<<"$err")" = 1 ]'
 err=$(GMLAKE_STICH=off GMLAKE_WARNED_CONFIG=0123456789abcdef LD_PRELOAD="$lib" "$prog" chain 1 2>&1 >/dev/null)
 check "other warnings than the ones inherited are printed (once)" '[ "$(grep -c "GMLAKE_STICH: no such setting" <<<"$err")" = 1 ]'
+err=$(env -u PYTORCH_CUDA_ALLOC_CONF LD_PRELOAD="$lib" "$prog" chain 2 2>&1 >/dev/null)
+check "the variables the library sets itself (GMLAKE_PYTORCH_ROUTE) are not reported as settings" \
+  '[ -z "$err" ]'
 err=$(GMLAKE_SMALL_LIMIT=1GiB LD_PRELOAD="$lib" "$prog" chain 3 2>&1 >/dev/null)
 check "gmlake is OFF: said once per process tree" '[ "$(grep -c "gmlake is OFF" <<<"$err")" = 1 ]'
 

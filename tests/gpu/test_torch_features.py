@@ -72,6 +72,17 @@ def test_multiprocessing_spawn_shares_cuda_tensor(capsys):
     assert named, f"torch.multiprocessing failed without naming gmlake ({res['detail']})\n{log}"
 
 
+def test_multiprocessing_memory_gmlake_cannot_share_fails_at_once(capsys):
+    """A CUDA tensor over memory gmlake did not serve, put on a Queue under gmlake's default:
+    the program ends within seconds with an error naming gmlake and the way out, never waits."""
+    status, secs, res, log = feature("mp_foreign", capsys, timeout=150, MP_WAIT="60")
+    assert status == "failed", f"expected a clear failure, got {status}: {res['detail']}\n{log}"
+    assert secs < 45, f"the failure took {secs:.0f} s\n{log}"
+    named = [l for l in log.splitlines() if l.startswith("gmlake: torch.multiprocessing cannot send")
+             and "backend:native" in l and "not gmlake's" in l]
+    assert named, f"no error naming gmlake, the cause and the way out\n{log}"
+
+
 def test_compile_reduce_overhead_trains(capsys):
     status, secs, res, log = feature("compile", capsys, timeout=300)
     assert status == "ok", f"torch.compile(mode='reduce-overhead') {status}: {res['detail']}\n{log}"

@@ -1,13 +1,16 @@
 """PyTorch features a user relies on, one per run, for tests/gpu/test_torch_features.py (issue 20):
 
-    python3 tests/gpu/torch_features.py mp|compile|graph|snapshot
+    python3 tests/gpu/torch_features.py mp|mp_foreign|compile|graph|snapshot
 
 Each prints, as its last line, `RESULT {"status": "ok"|"failed"|"hung", "detail": ...}` and exits
 0 (ok), 1 (failed) or 3 (hung: a wait of its own ran out).  The test runs it under
 LD_PRELOAD=libgmlake.so with nothing else set (gmlake's default route) and a hard timeout.
   mp        a CUDA tensor sent to a `spawn`ed child through a torch.multiprocessing Queue; the
             child adds 1 in place and sends back a CUDA tensor of its own (x * 2); the parent
-            checks both (waits at most MP_WAIT seconds, default 60, for the reply)
+            checks both (waits at most MP_WAIT seconds, default 60, for the reply); a view at an
+            offset and a Parameter travel too
+  mp_foreign  a CUDA tensor over cudaMallocManaged memory (not gmlake's) put on such a Queue: under
+            gmlake's default it cannot be shared; reports hung if no error ends the program
   compile   a small MLP trained STEPS (10) steps eagerly, then again from the same weights under
             torch.compile(mode="reduce-overhead") (CUDA graphs): losses finite, decreasing,
             within 1% of the eager ones, no CUDA graph skipped
@@ -27,11 +30,13 @@ def result(status, detail, **extra):
 
 
 def _mp_child(q_in, q_out, q_ack):
-    x = q_in.get()
+    x, view, param = q_in.get()
+    view_ok = bool(torch.equal(view.cpu(), torch.arange(4096, 8192, dtype=torch.float32)))
+    param_ok = isinstance(param, torch.nn.Parameter) and param.requires_grad
     x += 1  # in place: the parent's memory
     y = x * 2  # the child's own CUDA tensor, sent back
     torch.cuda.synchronize()
-    q_out.put(y)
+    q_out.put((y, view_ok, param_ok))
     q_ack.get(timeout=120)  # y must stay alive until the parent has read it
 
 
@@ -44,13 +49,13 @@ def mp():
     p = ctx.Process(target=_mp_child, args=(q_in, q_out, q_ack), daemon=True)
     p.start()
     t = torch.arange(1 << 20, dtype=torch.float32, device="cuda")
-    torch.cuda.synchronize()
-    q_in.put(t)  # pickled in the queue's feeder thread: an error there is printed, not raised
+    param = torch.nn.Parameter(torch.ones(300, device="cuda"))
+    q_in.put((t, t[4096:8192], param))  # pickled in the queue's feeder thread: an error there is printed, not raised
     t0 = time.monotonic()
     y = None
     while y is None:
         try:
-            y = q_out.get(timeout=1)
+            y, view_ok, param_ok = q_out.get(timeout=1)
         except queue.Empty:
             if not p.is_alive():
                 result("failed", f"the spawned child exited with code {p.exitcode} without replying "
@@ -66,9 +71,39 @@ def mp():
     del y
     q_ack.put(1)
     p.join(30)
-    if not (in_place and back):
-        result("failed", f"wrong values: child's in-place add seen {in_place}, tensor sent back right {back}")
+    if not (in_place and back and view_ok and param_ok):
+        result("failed", f"wrong values: child's in-place add seen {in_place}, tensor sent back right "
+               f"{back}, view right in the child {view_ok}, parameter kept {param_ok}")
     result("ok", "tensor shared with a spawned child and back; values right", child_exit=p.exitcode)
+
+
+def mp_foreign():
+    """A CUDA tensor over memory gmlake did not serve (cudaMallocManaged, which gmlake leaves to
+    CUDA) put on a torch.multiprocessing Queue: under gmlake's default route it cannot be shared,
+    and the program must end at once saying so (never wait for a reply that cannot come)."""
+    import ctypes
+    rt = ctypes.CDLL(None)
+    rt.cudaMallocManaged.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_size_t, ctypes.c_uint]
+    p = ctypes.c_void_p()
+    n = 1 << 20
+    if rt.cudaMallocManaged(ctypes.byref(p), n, 1) != 0:
+        result("failed", "cudaMallocManaged failed")
+
+    class Foreign:
+        __cuda_array_interface__ = {"shape": (n,), "typestr": "|u1", "version": 3,
+                                    "data": (p.value, False), "strides": None, "stream": None}
+    t = torch.as_tensor(Foreign(), device="cuda")
+    ctx = torch.multiprocessing.get_context("spawn")
+    q_in, q_out = ctx.Queue(), ctx.Queue()
+    child = ctx.Process(target=_mp_child, args=(q_in, q_out, ctx.Queue()), daemon=True)
+    child.start()
+    q_in.put((t, t, t))
+    try:
+        q_out.get(timeout=float(os.environ.get("MP_WAIT", "60")))
+    except queue.Empty:
+        child.kill()
+        result("hung", "no error and no reply: the tensor was dropped and the child waited")
+    result("ok", "the child replied: the foreign memory was shared")
 
 
 def _mlp():
@@ -188,7 +223,7 @@ def snapshot():
            backend=torch.cuda.get_allocator_backend())
 
 
-WORKLOADS = {"mp": mp, "compile": compile_, "graph": graph, "snapshot": snapshot}
+WORKLOADS = {"mp": mp, "mp_foreign": mp_foreign, "compile": compile_, "graph": graph, "snapshot": snapshot}
 
 if __name__ == "__main__":
     if len(sys.argv) != 2 or sys.argv[1] not in WORKLOADS:

@@ -209,3 +209,27 @@ Test(routing, trace_file_records_a_replayable_trace)
     gml_trace_free(&t);
     unlink(path);
 }
+
+Test(routing, allocation_range_names_the_live_allocation_holding_a_pointer)
+{
+    void *a = NULL, *b = NULL;
+    cr_assert_eq(cudaMalloc(&a, 3 * MiB), cudaSuccess);
+    cr_assert_eq(cudaMallocAsync(&b, 5000, (cudaStream_t)0x10), cudaSuccess);
+    void *base = NULL;
+    size_t size = 0;
+    cr_assert_eq(gmlake_allocation_range((char *)a + MiB + 7, &base, &size), GMLAKE_OK);
+    cr_assert_eq(base, a, "the allocation's first byte");
+    cr_assert_eq(size, 3 * MiB);
+    cr_assert_eq(gmlake_allocation_range(b, &base, &size), GMLAKE_OK);
+    cr_assert_eq(base, b);
+    cr_assert_eq(size, 5000);
+    cr_assert_eq(gmlake_allocation_range((char *)b + 5000, &base, &size), GMLAKE_ERR_INVALID,
+                 "one past the end is not inside");
+    int x;
+    cr_assert_eq(gmlake_allocation_range(&x, &base, &size), GMLAKE_ERR_INVALID, "host memory");
+    cr_assert_eq(gmlake_allocation_range(a, NULL, &size), GMLAKE_ERR_INVALID);
+    cr_assert_eq(cudaFree(a), cudaSuccess);
+    cr_assert_eq(gmlake_allocation_range(a, &base, &size), GMLAKE_ERR_INVALID, "freed");
+    cr_assert_eq(cudaFreeAsync(b, (cudaStream_t)0x10), cudaSuccess);
+    cr_assert_eq(gmlake_check(0), GMLAKE_OK);
+}

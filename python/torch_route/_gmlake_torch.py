@@ -1,0 +1,318 @@
+"""_gmlake_torch — what PyTorch's cudaMallocAsync backend cannot do, done by gmlake, when gmlake
+chose that backend (interpose/pytorch_env.c).
+
+libgmlake sets PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync by itself so that every tensor
+reaches it.  That backend refuses to share CUDA memory between processes (shareIpcHandle), so a
+CUDA tensor sent through torch.multiprocessing was dropped in the queue's feeder thread and the
+receiver waited forever.  When the library sets the backend it also puts this folder on
+PYTHONPATH and names the variable in GMLAKE_PYTORCH_ROUTE; PyTorch runs `autoload` at the end of
+`import torch` (its "torch.backends" entry point, see the dist-info beside this file; off with
+TORCH_DEVICE_BACKEND_AUTOLOAD=0).  `autoload` then:
+
+  * shares CUDA tensors (and parameters, and untyped storages) through torch.multiprocessing with
+    gmlake's own CUDA IPC (cudaIpcGetMemHandle on gmlake memory: its physical extents travel as
+    file descriptors), the way PyTorch's native allocator does with its own:
+      - the sender records an interprocess event on its current stream; the receiver's current
+        stream waits for it before using the tensor;
+      - the sender keeps the storage alive until the receiver's copy is gone: the receiver, when
+        its tensor's memory is released, waits for its device, closes the handle and tells the
+        sender (a Unix socket of the sender's, named by a random key) which it may now drop;
+  * where sharing cannot work (memory gmlake did not serve, a tensor subclass), fails at once
+    with an error that names gmlake and the way out: in the thread that sends, or, when that is a
+    queue's feeder thread (whose errors Python only prints, the receiver then waiting forever),
+    by ending the process with that error after stopping its child processes.
+
+It never raises out of autoload: PyTorch would turn that into a failed `import torch`.
+"""
+import ctypes
+import os
+import socket
+import sys
+import threading
+
+_ROUTE_ENV = "GMLAKE_PYTORCH_ROUTE"
+_HANDLE_BYTES = 64  # cudaIpcMemHandle_t
+_held = {}  # token -> storage kept alive for a receiver
+_held_lock = threading.Lock()
+_server = None  # (pid, address) of this process's release socket
+_server_lock = threading.Lock()
+_api = None
+
+
+class _Handle(ctypes.Structure):
+    """cudaIpcMemHandle_t, passed by value to cudaIpcOpenMemHandle."""
+    _fields_ = [("reserved", ctypes.c_char * _HANDLE_BYTES)]
+
+
+def _route():
+    """The variable through which gmlake chose PyTorch's cudaMallocAsync backend, or None when
+    gmlake did not choose it (or it no longer holds)."""
+    var = os.environ.get(_ROUTE_ENV)
+    if var not in ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF"):
+        return None
+    return var if "backend:cudaMallocAsync" in os.environ.get(var, "").replace(" ", "") else None
+
+
+def way_out():
+    var = _route() or "PYTORCH_CUDA_ALLOC_CONF"
+    return ("set %s=backend:native to keep PyTorch's own allocator (gmlake then serves its segments: "
+            "every PyTorch feature works, without gmlake's savings), or send the tensor on the CPU" % var)
+
+
+class GmlakeSharingError(RuntimeError):
+    pass
+
+
+def _fail(what):
+    return GmlakeSharingError(
+        "gmlake: torch.multiprocessing cannot send this CUDA tensor: %s.  gmlake chose PyTorch's "
+        "cudaMallocAsync backend (which cannot share CUDA memory) so that your tensors reach gmlake; "
+        "%s." % (what, way_out()))
+
+
+def _cuda():
+    """The process's cudaIpc* functions, looked up in its global scope: the preloaded libgmlake's
+    hooks come first there (they pass memory gmlake did not serve on to CUDA)."""
+    global _api
+    if _api is None:
+        g = ctypes.CDLL(None)
+        for name in ("cudaIpcGetMemHandle", "cudaIpcOpenMemHandle", "cudaIpcCloseMemHandle",
+                     "gmlake_allocation_range", "cudaGetErrorString"):
+            if not hasattr(g, name):
+                raise OSError("%s not found in the process (is libgmlake preloaded?)" % name)
+        g.cudaIpcGetMemHandle.argtypes = [ctypes.c_char_p, ctypes.c_void_p]
+        g.cudaIpcOpenMemHandle.argtypes = [ctypes.POINTER(ctypes.c_void_p), _Handle, ctypes.c_uint]
+        g.cudaIpcCloseMemHandle.argtypes = [ctypes.c_void_p]
+        g.gmlake_allocation_range.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p),
+                                              ctypes.POINTER(ctypes.c_size_t)]
+        g.cudaGetErrorString.restype = ctypes.c_char_p
+        for name in ("cudaIpcGetMemHandle", "cudaIpcOpenMemHandle", "cudaIpcCloseMemHandle",
+                     "gmlake_allocation_range"):
+            getattr(g, name).restype = ctypes.c_int
+        _api = g
+    return _api
+
+
+def _cuda_error(rc):
+    try:
+        return "%s (CUDA error %d)" % (_cuda().cudaGetErrorString(rc).decode(), rc)
+    except Exception:
+        return "CUDA error %d" % rc
+
+
+# --- the sender -----------------------------------------------------------------------------
+
+def _serve(sock):
+    """Release requests: 16-byte tokens; each drops the storage kept for it."""
+    while True:
+        try:
+            conn, _ = sock.accept()
+        except OSError:
+            return
+        with conn:
+            try:
+                conn.settimeout(5)
+                token = conn.recv(16)
+            except OSError:
+                continue
+            with _held_lock:
+                storage = _held.pop(token, None)
+        del storage  # the last reference may free it: outside the lock
+
+
+def _release_address():
+    """This process's release socket (an abstract Unix socket), started at the first send."""
+    global _server
+    with _server_lock:
+        if _server is None or _server[0] != os.getpid():  # a forked child starts its own
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            addr = "\0gmlake-torch-%d-%s" % (os.getpid(), os.urandom(8).hex())
+            sock.bind(addr)
+            sock.listen(64)
+            threading.Thread(target=_serve, args=(sock,), name="gmlake-torch-release",
+                             daemon=True).start()
+            _server = (os.getpid(), addr)
+        return _server[1]
+
+
+def _export(torch, storage, device):
+    """(handle bytes, offset of the storage in the allocation) for a CUDA storage gmlake served."""
+    api = _cuda()
+    ptr = storage.data_ptr()
+    base, size = ctypes.c_void_p(), ctypes.c_size_t()
+    if api.gmlake_allocation_range(ctypes.c_void_p(ptr), ctypes.byref(base), ctypes.byref(size)) != 0:
+        raise _fail("its memory (%#x on cuda:%d) is not gmlake's (another library allocated it)"
+                    % (ptr, device))
+    handle = ctypes.create_string_buffer(_HANDLE_BYTES)
+    with torch.cuda.device(device):
+        rc = api.cudaIpcGetMemHandle(handle, ctypes.c_void_p(ptr))
+    if rc != 0:
+        raise _fail("exporting its memory failed: %s" % _cuda_error(rc))
+    return handle.raw, ptr - base.value
+
+
+def _reduce_tensor(original):
+    def reduce_tensor(tensor):
+        import torch
+        if not tensor.is_cuda or _route() is None:
+            return original(tensor)
+        if tensor.requires_grad and not tensor.is_leaf:
+            return original(tensor)  # PyTorch's own refusal, with its own words
+        if tensor.layout != torch.strided or tensor.is_nested:
+            raise _fail("gmlake shares strided tensors only, not %s" % tensor.layout)
+        cls = type(tensor)
+        if cls not in (torch.Tensor, torch.nn.Parameter):
+            raise _fail("gmlake shares plain tensors and parameters, not %s" % cls.__name__)
+        return _share(torch, tensor.untyped_storage(), tensor.device.index, tensor.dtype,
+                      tuple(tensor.size()), tuple(tensor.stride()), tensor.storage_offset(),
+                      tensor.requires_grad, cls is torch.nn.Parameter)
+    return reduce_tensor
+
+
+def _reduce_storage(original):
+    def reduce_storage(storage):
+        import torch
+        if not storage.is_cuda or _route() is None:
+            return original(storage)
+        if not isinstance(storage, torch.UntypedStorage):
+            raise _fail("gmlake shares tensors and untyped storages, not %s" % type(storage).__name__)
+        n = storage.nbytes()
+        return _share(torch, storage, storage.device.index, torch.uint8, (n,), (1,), 0, False, False,
+                      as_storage=True)
+    return reduce_storage
+
+
+def _share(torch, storage, device, dtype, size, stride, offset, requires_grad, parameter,
+           as_storage=False):
+    meta = (device, dtype, size, stride, offset, requires_grad, parameter, as_storage)
+    if storage.nbytes() == 0:  # no memory to share
+        return _rebuild_empty, meta
+    handle, head = _export(torch, storage, device)
+    event = torch.cuda.Event(interprocess=True)
+    with torch.cuda.device(device):
+        event.record(torch.cuda.current_stream(device))
+    token = os.urandom(16)
+    with _held_lock:
+        _held[token] = storage
+    return _rebuild, (handle, head, storage.nbytes(), event.ipc_handle(), os.getpid(),
+                      _release_address(), token) + meta
+
+
+# --- the receiver ---------------------------------------------------------------------------
+
+class _Imported:
+    """The receiver's view of the sender's memory: torch.as_tensor keeps it alive as long as any
+    tensor uses that memory; when it goes, the device is waited for, the handle closed and the
+    sender told."""
+
+    def __init__(self, base, head, nbytes, device, address, token):
+        self.base, self.device, self.address, self.token = base, device, address, token
+        self.__cuda_array_interface__ = {"shape": (nbytes,), "typestr": "|u1", "version": 3,
+                                         "data": (base + head, False), "strides": None,
+                                         "stream": None}
+
+    def __del__(self):
+        try:
+            import torch
+            torch.cuda.synchronize(self.device)  # no kernel of ours may still use it
+            _cuda().cudaIpcCloseMemHandle(ctypes.c_void_p(self.base))
+        except Exception:
+            pass  # interpreter shutdown: the process's exit releases the mapping
+        try:
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+                s.settimeout(5)
+                s.connect(self.address)
+                s.sendall(self.token)
+        except OSError:
+            pass  # the sender is gone: nothing holds the memory but our mapping, now closed
+
+
+def _assemble(torch, storage, device, dtype, size, stride, offset, requires_grad, parameter,
+              as_storage):
+    if as_storage:
+        return storage
+    t = torch.empty((0,), dtype=dtype, device="cuda:%d" % device)
+    t.set_(storage, offset, size, stride)
+    if parameter:
+        return torch.nn.Parameter(t, requires_grad=requires_grad)
+    t.requires_grad_(requires_grad)
+    return t
+
+
+def _rebuild_empty(device, dtype, size, stride, offset, requires_grad, parameter, as_storage):
+    import torch
+    storage = torch.UntypedStorage(0, device="cuda:%d" % device)
+    return _assemble(torch, storage, device, dtype, size, stride, offset, requires_grad, parameter,
+                     as_storage)
+
+
+def _rebuild(handle, head, nbytes, event_handle, pid, address, token, device, dtype, size, stride,
+             offset, requires_grad, parameter, as_storage):
+    import torch
+    if pid == os.getpid():  # sent to itself: the storage is here
+        with _held_lock:
+            storage = _held.pop(token)
+    else:
+        api = _cuda()
+        base = ctypes.c_void_p()
+        with torch.cuda.device(device):
+            rc = api.cudaIpcOpenMemHandle(ctypes.byref(base), _Handle.from_buffer_copy(handle),
+                                          1)  # cudaIpcMemLazyEnablePeerAccess
+        if rc != 0:
+            raise _fail("opening the sender's memory (process %d) failed: %s" % (pid, _cuda_error(rc)))
+        holder = _Imported(base.value, head, nbytes, device, address, token)
+        storage = torch.as_tensor(holder, device="cuda:%d" % device).untyped_storage()
+        event = torch.cuda.Event.from_ipc_handle(device, event_handle)
+        torch.cuda.current_stream(device).wait_event(event)
+    return _assemble(torch, storage, device, dtype, size, stride, offset, requires_grad, parameter,
+                     as_storage)
+
+
+# --- installation ---------------------------------------------------------------------------
+
+def _feeder_guard():
+    """A queue's feeder thread only prints what pickling raised, and the receiver then waits
+    forever: for gmlake's errors, end the process instead (after its children), with the error."""
+    from multiprocessing import queues
+    original = queues.Queue._on_queue_feeder_error
+
+    def on_queue_feeder_error(e, obj):
+        if not isinstance(e, GmlakeSharingError):
+            return original(e, obj)
+        import multiprocessing
+        sys.stderr.write("%s\ngmlake: ending this process (pid %d) rather than leave the receiver "
+                         "waiting for a tensor that was never sent\n" % (e, os.getpid()))
+        for child in multiprocessing.active_children():
+            child.terminate()
+        sys.stderr.flush()
+        sys.stdout.flush()
+        os._exit(1)
+    queues.Queue._on_queue_feeder_error = staticmethod(on_queue_feeder_error)
+
+
+def install():
+    """Registers gmlake's reducers for CUDA tensors and storages with multiprocessing's pickler
+    (in place of PyTorch's, which call back to them for everything but gmlake's case)."""
+    import torch
+    import torch.multiprocessing.reductions as red
+    from multiprocessing.reduction import ForkingPickler
+    wrap = {red.reduce_tensor: _reduce_tensor(red.reduce_tensor),
+            red.reduce_storage: _reduce_storage(red.reduce_storage)}
+    for cls, fn in list(ForkingPickler._extra_reducers.items()):
+        if fn in wrap:
+            ForkingPickler.register(cls, wrap[fn])
+    for cls in (torch.Tensor, torch.nn.Parameter):
+        if ForkingPickler._extra_reducers.get(cls) is None:
+            ForkingPickler.register(cls, wrap[red.reduce_tensor])
+    _feeder_guard()
+
+
+def autoload():
+    """PyTorch's "torch.backends" entry point: installs when gmlake chose the backend."""
+    if _route() is None:
+        return
+    try:
+        install()
+    except Exception as e:  # never fail `import torch`
+        sys.stderr.write("gmlake: torch.multiprocessing will not share CUDA tensors under gmlake "
+                         "(%s: %s); %s\n" % (type(e).__name__, e, way_out()))

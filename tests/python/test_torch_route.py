@@ -1,0 +1,169 @@
+"""test_torch_route.py — gmlake's part of PyTorch's import (python/torch_route) without a GPU or torch.
+
+    python3 test_torch_route.py ROUTE_DIR LIBGMLAKE
+
+  * the library puts ROUTE_DIR on PYTHONPATH (once, after the user's entries) and names the
+    variable in GMLAKE_PYTORCH_ROUTE exactly when it chooses PyTorch's backend itself, and PyTorch's
+    entry-point lookup ("torch.backends") finds gmlake's autoload there;
+  * a queue's feeder thread that meets gmlake's sharing error ends the process at once with that
+    error, its children stopped, instead of leaving the receiver waiting;
+  * the sender's release socket drops the storage kept for a receiver when told its token;
+  * autoload does nothing where gmlake did not choose the backend, and never raises.
+Prints "N passed, M failed"; exit status 1 on any failure.
+"""
+import os
+import socket
+import subprocess
+import sys
+import time
+import weakref
+
+results = []
+
+
+def check(cond, what):
+    results.append(bool(cond))
+    if not cond:
+        print("FAIL:", what)
+
+
+def clean_env(**extra):
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("GMLAKE_", "PYTORCH_")) and k not in ("LD_PRELOAD", "PYTHONPATH")}
+    env.update(extra)
+    return env
+
+
+PROBE = ("import os, json\n"
+         "from importlib.metadata import entry_points\n"
+         "print(json.dumps([os.environ.get('PYTHONPATH'), os.environ.get('GMLAKE_PYTORCH_ROUTE'),\n"
+         "  [e.value for e in entry_points(group='torch.backends')]]))\n")
+
+
+def probe(lib, **env):
+    import json
+    p = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True,
+                       env=clean_env(LD_PRELOAD=lib, **env), timeout=60)
+    check(p.returncode == 0, "probe ran: " + p.stderr[-500:])
+    return json.loads(p.stdout) if p.returncode == 0 else [None, None, []]
+
+
+def discovery(route_dir, lib):
+    real = os.path.realpath(route_dir)
+    path, var, eps = probe(lib, PYTHONPATH="/u1:/u2")
+    check(path == "/u1:/u2:" + real, "PYTHONPATH keeps the user's entries first, adds ours once: %s" % path)
+    check(var == "PYTORCH_CUDA_ALLOC_CONF", "GMLAKE_PYTORCH_ROUTE names the variable: %s" % var)
+    check(eps == ["_gmlake_torch:autoload"], "torch.backends entry point found: %s" % eps)
+    path, var, eps = probe(lib, PYTORCH_ALLOC_CONF="max_split_size_mb:64")
+    check(path == real and var == "PYTORCH_ALLOC_CONF", "the newer variable: %s %s" % (path, var))
+    for conf in ("backend:native", "backend:cudaMallocAsync", "expandable_segments:True"):
+        path, var, eps = probe(lib, PYTORCH_CUDA_ALLOC_CONF=conf)
+        check(path is None and var is None and eps == [],
+              "%s: the user's choice, no part of gmlake's in PyTorch's import (%s %s %s)" % (conf, path, var, eps))
+    path, var, eps = probe(lib, GMLAKE_PYTORCH_BACKEND="off")
+    check(path is None and var is None, "pytorch_backend=off: nothing added")
+    # a child process of a gmlake process: the variable already names the backend, nothing doubles
+    p = subprocess.run([sys.executable, "-c", "import os,subprocess,sys; print(subprocess.run("
+                        "[sys.executable,'-c',%r],capture_output=True,text=True).stdout)" % PROBE],
+                       capture_output=True, text=True, env=clean_env(LD_PRELOAD=lib), timeout=60)
+    check(p.stdout.count(real) == 1, "a child's PYTHONPATH has our folder once: %s" % p.stdout)
+
+
+FEEDER = r"""
+import multiprocessing as mp, os, sys, time
+sys.path.insert(0, sys.argv[1])
+import _gmlake_torch as g
+g._feeder_guard()
+
+class Refused:
+    def __reduce__(self):
+        raise g._fail("test: its memory is not gmlake's")
+
+def child(q):
+    q.get()
+
+if __name__ == "__main__":
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    p = ctx.Process(target=child, args=(q,))
+    p.start()
+    print("child", p.pid, flush=True)
+    q.put(Refused())
+    time.sleep(60)
+    print("still running", flush=True)
+"""
+
+
+def feeder(route_dir, tmp):
+    script = os.path.join(tmp, "feeder.py")
+    with open(script, "w") as f:
+        f.write(FEEDER)
+    t0 = time.monotonic()
+    p = subprocess.run([sys.executable, script, route_dir], capture_output=True, text=True,
+                       env=clean_env(GMLAKE_PYTORCH_ROUTE="PYTORCH_CUDA_ALLOC_CONF",
+                                     PYTORCH_CUDA_ALLOC_CONF="backend:cudaMallocAsync"), timeout=120)
+    secs = time.monotonic() - t0
+    check(p.returncode == 1, "the process ends with status 1 (%d): %s" % (p.returncode, p.stderr[-800:]))
+    check(secs < 30 and "still running" not in p.stdout, "at once (%.1f s)" % secs)
+    check("gmlake: torch.multiprocessing cannot send this CUDA tensor: test: its memory is not gmlake's" in p.stderr
+          and "PYTORCH_CUDA_ALLOC_CONF=backend:native" in p.stderr, "the error and the way out: " + p.stderr[-800:])
+    check("ending this process" in p.stderr, "says it ends the process")
+    pid = int(p.stdout.split()[1]) if p.stdout.startswith("child") else 0
+    alive = True
+    for _ in range(100):
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            alive = False
+            break
+        time.sleep(0.1)
+    check(pid and not alive, "the waiting child was stopped (pid %d)" % pid)
+
+
+def release(route_dir):
+    sys.path.insert(0, route_dir)
+    import _gmlake_torch as g
+
+    class Storage:
+        pass
+    s = Storage()
+    gone = weakref.ref(s)
+    token = os.urandom(16)
+    g._held[token] = s
+    del s
+    addr = g._release_address()
+    check(addr == g._release_address(), "one socket per process")
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as c:
+        c.connect(addr)
+        c.sendall(os.urandom(16))  # an unknown token changes nothing
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as c:
+        c.connect(addr)
+        c.sendall(token)
+    for _ in range(100):
+        if gone() is None:
+            break
+        time.sleep(0.05)
+    check(gone() is None and not g._held, "the storage kept for the receiver was dropped")
+    # autoload: nothing without gmlake's route; with it but no torch, a warning, never an exception
+    for var in ("GMLAKE_PYTORCH_ROUTE", "PYTORCH_CUDA_ALLOC_CONF"):
+        os.environ.pop(var, None)
+    check(g.autoload() is None and g._route() is None, "no route: nothing done")
+    os.environ.update(GMLAKE_PYTORCH_ROUTE="PYTORCH_CUDA_ALLOC_CONF", PYTORCH_CUDA_ALLOC_CONF="backend:cudaMallocAsync")
+    check(g._route() == "PYTORCH_CUDA_ALLOC_CONF", "route seen")
+    os.environ["PYTORCH_CUDA_ALLOC_CONF"] = "backend:native"
+    check(g._route() is None, "the user changed the backend: no route")
+
+
+def main():
+    import tempfile
+    route_dir, lib = sys.argv[1], sys.argv[2]
+    discovery(route_dir, lib)
+    with tempfile.TemporaryDirectory() as tmp:
+        feeder(route_dir, tmp)
+    release(route_dir)
+    print("%d passed, %d failed" % (results.count(True), results.count(False)))
+    sys.exit(0 if all(results) else 1)
+
+
+if __name__ == "__main__":
+    main()
