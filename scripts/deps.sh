@@ -8,7 +8,9 @@
 
 gml_source_root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 
-# gml_apt_install PKG...: installs the packages, or says how when this shell cannot.
+# gml_apt_install PKG...: installs the packages, or says how when this shell cannot.  Where
+# apt-get fails (offline, say), its own lines are followed by one that says what to do, and the
+# status is non-zero: the caller stops there.
 gml_apt_install() {
   [ $# -eq 0 ] && return 0
   if [ "$(id -u)" -ne 0 ] || ! command -v apt-get >/dev/null; then
@@ -17,7 +19,16 @@ gml_apt_install() {
   fi
   echo "gmlake: installing $*" >&2
   export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq && apt-get install -y -qq "$@" >/dev/null
+  local step
+  if ! apt-get update -qq; then
+    step=update
+  elif ! apt-get install -y -qq "$@" >/dev/null; then
+    step=install
+  else
+    return 0
+  fi
+  echo "gmlake: could not install $* (apt-get $step failed, see above); install them by hand, then run the command again" >&2
+  return 1
 }
 
 gml_ensure_deps() {

@@ -2,8 +2,9 @@
 # newcomer.sh — the README's first command (`scripts/gmlake replay`) as a newcomer meets it, each
 # time in a fresh copy of SOURCE's tracked files: with Criterion hidden from meson (its
 # pkg-config file left out, cmake turned off), without CUDA headers (CUDA_HOME an empty folder),
-# and after a build that fails (at `meson setup`, then at `ninja`), where every command must say
-# that the build failed and where to see why.
+# after a build that fails (at `meson setup`, then at `ninja`), where every command must say
+# that the build failed and where to see why, and offline with a dependency missing (apt-get
+# fails), where every command must stop at one gmlake line that says what to install.
 # Usage: newcomer.sh SOURCE
 set -u
 src=$(cd "$1" && pwd)
@@ -61,7 +62,7 @@ check "... config works" 'CUDA_HOME=$tmp/nocuda "$tmp/b/scripts/gmlake" config -
 # --- 3. A build that fails, at meson setup and at ninja: every command says so.
 failed() {  # NAME: every command fails and says that the build failed, and how to see why
   local name=$1 c err
-  for c in "--version" "config" "import-snapshot -h" "run -- true" "replay"; do
+  for c in "--version" "config" "import-snapshot -h" "run -- true" "run --set log_level=error -- true" "replay"; do
     # shellcheck disable=SC2086
     err=$("$tmp/$name/scripts/gmlake" $c 2>&1 </dev/null)
     check "$name: 'gmlake $c' fails, saying the build failed and where to see why" \
@@ -78,6 +79,70 @@ copy d
 echo "this is not C;" >>"$tmp/d/tools/config_main.c"
 failed d
 check "d: the log holds the compiler's error" 'grep -q "config_main.c.*error" "$tmp/d/build/gmlake-build.log"'
+
+# --- 4. Offline, with what the build needs missing (meson hidden from PATH; as root, with an
+# apt-get that cannot fetch): every command (and scripts/test) stops at one gmlake line that names
+# the packages and says to install them by hand; nothing after it, no hang.
+# offline NAME FAILS HIDDEN...: TMP/NAME.bin, a PATH of the programs on PATH but HIDDEN, with an
+# `id -u` that says root and an apt-get whose step FAILS (update: no network; install: update
+# works, the package is not found).
+offline() {
+  local bin=$tmp/$1.bin fails=$2 id d f
+  shift 2
+  id=$(command -v id)
+  mkdir "$bin"
+  IFS=: read -ra pathdirs <<<"$PATH"
+  for d in ${pathdirs[@]+"${pathdirs[@]}"}; do
+    for f in "$d"/*; do
+      [ -x "$f" ] && [ ! -e "$bin/${f##*/}" ] && [[ " $* apt-get id " != *" ${f##*/} "* ]] && ln -s "$f" "$bin/"
+    done
+  done
+  printf '#!/bin/sh\n[ "$1" = -u ] && { echo 0; exit 0; }\nexec %q "$@"\n' "$id" >"$bin/id"
+  cat >"$bin/apt-get" <<APT
+#!/bin/sh
+if [ "\$1" = update ]; then
+  [ $fails = update ] || exit 0
+  echo "W: Failed to fetch http://deb.debian.org/debian/dists/bookworm/InRelease  Temporary failure resolving 'deb.debian.org'" >&2
+  echo "E: Some index files failed to download. They have been ignored, or old ones used instead." >&2
+  exit 100
+fi
+for p; do case "\$p" in -*|install) ;; *) echo "E: Unable to locate package \$p" >&2 ;; esac; done
+exit 100
+APT
+  chmod +x "$bin/id" "$bin/apt-get"
+}
+copy e
+offline e update meson
+offline e2 install meson ninja
+offline e3 update clang
+# offline_stops NAME BIN LAST COMMAND...: COMMAND, run with PATH=BIN, fails within 60 s and its
+# last line is LAST (none other names /gmlake-config or says "not started").
+offline_stops() {
+  local name=$1 bin=$2 last=$3 err rc
+  shift 3
+  err=$(PATH=$bin timeout 60 "$@" 2>&1 </dev/null)
+  rc=$?
+  check "$name" '[ $rc -ne 0 ] && [ $rc -ne 124 ] && [ "$(tail -n 1 <<<"$err")" = "$last" ] &&
+    [[ "$err" != *"No such file"* && "$err" != *"not started"* ]] || { echo "rc $rc:"; echo "$err" | tail -n 8; false; }'
+}
+for c in "--version" "config" "import-snapshot -h" "run -- true" "run --set log_level=error -- true" "replay"; do
+  # shellcheck disable=SC2086
+  offline_stops "offline, apt-get update fails: 'gmlake $c' stops, saying what to install" "$tmp/e.bin" \
+    "gmlake: could not install meson (apt-get update failed, see above); install them by hand, then run the command again" \
+    "$tmp/e/scripts/gmlake" $c
+done
+offline_stops "offline, apt-get install fails: 'gmlake run --set' stops, saying what to install" "$tmp/e2.bin" \
+  "gmlake: could not install meson ninja-build (apt-get install failed, see above); install them by hand, then run the command again" \
+  "$tmp/e/scripts/gmlake" run --set log_level=error -- true
+offline_stops "offline, apt-get update fails: scripts/test stops, saying what to install" "$tmp/e.bin" \
+  "gmlake: could not install meson (apt-get update failed, see above); install them by hand, then run the command again" \
+  "$tmp/e/scripts/test" plain
+# gml_ensure_test_deps installs under scripts/test's set -e: the message still comes
+err=$(PATH=$tmp/e3.bin timeout 60 "$tmp/e/scripts/test" plain 2>&1 </dev/null)
+check "offline, clang missing: scripts/test stops, saying what to install" \
+  '[ $? -ne 0 ] && [[ "$(tail -n 1 <<<"$err")" == "gmlake: could not install "*clang*" (apt-get update failed, see above); install them by hand, then run the command again" ]] ||
+   { echo "$err" | tail -n 8; false; }'
+check "e: nothing was built" '[ ! -e "$tmp/e/build/build.ninja" ]'
 
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]
