@@ -2,7 +2,7 @@
 # bench/gpu/run_all.sh [OUTDIR] — the GPU benchmarks of issue 10, on one GPU, in one go (~5 min):
 #  1. growth.jsonl: the driver's cost of growing and releasing memory by handle size, address
 #     reserve/free, events (bench/gpu/growth.c)
-#  2. train.jsonl: each workload of bench/gpu/train.py (gpt2, llama_lora, bert_varlen, offload)
+#  2. train.jsonl: each workload of bench/gpu/train.py (gpt2, llama_lora, bert_varlen, offload, vit, kvgen)
 #     under expandable_segments:True, backend:cudaMallocAsync and gmlake (LD_PRELOAD of
 #     build/interpose/libgmlake.so with backend:cudaMallocAsync), one process per run, the order
 #     of the three allocators rotating from one workload to the next
@@ -23,7 +23,7 @@ set -uo pipefail
 name=run_all logname=run_all.log
 # shellcheck source=bench/gpu/lib.sh
 . "$(dirname "$0")/lib.sh"
-read -r -a workloads <<<"${WORKLOADS-gpt2 llama_lora bert_varlen offload}"
+read -r -a workloads <<<"${WORKLOADS-gpt2 llama_lora bert_varlen offload vit kvgen}"
 read -r -a trace_workloads <<<"${TRACE_WORKLOADS-offload}"
 build_missing bench/gpu_growth
 growth=$root/build/bench/gpu_growth

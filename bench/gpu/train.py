@@ -9,6 +9,9 @@ Workloads (models built from configs with random weights, no downloads; bf16 aut
   offload     GPT-2 12 x 1024 (no checkpointing), batch 8, length 256..1024, saving activations to pinned host memory (save_on_cpu) and
               prefetching the next inputs from pinned host memory on a side stream
               (record_stream): two streams
+  vit         ViT-Large/16 classification, 224 px, batch 64: fixed shapes, every step the same
+  kvgen       generation, not training: GPT-2-style 24 x 1024 in bf16, batch 16, prompts of
+              64..512 tokens, 64 new tokens by greedy generate() (the KV cache grows each token)
 Every workload's shape schedule is fixed (seeded), so all allocators see the same requests.
 
 Timing: each step is synchronized; `first17` is the mean step time over steps 0..16 (growth
@@ -25,7 +28,7 @@ import torch
 
 WARMUP = int(os.environ.get("WARMUP", "20"))
 STEADY = int(os.environ.get("STEADY", "15"))
-FIRST = 17
+FIRST = min(17, WARMUP + STEADY)  # steps in the "first 17" figure (all of them in a shorter run)
 
 
 class NvmlPeak:
@@ -167,7 +170,41 @@ def bert_varlen(dev):
     return model, data
 
 
-WORKLOADS = {"gpt2": gpt2, "llama_lora": llama_lora, "bert_varlen": bert_varlen}
+def vit(dev, batch=64):
+    """ViT-Large/16 image classification, 224 px, fixed shapes (every step the same sizes)."""
+    from transformers import ViTConfig, ViTForImageClassification
+    cfg = ViTConfig(hidden_size=1024, num_hidden_layers=24, num_attention_heads=16,
+                    intermediate_size=4096, image_size=224, patch_size=16, num_labels=1000)
+    model = on_device(lambda: ViTForImageClassification(cfg), dev)
+
+    def data(step):
+        return {"pixel_values": torch.randn(batch, 3, 224, 224, device=dev),
+                "labels": torch.randint(0, 1000, (batch,), device=dev)}
+    return model, data
+
+
+def kvgen(dev, batch=16, new_tokens=64, prompts=(384, 128, 512, 256, 448, 192, 320, 64)):
+    """Generation with a growing KV cache (no training): a GPT-2-style decoder, 24 x 1024,
+    generating new_tokens greedily after prompts of varying length; a step is one generate()."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+    cfg = GPT2Config(n_layer=24, n_embd=1024, n_head=16, n_positions=1024, vocab_size=50257)
+    torch.set_default_dtype(torch.bfloat16)
+    try:
+        model = on_device(lambda: GPT2LMHeadModel(cfg), dev).to(torch.bfloat16).eval()
+    finally:
+        torch.set_default_dtype(torch.float32)
+
+    def data(step):
+        n = prompts[step % len(prompts)]
+        return {"input_ids": torch.randint(0, cfg.vocab_size, (batch, n), device=dev),
+                "max_new_tokens": new_tokens, "min_new_tokens": new_tokens, "do_sample": False,
+                "pad_token_id": 0}
+    return model, data
+
+
+WORKLOADS = {"gpt2": gpt2, "llama_lora": llama_lora, "bert_varlen": bert_varlen, "vit": vit,
+             "kvgen": kvgen}
+GENERATE = {"kvgen"}  # a step is model.generate(**batch), no backward
 
 
 def train(args):
@@ -181,7 +218,8 @@ def train(args):
         model.gradient_checkpointing_disable()  # every activation goes to host memory and back
     else:
         model, data = WORKLOADS[args.workload](dev)
-    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-4)
+    gen = args.workload in GENERATE
+    opt = None if gen else torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-4)
     steps = WARMUP + STEADY
     if offload:
         # inputs wait in pinned host memory; the next step's are copied on a side stream while
@@ -216,15 +254,23 @@ def train(args):
         else:
             batch = data(step)
             ctx = contextlib.nullcontext()
-        with ctx, torch.autocast("cuda", dtype=torch.bfloat16):
-            loss = model(**batch).loss
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
+        if gen:
+            with torch.no_grad():
+                out = model.generate(**batch)
+            loss = out.float().mean()  # the tokens, a figure comparable between runs
+            del out
+        else:
+            with ctx, torch.autocast("cuda", dtype=torch.bfloat16):
+                loss = model(**batch).loss
+            loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
         del batch
         torch.cuda.synchronize()
         times.append(time.perf_counter() - t0)
     calls_end = gmlake_driver()
+    if calls_at_first17 is None:  # a run of FIRST steps: they are all of it
+        calls_at_first17 = calls_end
     nvml.close()
     res = {
         "workload": args.workload, "allocator": args.allocator, "order": args.order,

@@ -17,6 +17,10 @@ TORCH_DEVICE_BACKEND_AUTOLOAD=0).  `autoload` then:
       - the sender keeps the storage alive until the receiver's copy is gone: the receiver, when
         its tensor's memory is released, waits for its device, closes the handle and tells the
         sender (a Unix socket of the sender's, named by a random key) which it may now drop;
+  * makes the refusals of that backend name gmlake, why and the way out: torch.compile's
+    reduce-overhead mode (CUDA graph trees check and checkpoint PyTorch's own pool) and memory
+    history snapshots raise PyTorch's "cudaMallocAsync does not yet support ..." otherwise, which
+    never says that gmlake chose the backend (gmlake's snapshot equivalent: gmlake export-snapshot);
   * where sharing cannot work (memory gmlake did not serve, a tensor subclass), fails at once
     with an error that names gmlake and the way out: in the thread that sends, or, when that is a
     queue's feeder thread (whose errors Python only prints, the receiver then waiting forever),
@@ -268,6 +272,46 @@ def _rebuild(handle, head, nbytes, event_handle, pid, address, token, device, dt
                      as_storage)
 
 
+# --- the backend's other refusals ------------------------------------------------------------
+
+# torch._C functions the cudaMallocAsync backend refuses, and the feature a user knows them by
+REFUSED = {
+    "_cuda_checkPoolLiveAllocations": "torch.compile(mode=\"reduce-overhead\") (CUDA graph trees)",
+    "_cuda_getCheckpointState": "torch.compile(mode=\"reduce-overhead\") (CUDA graph trees)",
+    "_cuda_setCheckpointPoolState": "torch.compile(mode=\"reduce-overhead\") (CUDA graph trees)",
+    "_cuda_record_memory_history": "memory history (torch.cuda.memory._record_memory_history); "
+        "gmlake's own: record a trace (GMLAKE_TRACE_FILE=run.trace) and convert it with "
+        "`gmlake export-snapshot run.trace snapshot.pickle`, which PyTorch's memory_viz opens",
+    "_cuda_record_memory_history_legacy": "memory history (torch.cuda.memory._record_memory_history)",
+}
+
+
+class GmlakeRouteError(RuntimeError):
+    pass
+
+
+def _named(fn, what):
+    def refused_by_the_backend(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except RuntimeError as e:
+            if "cudaMallocAsync does not yet support" not in str(e):
+                raise
+            raise GmlakeRouteError(
+                "gmlake: %s is not available under PyTorch's cudaMallocAsync backend, which gmlake "
+                "chose so that your tensors reach gmlake (PyTorch: %s); %s." % (what, e, way_out())) from e
+    refused_by_the_backend.__wrapped__ = fn
+    return refused_by_the_backend
+
+
+def name_refusals(torch_c):
+    """Wraps the refusing functions of torch._C (those present) so that their error names gmlake."""
+    for name, what in REFUSED.items():
+        fn = getattr(torch_c, name, None)
+        if fn is not None and not hasattr(fn, "__wrapped__"):
+            setattr(torch_c, name, _named(fn, what))
+
+
 # --- installation ---------------------------------------------------------------------------
 
 def _feeder_guard():
@@ -292,8 +336,10 @@ def _feeder_guard():
 
 def install():
     """Registers gmlake's reducers for CUDA tensors and storages with multiprocessing's pickler
-    (in place of PyTorch's, which call back to them for everything but gmlake's case)."""
+    (in place of PyTorch's, which call back to them for everything but gmlake's case), and names
+    gmlake in the backend's refusals."""
     import torch
+    name_refusals(torch._C)
     import torch.multiprocessing.reductions as red
     from multiprocessing.reduction import ForkingPickler
     wrap = {red.reduce_tensor: _reduce_tensor(red.reduce_tensor),

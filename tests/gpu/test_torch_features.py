@@ -88,6 +88,17 @@ def test_compile_reduce_overhead_trains(capsys):
     assert status == "ok", f"torch.compile(mode='reduce-overhead') {status}: {res['detail']}\n{log}"
 
 
+def test_compile_reduce_overhead_works_or_names_gmlake(capsys):
+    """Where reduce-overhead cannot work under the default route (PyTorch's cudaMallocAsync
+    backend refuses CUDA graph trees' pool checks, with or without gmlake), the error says that
+    gmlake chose the backend and how to keep the feature."""
+    status, secs, res, log = feature("compile", capsys, timeout=300)
+    if status == "ok":
+        return
+    assert "GmlakeRouteError: gmlake: torch.compile(mode=\"reduce-overhead\")" in res["detail"] \
+        and "backend:native" in res["detail"], f"{status}: {res['detail']}\n{log}"
+
+
 def test_manual_cuda_graph_equals_eager(capsys):
     status, secs, res, log = feature("graph", capsys)
     assert status == "ok", f"torch.cuda.graph capture/replay {status}: {res['detail']}\n{log}"

@@ -142,7 +142,7 @@ def compile_():
         compiled = train(True)
     except Exception as e:
         traceback.print_exc()
-        result("failed", f"torch.compile(mode='reduce-overhead') raised {type(e).__name__}: {str(e)[:400]}")
+        result("failed", f"torch.compile(mode='reduce-overhead') raised {type(e).__name__}: {str(e)[:700]}")
     try:
         from torch._dynamo.utils import counters
         skips = int(counters["inductor"]["cudagraph_skips"])

@@ -8,7 +8,9 @@
   * a queue's feeder thread that meets gmlake's sharing error ends the process at once with that
     error, its children stopped, instead of leaving the receiver waiting;
   * the sender's release socket drops the storage kept for a receiver when told its token;
-  * autoload does nothing where gmlake did not choose the backend, and never raises.
+  * autoload does nothing where gmlake did not choose the backend, and never raises;
+  * the backend's refusals (reduce-overhead's pool checks, memory history) name gmlake and the way
+    out, and only those.
 Prints "N passed, M failed"; exit status 1 on any failure.
 """
 import os
@@ -154,6 +156,39 @@ def release(route_dir):
     check(g._route() is None, "the user changed the backend: no route")
 
 
+def refusals(route_dir):
+    """The backend's refusals name gmlake; anything else passes untouched."""
+    import types
+    sys.path.insert(0, route_dir)
+    import _gmlake_torch as g
+    os.environ.update(GMLAKE_PYTORCH_ROUTE="PYTORCH_CUDA_ALLOC_CONF", PYTORCH_CUDA_ALLOC_CONF="backend:cudaMallocAsync")
+
+    def refuse(*a):
+        raise RuntimeError("cudaMallocAsync does not yet support checkPoolLiveAllocations. If you need it, ...")
+
+    def other(*a):
+        raise RuntimeError("CUDA error: out of memory")
+    c = types.SimpleNamespace(_cuda_checkPoolLiveAllocations=refuse, _cuda_record_memory_history=other,
+                              _cuda_getCheckpointState=lambda d, p: ("state", d, p))
+    g.name_refusals(c)
+    g.name_refusals(c)  # twice: wrapped once
+    try:
+        c._cuda_checkPoolLiveAllocations(0, (0, 1), set())
+        check(False, "the refusal raised")
+    except RuntimeError as e:
+        msg = str(e)
+        check(isinstance(e, g.GmlakeRouteError) and msg.startswith("gmlake: torch.compile(mode=\"reduce-overhead\")")
+              and "cudaMallocAsync does not yet support checkPoolLiveAllocations" in msg
+              and "PYTORCH_CUDA_ALLOC_CONF=backend:native" in msg, "the refusal names gmlake and the way out: " + msg)
+        check(c._cuda_checkPoolLiveAllocations.__wrapped__ is refuse, "wrapped once")
+    try:
+        c._cuda_record_memory_history()
+    except RuntimeError as e:
+        check(type(e) is RuntimeError and str(e) == "CUDA error: out of memory", "other errors untouched: %r" % e)
+    check(c._cuda_getCheckpointState(1, 2) == ("state", 1, 2), "a call that works returns its value")
+    check(not hasattr(c, "_cuda_setCheckpointPoolState"), "absent functions stay absent")
+
+
 def main():
     import tempfile
     route_dir, lib = sys.argv[1], sys.argv[2]
@@ -161,6 +196,7 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         feeder(route_dir, tmp)
     release(route_dir)
+    refusals(route_dir)
     print("%d passed, %d failed" % (results.count(True), results.count(False)))
     sys.exit(0 if all(results) else 1)
 
