@@ -8,8 +8,14 @@ import math, random, sys
 
 
 def main():
-    if len(sys.argv) not in (2, 3) or (len(sys.argv) == 3 and sys.argv[2] != "--one-stream"):
-        sys.exit("usage: pairs_trace.py OUT [--one-stream]")
+    usage = "usage: pairs_trace.py OUT [--one-stream]"
+    if len(sys.argv) == 2 and sys.argv[1] in ("-h", "--help"):
+        print(usage)
+        return
+    if len(sys.argv) not in (2, 3) or (len(sys.argv) == 3 and sys.argv[2] != "--one-stream") \
+            or sys.argv[1].startswith("-"):
+        sys.exit(usage + (" (OUT may not start with '-': %r)" % sys.argv[1]
+                          if len(sys.argv) > 1 and sys.argv[1].startswith("-") else ""))
     one = len(sys.argv) == 3
     rng = random.Random(1)
 

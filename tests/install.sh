@@ -49,6 +49,9 @@ mkdir "$tmp/tmpdir"
 out=$(TMPDIR=$tmp/tmpdir "$g" replay --json --policy pytorch "$snap" 2>&1)
 check "replay of a snapshot from the installed tree, its conversion removed after" \
   '[[ "$out" == *"\"trace\":\"native.pickle.gz\",\"policy\":\"pytorch\""* ]] && [ -z "$(ls -A "$tmp/tmpdir")" ]'
+check "PyTorch's import finds the installed torch_route (PYTHONPATH set by the installed library)" \
+  '[ -f "$prefix/share/gmlake/python/_gmlake_torch.py" ] && [ -f "$prefix/share/gmlake/python/gmlake_torch_route-1.0.dist-info/entry_points.txt" ] &&
+   [ "$(env -u PYTORCH_CUDA_ALLOC_CONF -u PYTHONPATH LD_PRELOAD=$lib sh -c "echo \$PYTHONPATH" 2>/dev/null)" = "$(readlink -f "$prefix/share/gmlake/python")" ]'
 check "man pages gmlake(1), gmlake.conf(5)" '[ -f "$prefix/share/man/man1/gmlake.1" ] && grep -q "^\.B auto_gc" "$prefix/share/man/man5/gmlake.conf.5"'
 pc=$(find "$prefix" -name gmlake.pc | head -n1)
 check "pkg-config file" '[ -n "$pc" ] && [[ "$(PKG_CONFIG_PATH=$(dirname "$pc") pkg-config --cflags --libs gmlake)" == *"-I$prefix/include"*"-lgmlake"* ]]'
@@ -86,7 +89,7 @@ else
 fi
 # A build step that fails shows why: a source tree (copy) with a broken file, built by the launcher.
 mkdir "$tmp/src"
-(cd "$src" && git ls-files -z 2>/dev/null | xargs -0 cp --parents -t "$tmp/src") 2>/dev/null ||
+(cd "$src" && git ls-files -z 2>/dev/null | xargs -0 cp --parents -t "$tmp/src" --) 2>/dev/null ||
   cp -r "$src"/. "$tmp/src"
 rm -rf "$tmp/src/build"
 echo "this is not C;" >>"$tmp/src/tools/replay.c"

@@ -281,7 +281,7 @@ REFUSED = {
     "_cuda_setCheckpointPoolState": "torch.compile(mode=\"reduce-overhead\") (CUDA graph trees)",
     "_cuda_record_memory_history": "memory history (torch.cuda.memory._record_memory_history); "
         "gmlake's own: record a trace (GMLAKE_TRACE_FILE=run.trace) and convert it with "
-        "`gmlake export-snapshot run.trace snapshot.pickle`, which PyTorch's memory_viz opens",
+        "`gmlake export-snapshot run.trace -o snapshot.pickle`, which PyTorch's memory_viz opens",
     "_cuda_record_memory_history_legacy": "memory history (torch.cuda.memory._record_memory_history)",
 }
 
