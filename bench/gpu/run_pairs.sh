@@ -4,7 +4,9 @@
 # GMLAKE_ENABLE=0) side by side: ROUNDS rounds (default 5), each pattern (one, cross, sync) in
 # each round, the order of the two allocators alternating; PAIRS pairs a run (default 20000).
 # Writes OUTDIR/pairs.jsonl (one line a run, with its allocator) and prints, per pattern, the
-# median (min-max) of us per pair of each allocator and gmlake's ratio.
+# median (min-max) of us per pair of each allocator and its ratio to CUDA's.
+# ALLOCATORS (default "gmlake cuda"): also gmlake:KEY=VALUE,... (GMLAKE_KEY=VALUE); each round
+# starts one allocator later.  MODES (default "one cross sync").
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 out=${1:-${OUT:-$root/build/gpu-bench}}
@@ -13,12 +15,22 @@ bin=$root/build/gpu/pairs
 [ -x "$bin" ] || { mkdir -p "$root/build/gpu" && nvcc -O2 -arch=sm_90 -I "$root/include" -o "$bin" "$root/bench/gpu/pairs.cu" -ldl; } || exit 1
 lib=$root/build/interpose/libgmlake.so
 : >"$out/pairs.jsonl"
+read -r -a allocs <<<"${ALLOCATORS:-gmlake cuda}"
+read -r -a modes <<<"${MODES:-one cross sync}"
+n=${#allocs[@]}
 for r in $(seq 1 "${ROUNDS:-5}"); do
-  for mode in one cross sync; do
-    order="gmlake cuda"; [ $((r % 2)) -eq 0 ] && order="cuda gmlake"
-    for a in $order; do
-      en=1; [ "$a" = cuda ] && en=0
-      LD_PRELOAD=$lib GMLAKE_ENABLE=$en timeout 120 "$bin" "$mode" "${PAIRS:-20000}" |
+  for mode in "${modes[@]}"; do
+    for k in $(seq 0 $((n - 1))); do
+      a=${allocs[$(((k + r) % n))]}  # each round starts one allocator later
+      envs=(GMLAKE_ENABLE=1)
+      case $a in
+        cuda) envs=(GMLAKE_ENABLE=0) ;;
+        gmlake) ;;
+        gmlake:*) IFS=, read -r -a kvs <<<"${a#gmlake:}"
+          for kv in "${kvs[@]}"; do envs+=("GMLAKE_$(tr '[:lower:]' '[:upper:]' <<<"${kv%%=*}")=${kv#*=}"); done ;;
+        *) echo "run_pairs.sh: unknown allocator '$a' (gmlake, cuda, gmlake:KEY=VALUE,...)" >&2; exit 2 ;;
+      esac
+      env LD_PRELOAD="$lib" "${envs[@]}" timeout 120 "$bin" "$mode" "${PAIRS:-20000}" |
         sed "s/^{/{\"allocator\":\"$a\",\"round\":$r,/" >>"$out/pairs.jsonl"
     done
   done
@@ -26,11 +38,16 @@ done
 python3 - "$out/pairs.jsonl" <<'PY'
 import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+allocs = list(dict.fromkeys(r["allocator"] for r in rows))
 for mode in ("one", "cross", "sync"):
-    v = {a: [r["us_per_pair"] for r in rows if r["mode"] == mode and r["allocator"] == a] for a in ("gmlake", "cuda")}
-    if not v["gmlake"] or not v["cuda"]:
+    v = {a: [r["us_per_pair"] for r in rows if r["mode"] == mode and r["allocator"] == a] for a in allocs}
+    if not v.get("cuda"):
         continue
-    g, c = statistics.median(v["gmlake"]), statistics.median(v["cuda"])
-    print(f"{mode:5s} gmlake {g:8.3f} us ({min(v['gmlake']):.3f}-{max(v['gmlake']):.3f})  "
-          f"CUDA {c:8.3f} us ({min(v['cuda']):.3f}-{max(v['cuda']):.3f})  gmlake/CUDA {g / c:.2f}")
+    c = statistics.median(v["cuda"])
+    for a in allocs:
+        if a == "cuda" or not v[a]:
+            continue
+        g = statistics.median(v[a])
+        print(f"{mode:5s} {a:24s} {g:8.3f} us ({min(v[a]):.3f}-{max(v[a]):.3f})  "
+              f"CUDA {c:8.3f} us ({min(v['cuda']):.3f}-{max(v['cuda']):.3f})  ratio {g / c:.2f}")
 PY
