@@ -212,6 +212,22 @@ gml_block *gml_take(gml_heap *h, gml_block *f, size_t need, size_t req)
     return l;
 }
 
+gml_block *gml_take_grown(gml_heap *h, gml_block *f, size_t need, size_t req)
+{
+    uintptr_t end = f->addr + f->size;
+    size_t s = gml_slot_of(h, end);
+    if (f->size <= need || f->space != GML_SPACE_LARGE || ((end - h->arena) & (h->chunk - 1)) ||
+        s >= h->nslots || h->slots[s].state != GML_SLOT_EMPTY)
+        return gml_take(h, f, need, req);
+    gml_block *l = gml_carve(h, f, f->addr, need); /* the remainder stays at the frontier */
+    if (!l)
+        return NULL;
+    l->state = GML_B_LIVE;
+    l->bin = NULL;
+    l->req = req;
+    return l;
+}
+
 gml_block *gml_carve(gml_heap *h, gml_block *f, uintptr_t a, size_t len)
 {
     uintptr_t end = f->addr + f->size;

@@ -171,6 +171,17 @@ static inline bool try_fit(gml_pool *p, gml_bin *bin, int space, size_t need, si
     return true;
 }
 
+/* try_fit after a growth: the block is cut where the remainder stays extendable. */
+static bool try_fit_grown(gml_pool *p, gml_bin *bin, int space, size_t need, size_t req,
+                          uintptr_t *out)
+{
+    gml_block *f = gml_best_fit(&p->heap, bin, space, need);
+    gml_block *l = f ? gml_take_grown(&p->heap, f, need, req) : NULL;
+    if (l)
+        hand_out(p, l, out);
+    return l != NULL;
+}
+
 static int stitch(gml_pool *p, gml_bin *bin, size_t need, size_t req, uintptr_t *out)
 {
     gml_block *b = NULL;
@@ -204,7 +215,7 @@ __attribute__((noinline)) static int alloc_slow(gml_pool *p, gml_bin *bin, int s
                 return rc;
         }
         rc = gml_grow(h, bin, space, GML_GROW_BLOCK, need);
-        if (rc == GMLAKE_OK && try_fit(p, bin, space, need, req, out))
+        if (rc == GMLAKE_OK && try_fit_grown(p, bin, space, need, req, out))
             return GMLAKE_OK;
         if (level == 1 && stitch(p, bin, need, req, out) == GMLAKE_OK)
             return GMLAKE_OK;

@@ -275,12 +275,13 @@ static void add_extents(const gml_heap *h, uintptr_t lo, uintptr_t hi, uint32_t 
 /* Takes a free block that fits as a LIVE block: the caller's best fit missed, but a growth (ours,
  * or one whose failed run dropped the caller's lock while another thread freed) may have made
  * one.  Also what keeps choose_pieces' head below need.  False when none fits. */
-static bool take_fit(gml_heap *h, gml_bin *bin, size_t need, size_t req, gml_block **out, int *rc)
+static bool take_fit(gml_heap *h, gml_bin *bin, size_t need, size_t req, gml_block **out, int *rc,
+                     bool grown)
 {
     gml_block *f = gml_best_fit(h, bin, GML_SPACE_LARGE, need);
     if (!f)
         return false;
-    *out = gml_take(h, f, need, req);
+    *out = grown ? gml_take_grown(h, f, need, req) : gml_take(h, f, need, req);
     *rc = *out ? GMLAKE_OK : GMLAKE_ERR_NOMEM;
     return true;
 }
@@ -296,7 +297,7 @@ int gml_stitch_alloc(gml_stitch *st, gml_bin *bin, size_t need, size_t req, bool
     piece_vec v = {0};
     int rc = GMLAKE_ERR_NOMEM;
     size_t lack, partial, used = 0;
-    if (take_fit(h, bin, need, req, out, &rc))
+    if (take_fit(h, bin, need, req, out, &rc, false))
         return rc;
     if (!collect_pieces(h, bin, &v))
         goto out;
@@ -310,7 +311,7 @@ int gml_stitch_alloc(gml_stitch *st, gml_bin *bin, size_t need, size_t req, bool
         rc = gml_grow(h, bin, GML_SPACE_LARGE, GML_GROW_CHUNKS, need - partial);
         if (rc != GMLAKE_OK)
             goto out;
-        if (take_fit(h, bin, need, req, out, &rc))
+        if (take_fit(h, bin, need, req, out, &rc, true))
             goto out;
         rc = GMLAKE_ERR_NOMEM;
         if (!collect_pieces(h, bin, &v))
