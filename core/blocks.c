@@ -186,6 +186,15 @@ gml_block *gml_best_fit(gml_heap *h, gml_bin *bin, int space, size_t need)
     return best;
 }
 
+/* A block taken for request `req`: LIVE, in no bin (the caller puts it in its maps). */
+static gml_block *made_live(gml_block *l, size_t req)
+{
+    l->state = GML_B_LIVE;
+    l->bin = NULL;
+    l->req = req;
+    return l;
+}
+
 gml_block *gml_take(gml_heap *h, gml_block *f, size_t need, size_t req)
 {
     gml_block *l = f;
@@ -206,10 +215,7 @@ gml_block *gml_take(gml_heap *h, gml_block *f, size_t need, size_t req)
     } else {
         tree_remove(f, NULL);
     }
-    l->state = GML_B_LIVE;
-    l->bin = NULL;
-    l->req = req;
-    return l;
+    return made_live(l, req);
 }
 
 gml_block *gml_take_grown(gml_heap *h, gml_block *f, size_t need, size_t req)
@@ -220,12 +226,7 @@ gml_block *gml_take_grown(gml_heap *h, gml_block *f, size_t need, size_t req)
         s >= h->nslots || h->slots[s].state != GML_SLOT_EMPTY)
         return gml_take(h, f, need, req);
     gml_block *l = gml_carve(h, f, f->addr, need); /* the remainder stays at the frontier */
-    if (!l)
-        return NULL;
-    l->state = GML_B_LIVE;
-    l->bin = NULL;
-    l->req = req;
-    return l;
+    return l ? made_live(l, req) : NULL;
 }
 
 gml_block *gml_carve(gml_heap *h, gml_block *f, uintptr_t a, size_t len)

@@ -310,7 +310,7 @@ gml_block *gml_take(gml_heap *h, gml_block *f, size_t need, size_t req);
 /* gml_take for a block that growth has just made or extended: when f ends where empty slots
  * begin (the frontier), `need` bytes are cut from its head instead, so that the remainder (below a
  * chunk when growth sized it) stays where the next growth extends it rather than between two live
- * blocks.  (Prototype: docs/ARCHITECTURE.md "Extents", the vit trace.) */
+ * blocks (docs/ARCHITECTURE.md "Extents", the ViT trace). */
 gml_block *gml_take_grown(gml_heap *h, gml_block *f, size_t need, size_t req);
 /* Cuts [a, a+len) out of free block f; head and tail stay free in f's bin; returns the cut as a
  * HELD record (still a home neighbour) remembering f's bin, or NULL on host out of memory. */

@@ -394,3 +394,24 @@ Test(pool, a_miss_joins_its_free_blocks_with_the_ready_ones_around_them)
     CHECK_POOL(p);
     fx_free(&f);
 }
+
+/* Growth in extents of one chunk, no stitching: growth alone places the blocks. */
+static void chunk_extents(gml_pool_settings *s) { s->extent_size = 2 * MiB, s->vmm_defragment = false; }
+
+/* Growth rounds a request up to whole chunks; the remainder must stay at the frontier, where the
+ * next growth extends it, not between two live blocks (issue 22: ViT's 24.62 MiB activations left
+ * a sub-chunk fragment each, 245 MiB at the peak). */
+Test(pool, growth_remainder_stays_where_the_next_growth_extends_it)
+{
+    fixture f = fx_make(256 * MiB, false, chunk_extents);
+    gml_pool *p = f.pool;
+    uintptr_t a = must_alloc(p, 3 * MiB, 0);
+    uintptr_t b = must_alloc(p, 3 * MiB, 0);
+    uintptr_t c = must_alloc(p, 3 * MiB, 0);
+    cr_assert_eq(b, a + 3 * MiB, "b follows a: the remainder of a's growth was extended");
+    cr_assert_eq(c, b + 3 * MiB);
+    cr_assert_eq(stats_of(p).reserved_bytes, 10 * MiB, "9 MiB live in 5 chunks, not 6");
+    must_free(p, b, 0);
+    cr_assert_eq(must_alloc(p, 3 * MiB, 0), b, "a hit between two live blocks is still a best fit");
+    fx_free(&f);
+}
