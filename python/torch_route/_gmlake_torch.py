@@ -57,10 +57,11 @@ def _route():
     return var if "backend:cudaMallocAsync" in os.environ.get(var, "").replace(" ", "") else None
 
 
-def way_out():
+def way_out(alternative="or send the tensor on the CPU"):
     var = _route() or "PYTORCH_CUDA_ALLOC_CONF"
     return ("set %s=backend:native to keep PyTorch's own allocator (gmlake then serves its segments: "
-            "every PyTorch feature works, without gmlake's savings), or send the tensor on the CPU" % var)
+            "every PyTorch feature works, without gmlake's savings)%s"
+            % (var, ", " + alternative if alternative else ""))
 
 
 class GmlakeSharingError(RuntimeError):
@@ -274,15 +275,18 @@ def _rebuild(handle, head, nbytes, event_handle, pid, address, token, device, dt
 
 # --- the backend's other refusals ------------------------------------------------------------
 
-# torch._C functions the cudaMallocAsync backend refuses, and the feature a user knows them by
+# torch._C functions the cudaMallocAsync backend refuses: the feature a user knows them by, and
+# what gmlake offers instead (None: nothing but the way out)
+_GRAPH_TREES = ('torch.compile(mode="reduce-overhead") (CUDA graph trees)', None)
+_HISTORY = ("memory history (torch.cuda.memory._record_memory_history)",
+            "or use gmlake's own: record a trace (GMLAKE_TRACE_FILE=run.trace) and convert it with "
+            "`gmlake export-snapshot run.trace -o snapshot.pickle`, which PyTorch's memory_viz opens")
 REFUSED = {
-    "_cuda_checkPoolLiveAllocations": "torch.compile(mode=\"reduce-overhead\") (CUDA graph trees)",
-    "_cuda_getCheckpointState": "torch.compile(mode=\"reduce-overhead\") (CUDA graph trees)",
-    "_cuda_setCheckpointPoolState": "torch.compile(mode=\"reduce-overhead\") (CUDA graph trees)",
-    "_cuda_record_memory_history": "memory history (torch.cuda.memory._record_memory_history); "
-        "gmlake's own: record a trace (GMLAKE_TRACE_FILE=run.trace) and convert it with "
-        "`gmlake export-snapshot run.trace -o snapshot.pickle`, which PyTorch's memory_viz opens",
-    "_cuda_record_memory_history_legacy": "memory history (torch.cuda.memory._record_memory_history)",
+    "_cuda_checkPoolLiveAllocations": _GRAPH_TREES,
+    "_cuda_getCheckpointState": _GRAPH_TREES,
+    "_cuda_setCheckpointPoolState": _GRAPH_TREES,
+    "_cuda_record_memory_history": _HISTORY,
+    "_cuda_record_memory_history_legacy": _HISTORY,
 }
 
 
@@ -290,7 +294,8 @@ class GmlakeRouteError(RuntimeError):
     pass
 
 
-def _named(fn, what):
+def _named(fn, refused):
+    what, instead = refused
     def refused_by_the_backend(*args, **kwargs):
         try:
             return fn(*args, **kwargs)
@@ -299,17 +304,17 @@ def _named(fn, what):
                 raise
             raise GmlakeRouteError(
                 "gmlake: %s is not available under PyTorch's cudaMallocAsync backend, which gmlake "
-                "chose so that your tensors reach gmlake (PyTorch: %s); %s." % (what, e, way_out())) from e
+                "chose so that your tensors reach gmlake (PyTorch: %s); %s." % (what, e, way_out(instead))) from e
     refused_by_the_backend.__wrapped__ = fn
     return refused_by_the_backend
 
 
 def name_refusals(torch_c):
     """Wraps the refusing functions of torch._C (those present) so that their error names gmlake."""
-    for name, what in REFUSED.items():
+    for name, refused in REFUSED.items():
         fn = getattr(torch_c, name, None)
         if fn is not None and not hasattr(fn, "__wrapped__"):
-            setattr(torch_c, name, _named(fn, what))
+            setattr(torch_c, name, _named(fn, refused))
 
 
 # --- installation ---------------------------------------------------------------------------

@@ -179,12 +179,22 @@ def refusals(route_dir):
         msg = str(e)
         check(isinstance(e, g.GmlakeRouteError) and msg.startswith("gmlake: torch.compile(mode=\"reduce-overhead\")")
               and "cudaMallocAsync does not yet support checkPoolLiveAllocations" in msg
-              and "PYTORCH_CUDA_ALLOC_CONF=backend:native" in msg, "the refusal names gmlake and the way out: " + msg)
+              and "PYTORCH_CUDA_ALLOC_CONF=backend:native" in msg and "tensor on the CPU" not in msg,
+              "the refusal names gmlake and the way out (not multiprocessing's): " + msg)
         check(c._cuda_checkPoolLiveAllocations.__wrapped__ is refuse, "wrapped once")
     try:
         c._cuda_record_memory_history()
     except RuntimeError as e:
         check(type(e) is RuntimeError and str(e) == "CUDA error: out of memory", "other errors untouched: %r" % e)
+    c2 = types.SimpleNamespace(_cuda_record_memory_history=lambda *a: refuse())
+    g.name_refusals(c2)
+    try:
+        c2._cuda_record_memory_history()
+    except RuntimeError as e:
+        msg = str(e)
+        check(msg.startswith("gmlake: memory history (torch.cuda.memory._record_memory_history) is not available")
+              and msg.endswith("which PyTorch's memory_viz opens.") and "gmlake export-snapshot run.trace -o" in msg,
+              "memory history: the feature first, gmlake's equivalent after the way out: " + msg)
     check(c._cuda_getCheckpointState(1, 2) == ("state", 1, 2), "a call that works returns its value")
     check(not hasattr(c, "_cuda_setCheckpointPoolState"), "absent functions stay absent")
 
