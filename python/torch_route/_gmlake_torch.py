@@ -33,10 +33,12 @@ import os
 import socket
 import sys
 import threading
+import time
 
 _ROUTE_ENV = "GMLAKE_PYTORCH_ROUTE"
 _HANDLE_BYTES = 64  # cudaIpcMemHandle_t
-_held = {}  # token -> storage kept alive for a receiver
+_held = {}  # token -> (storage, event) kept alive for a receiver
+_imports = {}  # base of a mapping this process opened -> [handle, bytes from base, holders]
 _held_lock = threading.Lock()
 _server = None  # (pid, address) of this process's release socket
 _server_lock = threading.Lock()
@@ -112,8 +114,9 @@ def _serve(sock):
     while True:
         try:
             conn, _ = sock.accept()
-        except OSError:
-            return
+        except OSError:  # out of descriptors, say: keep serving (what is held stays held meanwhile)
+            time.sleep(0.1)
+            continue
         with conn:
             try:
                 conn.settimeout(5)
@@ -121,8 +124,8 @@ def _serve(sock):
             except OSError:
                 continue
             with _held_lock:
-                storage = _held.pop(token, None)
-        del storage  # the last reference may free it: outside the lock
+                kept = _held.pop(token, None)
+        del kept  # the last reference may free the storage: outside the lock
 
 
 def _release_address():
@@ -140,14 +143,28 @@ def _release_address():
         return _server[1]
 
 
+def _received(ptr):
+    """(handle, offset of ptr in the exporter's allocation) for memory this process received, or
+    None: a received tensor is sent on with its exporter's handle."""
+    with _held_lock:
+        for base, (handle, size, _) in _imports.items():
+            if base <= ptr < base + size:
+                return handle, ptr - base
+    return None
+
+
 def _export(torch, storage, device):
-    """(handle bytes, offset of the storage in the allocation) for a CUDA storage gmlake served."""
+    """(handle bytes, offset of the storage in the allocation) for a CUDA storage gmlake served
+    here, or one this process received (sent on under its exporter's handle)."""
     api = _cuda()
     ptr = storage.data_ptr()
+    got = _received(ptr)
+    if got:
+        return got
     base, size = ctypes.c_void_p(), ctypes.c_size_t()
     if api.gmlake_allocation_range(ctypes.c_void_p(ptr), ctypes.byref(base), ctypes.byref(size)) != 0:
-        raise _fail("its memory (%#x on cuda:%d) is not gmlake's (another library allocated it)"
-                    % (ptr, device))
+        raise _fail("its memory (%#x on cuda:%d) is not gmlake's: another library allocated it, "
+                    "or it was freed" % (ptr, device))
     handle = ctypes.create_string_buffer(_HANDLE_BYTES)
     with torch.cuda.device(device):
         rc = api.cudaIpcGetMemHandle(handle, ctypes.c_void_p(ptr))
@@ -193,14 +210,15 @@ def _share(torch, storage, device, dtype, size, stride, offset, requires_grad, p
     if storage.nbytes() == 0:  # no memory to share
         return _rebuild_empty, meta
     handle, head = _export(torch, storage, device)
+    address = _release_address()
     event = torch.cuda.Event(interprocess=True)
     with torch.cuda.device(device):
         event.record(torch.cuda.current_stream(device))
     token = os.urandom(16)
-    with _held_lock:
-        _held[token] = storage
+    with _held_lock:  # the event too: a receiver may open it only while the sender's lives
+        _held[token] = (storage, event)
     return _rebuild, (handle, head, storage.nbytes(), event.ipc_handle(), os.getpid(),
-                      _release_address(), token) + meta
+                      address, token) + meta
 
 
 # --- the receiver ---------------------------------------------------------------------------
@@ -210,19 +228,31 @@ class _Imported:
     tensor uses that memory; when it goes, the device is waited for, the handle closed and the
     sender told."""
 
-    def __init__(self, base, head, nbytes, device, address, token):
+    def __init__(self, handle, base, head, nbytes, device, address, token):
         self.base, self.device, self.address, self.token = base, device, address, token
         self.__cuda_array_interface__ = {"shape": (nbytes,), "typestr": "|u1", "version": 3,
                                          "data": (base + head, False), "strides": None,
                                          "stream": None}
+        with _held_lock:  # the same handle opened twice maps once (gmlake counts the opens)
+            entry = _imports.setdefault(base, [handle, 0, 0])
+            entry[1], entry[2] = max(entry[1], head + nbytes), entry[2] + 1
 
     def __del__(self):
         try:
+            with _held_lock:
+                entry = _imports.get(self.base)
+                if entry and entry[2] > 1:
+                    entry[2] -= 1
+                elif entry:
+                    del _imports[self.base]
             import torch
             torch.cuda.synchronize(self.device)  # no kernel of ours may still use it
-            _cuda().cudaIpcCloseMemHandle(ctypes.c_void_p(self.base))
+            if _cuda().cudaIpcCloseMemHandle(ctypes.c_void_p(self.base)) != 0:
+                return
         except Exception:
-            pass  # interpreter shutdown: the process's exit releases the mapping
+            # during a graph capture, a sticky error, the interpreter's shutdown: the sender is
+            # not told, and keeps the memory (a leak until it exits, never a reuse under our work)
+            return
         try:
             with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
                 s.settimeout(5)
@@ -256,7 +286,7 @@ def _rebuild(handle, head, nbytes, event_handle, pid, address, token, device, dt
     import torch
     if pid == os.getpid():  # sent to itself: the storage is here
         with _held_lock:
-            storage = _held.pop(token)
+            storage = _held.pop(token)[0]
     else:
         api = _cuda()
         base = ctypes.c_void_p()
@@ -265,8 +295,11 @@ def _rebuild(handle, head, nbytes, event_handle, pid, address, token, device, dt
                                           1)  # cudaIpcMemLazyEnablePeerAccess
         if rc != 0:
             raise _fail("opening the sender's memory (process %d) failed: %s" % (pid, _cuda_error(rc)))
-        holder = _Imported(base.value, head, nbytes, device, address, token)
+        holder = _Imported(handle, base.value, head, nbytes, device, address, token)
         storage = torch.as_tensor(holder, device="cuda:%d" % device).untyped_storage()
+        if storage.data_ptr() != base.value + head:  # as_tensor copied (another device?)
+            raise _fail("the sender's memory opened at %#x on cuda:%d, but PyTorch copied it "
+                        "(its device is not cuda:%d here)" % (base.value + head, device, device))
         event = torch.cuda.Event.from_ipc_handle(device, event_handle)
         torch.cuda.current_stream(device).wait_event(event)
     return _assemble(torch, storage, device, dtype, size, stride, offset, requires_grad, parameter,
@@ -328,14 +361,16 @@ def _feeder_guard():
     def on_queue_feeder_error(e, obj):
         if not isinstance(e, GmlakeSharingError):
             return original(e, obj)
-        import multiprocessing
-        sys.stderr.write("%s\ngmlake: ending this process (pid %d) rather than leave the receiver "
-                         "waiting for a tensor that was never sent\n" % (e, os.getpid()))
-        for child in multiprocessing.active_children():
-            child.terminate()
-        sys.stderr.flush()
-        sys.stdout.flush()
-        os._exit(1)
+        try:
+            import multiprocessing
+            sys.stderr.write("%s\ngmlake: ending this process (pid %d) rather than leave the "
+                             "receiver waiting for a tensor that was never sent\n" % (e, os.getpid()))
+            for child in multiprocessing.active_children():
+                child.terminate()
+            sys.stderr.flush()
+            sys.stdout.flush()
+        finally:
+            os._exit(1)
     queues.Queue._on_queue_feeder_error = staticmethod(on_queue_feeder_error)
 
 
@@ -362,6 +397,10 @@ def autoload():
     """PyTorch's "torch.backends" entry point: installs when gmlake chose the backend."""
     if _route() is None:
         return
+    try:
+        _cuda()
+    except OSError:
+        return  # a process without libgmlake (its environment inherited): PyTorch's own rules
     try:
         install()
     except Exception as e:  # never fail `import torch`

@@ -199,6 +199,23 @@ def refusals(route_dir):
     check(not hasattr(c, "_cuda_setCheckpointPoolState"), "absent functions stay absent")
 
 
+def resharing(route_dir):
+    """A received tensor is sent on under its exporter's handle, at its offset in that allocation,
+    while any tensor of this process still maps it."""
+    sys.path.insert(0, route_dir)
+    import _gmlake_torch as g
+    h = b"H" * 64
+    a = g._Imported(h, 0x10000, 0x100, 0x1000, 0, "\0nowhere", b"t" * 16)  # bytes [0x100, 0x1100)
+    b = g._Imported(h, 0x10000, 0x2000, 0x10, 0, "\0nowhere", b"u" * 16)  # the same mapping
+    check(g._received(0x10000 + 0x180) == (h, 0x180), "offset in the exporter's allocation")
+    check(g._received(0x10000 + 0x2008) == (h, 0x2008), "the larger extent of the two opens")
+    check(g._received(0x10000 + 0x2010) is None and g._received(0x5) is None, "outside: not received")
+    del a  # its release fails here (no torch, no CUDA): the sender is not told, nothing raises
+    check(g._received(0x10000 + 0x180) == (h, 0x180), "still mapped by the other tensor")
+    del b
+    check(g._received(0x10000 + 0x180) is None and not g._imports, "the last one unmaps")
+
+
 def main():
     import tempfile
     route_dir, lib = sys.argv[1], sys.argv[2]
@@ -207,6 +224,7 @@ def main():
         feeder(route_dir, tmp)
     release(route_dir)
     refusals(route_dir)
+    resharing(route_dir)
     print("%d passed, %d failed" % (results.count(True), results.count(False)))
     sys.exit(0 if all(results) else 1)
 
