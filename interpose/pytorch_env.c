@@ -10,7 +10,7 @@
  * the variable when its allocator starts); `pytorch_backend = off` (GMLAKE_PYTORCH_BACKEND=0) or
  * GMLAKE_ENABLE=0 leaves the environment alone.  `gmlake run` relies on this too: one rule.
  *
- * Where it sets the backend it also names the variable in GMLAKE_PYTORCH_ROUTE and appends the
+ * Where it sets the backend, or finds it set, it also names the variable in GMLAKE_PYTORCH_ROUTE and appends the
  * folder of python/torch_route (installed: DATADIR/gmlake/python) to PYTHONPATH: PyTorch loads
  * its "torch.backends" entry point at `import torch`, which makes torch.multiprocessing share
  * CUDA tensors through gmlake's IPC, what that backend refuses (_gmlake_torch.py says how).
@@ -183,6 +183,9 @@ __attribute__((constructor)) static void pytorch_route(void)
                     "segments (CUDA IPC, torch.multiprocessing, CUDA graphs and snapshots work) but "
                     "cannot save memory inside them.  For gmlake's savings use backend:cudaMallocAsync, "
                     "or unset %s and let gmlake set it", var, getenv(var), var);
+        break;
+    case GML_TORCH_KEEP: /* the backend gmlake serves through, named by the user (or a parent) */
+        torch_route_python(var);
         break;
     default: break;
     }

@@ -1,10 +1,10 @@
 """_gmlake_torch — what PyTorch's cudaMallocAsync backend cannot do, done by gmlake, when gmlake
 chose that backend (interpose/pytorch_env.c).
 
-libgmlake sets PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync by itself so that every tensor
-reaches it.  That backend refuses to share CUDA memory between processes (shareIpcHandle), so a
+libgmlake sets PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync by itself (or finds it set) so
+that every tensor reaches it.  That backend refuses to share CUDA memory between processes (shareIpcHandle), so a
 CUDA tensor sent through torch.multiprocessing was dropped in the queue's feeder thread and the
-receiver waited forever.  When the library sets the backend it also puts this folder on
+receiver waited forever.  Where the library sets (or finds) the backend it also puts this folder on
 PYTHONPATH and names the variable in GMLAKE_PYTORCH_ROUTE; PyTorch runs `autoload` at the end of
 `import torch` (its "torch.backends" entry point, see the dist-info beside this file; off with
 TORCH_DEVICE_BACKEND_AUTOLOAD=0).  `autoload` then:
@@ -20,7 +20,7 @@ TORCH_DEVICE_BACKEND_AUTOLOAD=0).  `autoload` then:
   * makes the refusals of that backend name gmlake, why and the way out: torch.compile's
     reduce-overhead mode (CUDA graph trees check and checkpoint PyTorch's own pool) and memory
     history snapshots raise PyTorch's "cudaMallocAsync does not yet support ..." otherwise, which
-    never says that gmlake chose the backend (gmlake's snapshot equivalent: gmlake export-snapshot);
+    never says that gmlake is behind the backend (gmlake's snapshot equivalent: gmlake export-snapshot);
   * where sharing cannot work (memory gmlake did not serve, a tensor subclass), fails at once
     with an error that names gmlake and the way out: in the thread that sends, or, when that is a
     queue's feeder thread (whose errors Python only prints, the receiver then waiting forever),
@@ -51,8 +51,8 @@ class _Handle(ctypes.Structure):
 
 
 def _route():
-    """The variable through which gmlake chose PyTorch's cudaMallocAsync backend, or None when
-    gmlake did not choose it (or it no longer holds)."""
+    """The variable that names PyTorch's cudaMallocAsync backend, through which gmlake serves
+    PyTorch (libgmlake set it, or found it set), or None (or it no longer names it)."""
     var = os.environ.get(_ROUTE_ENV)
     if var not in ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF"):
         return None
@@ -72,8 +72,8 @@ class GmlakeSharingError(RuntimeError):
 
 def _fail(what):
     return GmlakeSharingError(
-        "gmlake: torch.multiprocessing cannot send this CUDA tensor: %s.  gmlake chose PyTorch's "
-        "cudaMallocAsync backend (which cannot share CUDA memory) so that your tensors reach gmlake; "
+        "gmlake: torch.multiprocessing cannot send this CUDA tensor: %s.  Your tensors reach gmlake "
+        "through PyTorch's cudaMallocAsync backend, which cannot share CUDA memory itself; "
         "%s." % (what, way_out()))
 
 
@@ -336,8 +336,8 @@ def _named(fn, refused):
             if "cudaMallocAsync does not yet support" not in str(e):
                 raise
             raise GmlakeRouteError(
-                "gmlake: %s is not available under PyTorch's cudaMallocAsync backend, which gmlake "
-                "chose so that your tensors reach gmlake (PyTorch: %s); %s." % (what, e, way_out(instead))) from e
+                "gmlake: %s is not available under PyTorch's cudaMallocAsync backend, through which "
+                "your tensors reach gmlake (PyTorch: %s); %s." % (what, e, way_out(instead))) from e
     refused_by_the_backend.__wrapped__ = fn
     return refused_by_the_backend
 
@@ -394,7 +394,8 @@ def install():
 
 
 def autoload():
-    """PyTorch's "torch.backends" entry point: installs when gmlake chose the backend."""
+    """PyTorch's "torch.backends" entry point: installs where gmlake serves PyTorch through the
+    cudaMallocAsync backend."""
     if _route() is None:
         return
     try:

@@ -91,7 +91,7 @@ def test_compile_reduce_overhead_trains(capsys):
 def test_compile_reduce_overhead_works_or_names_gmlake(capsys):
     """Where reduce-overhead cannot work under the default route (PyTorch's cudaMallocAsync
     backend refuses CUDA graph trees' pool checks, with or without gmlake), the error says that
-    gmlake chose the backend and how to keep the feature."""
+    gmlake is behind the backend and how to keep the feature."""
     status, secs, res, log = feature("compile", capsys, timeout=300)
     if status == "ok":
         return

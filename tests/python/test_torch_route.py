@@ -58,10 +58,14 @@ def discovery(route_dir, lib):
     check(eps == ["_gmlake_torch:autoload"], "torch.backends entry point found: %s" % eps)
     path, var, eps = probe(lib, PYTORCH_ALLOC_CONF="max_split_size_mb:64")
     check(path == real and var == "PYTORCH_ALLOC_CONF", "the newer variable: %s %s" % (path, var))
-    for conf in ("backend:native", "backend:cudaMallocAsync", "expandable_segments:True"):
+    for conf in ("backend:native", "expandable_segments:True"):
         path, var, eps = probe(lib, PYTORCH_CUDA_ALLOC_CONF=conf)
         check(path is None and var is None and eps == [],
-              "%s: the user's choice, no part of gmlake's in PyTorch's import (%s %s %s)" % (conf, path, var, eps))
+              "%s: PyTorch's own allocator, no part of gmlake's in PyTorch's import (%s %s %s)" % (conf, path, var, eps))
+    # the user chose the backend gmlake serves through: the same route, so multiprocessing works
+    path, var, eps = probe(lib, PYTORCH_ALLOC_CONF="backend:cudaMallocAsync")
+    check(path == real and var == "PYTORCH_ALLOC_CONF" and eps == ["_gmlake_torch:autoload"],
+          "backend:cudaMallocAsync set by the user: the route too (%s %s %s)" % (path, var, eps))
     path, var, eps = probe(lib, GMLAKE_PYTORCH_BACKEND="off")
     check(path is None and var is None, "pytorch_backend=off: nothing added")
     # a child process of a gmlake process: the variable already names the backend, nothing doubles
