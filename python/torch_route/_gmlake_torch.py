@@ -39,7 +39,9 @@ _ROUTE_ENV = "GMLAKE_PYTORCH_ROUTE"
 _HANDLE_BYTES = 64  # cudaIpcMemHandle_t
 _held = {}  # token -> (storage, event) kept alive for a receiver
 _imports = {}  # base of a mapping this process opened -> [handle, bytes from base, holders]
-_held_lock = threading.Lock()
+# reentrant: a holder's __del__ (which takes it) may run inside a section that holds it, when the
+# cyclic collector runs at an allocation there or a popped entry was the last reference
+_held_lock = threading.RLock()
 _server = None  # (pid, address) of this process's release socket
 _server_lock = threading.Lock()
 _api = None
@@ -147,7 +149,7 @@ def _received(ptr):
     """(handle, offset of ptr in the exporter's allocation) for memory this process received, or
     None: a received tensor is sent on with its exporter's handle."""
     with _held_lock:
-        for base, (handle, size, _) in _imports.items():
+        for base, (handle, size, _) in list(_imports.items()):
             if base <= ptr < base + size:
                 return handle, ptr - base
     return None

@@ -220,6 +220,188 @@ def resharing(route_dir):
     check(g._received(0x10000 + 0x180) is None and not g._imports, "the last one unmaps")
 
 
+class FakeTorch:
+    """Just enough of torch for _share and _rebuild: storages are address ranges, "CUDA" is a
+    dict of handles, events remember whether they are alive."""
+
+    def __init__(self):
+        import types
+        ft = self
+        self.events_alive = 0
+
+        class UntypedStorage:
+            def __init__(self, ptr, nbytes, keep=None):
+                self.ptr, self.n, self.keep = ptr, nbytes, keep
+                self.is_cuda, self.device = True, types.SimpleNamespace(index=0, type="cuda")
+
+            def data_ptr(self):
+                return self.ptr
+
+            def nbytes(self):
+                return self.n
+
+        class Tensor:
+            is_cuda, requires_grad, is_leaf, is_nested, layout = True, False, True, "strided", None
+
+            def __init__(self, storage=None, offset=0, size=(0,), stride=(1,), dtype="f32"):
+                self.s, self.off, self.sz, self.st, self.dtype = storage, offset, size, stride, dtype
+                self.device = types.SimpleNamespace(index=0, type="cuda")
+
+            def untyped_storage(self):
+                return self.s
+
+            def size(self):
+                return self.sz
+
+            def stride(self):
+                return self.st
+
+            def storage_offset(self):
+                return self.off
+
+            def set_(self, storage, offset, size, stride):
+                self.s, self.off, self.sz, self.st = storage, offset, size, stride
+                return self
+
+            def requires_grad_(self, r):
+                self.requires_grad = r
+                return self
+
+        class Event:
+            def __init__(self, interprocess=False):
+                ft.events_alive += 1
+                self.recorded = False
+
+            def __del__(self):
+                ft.events_alive -= 1
+
+            def record(self, stream):
+                self.recorded = True
+
+            def ipc_handle(self):
+                return b"E" * 64
+
+            @staticmethod
+            def from_ipc_handle(device, handle):
+                return "imported event"
+
+        class Stream:
+            waited = []
+
+            def wait_event(self, e):
+                Stream.waited.append(e)
+
+        class Ctx:
+            def __enter__(self):
+                return self
+
+            def __exit__(self, *a):
+                return False
+
+        Tensor.layout = "strided"
+        self.strided, self.uint8 = "strided", "u8"
+        self.Tensor, self.UntypedStorage, self.Stream = Tensor, UntypedStorage, Stream
+        self.nn = types.SimpleNamespace(Parameter=type("Parameter", (Tensor,), {}))
+        self.cuda = types.SimpleNamespace(Event=Event, device=lambda d: Ctx(), synchronize=lambda d=None: None,
+                                          current_stream=lambda d=None: Stream())
+
+    def as_tensor(self, obj, device):
+        ptr, n = obj.__cuda_array_interface__["data"][0], obj.__cuda_array_interface__["shape"][0]
+        return self.Tensor(self.UntypedStorage(ptr, n, keep=obj))
+
+    def empty(self, shape, dtype, device):
+        return self.Tensor(dtype=dtype)
+
+
+class FakeCuda:
+    """The process's cudaIpc* and gmlake_allocation_range, over a table of allocations; an
+    opened handle maps at 0x900000 + 0x100000 x (its export number)."""
+
+    def __init__(self, allocations):
+        self.allocations, self.exports, self.opened, self.closed = allocations, [], [], []
+
+    def gmlake_allocation_range(self, ptr, base, size):
+        for b, n in self.allocations:
+            if b <= ptr.value < b + n:
+                base._obj.value, size._obj.value = b, n
+                return 0
+        return 2
+
+    def cudaIpcGetMemHandle(self, buf, ptr):
+        base = [b for b, n in self.allocations if b <= ptr.value < b + n][0]
+        self.exports.append(base)
+        buf.raw = (b"%d" % base).ljust(64, b" ")
+        return 0
+
+    def cudaIpcOpenMemHandle(self, out, handle, flags):
+        base = int(bytes(handle.reserved).strip())
+        out._obj.value = 0x900000 + 0x100000 * (self.exports.index(base) + 1)
+        self.opened.append(out._obj.value)
+        return 0
+
+    def cudaIpcCloseMemHandle(self, ptr):
+        self.closed.append(ptr.value)
+        return 0
+
+
+def round_trip(route_dir):
+    """_share then _rebuild (as another process would: its pid is not ours), with a fake torch and
+    fake CUDA: the offset of a view, the event kept until the release, the release drains what
+    the sender held, a received tensor sent on keeps its exporter's handle and offset."""
+    sys.path.insert(0, route_dir)
+    import _gmlake_torch as g
+    torch = FakeTorch()
+    g._api = FakeCuda([(0x100000, 0x40000)])
+    sys.modules["torch"] = torch
+    try:
+        st = torch.UntypedStorage(0x100000 + 0x1000, 0x2000)  # a storage 4 KiB into its allocation
+        t = torch.Tensor(st, offset=16, size=(8,), stride=(2,))
+        fn, args = g._share(torch, st, 0, "f32", t.size(), t.stride(), t.storage_offset(), False, False)
+        check(fn is g._rebuild and args[1] == 0x1000, "the storage's offset in its allocation: %#x" % args[1])
+        check(len(g._held) == 1 and torch.events_alive == 1, "storage and event held for the receiver")
+        args = list(args)
+        args[4] = os.getpid() + 1  # from another process
+        got = g._rebuild(*args)
+        mapped = g._api.opened[0]
+        check(got.untyped_storage().data_ptr() == mapped + 0x1000 and got.off == 16 and got.sz == (8,)
+              and got.st == (2,), "rebuilt over the mapping at the offset, with the view's geometry")
+        check(torch.Stream.waited == ["imported event"], "the receiver's stream waits for the event")
+        # sent on: the received storage goes out under the exporter's handle and offset
+        fn2, args2 = g._share(torch, got.untyped_storage(), 0, "f32", (8,), (2,), 16, False, False)
+        check(args2[0] == args[0] and args2[1] == 0x1000 and len(g._api.exports) == 1,
+              "re-shared with the exporter's handle, no new export")
+        check(len(g._held) == 2, "the forwarder holds its copy for the next receiver")
+        # the third process releases the forwarder's copy, then the forwarder's own tensor goes:
+        # the mapping is closed and the sender (our own socket here) drops what it held
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as c:
+            c.connect(args2[5])
+            c.sendall(args2[6])
+        for _ in range(100):
+            if len(g._held) == 1:
+                break
+            time.sleep(0.05)
+        check(len(g._held) == 1 and g._api.closed == [], "the forwarder's copy released, the mapping still in use")
+        del got
+        import gc
+        gc.collect()
+        for _ in range(100):
+            if not g._held:
+                break
+            time.sleep(0.05)
+        check(g._api.closed == [mapped], "the mapping was closed once: %s" % g._api.closed)
+        check(not g._held and not g._imports, "the sender dropped what it held (%d left)" % len(g._held))
+        gc.collect()
+        check(torch.events_alive == 0, "events go with what was held (%d alive)" % torch.events_alive)
+        # a holder dropped while the lock is held (the cyclic collector inside a locked section)
+        h = g._Imported(b"x" * 64, 0x700000, 0, 16, 0, "\0nowhere", b"v" * 16)
+        with g._held_lock:
+            del h
+        check(not g._imports, "no deadlock when a holder goes inside a locked section")
+    finally:
+        del sys.modules["torch"]
+        g._api = None
+
+
 def main():
     import tempfile
     route_dir, lib = sys.argv[1], sys.argv[2]
@@ -229,6 +411,7 @@ def main():
     release(route_dir)
     refusals(route_dir)
     resharing(route_dir)
+    round_trip(route_dir)
     print("%d passed, %d failed" % (results.count(True), results.count(False)))
     sys.exit(0 if all(results) else 1)
 
