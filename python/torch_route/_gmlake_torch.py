@@ -21,6 +21,8 @@ TORCH_DEVICE_BACKEND_AUTOLOAD=0).  `autoload` then:
     reduce-overhead mode (CUDA graph trees check and checkpoint PyTorch's own pool) and memory
     history snapshots raise PyTorch's "cudaMallocAsync does not yet support ..." otherwise, which
     never says that gmlake is behind the backend (gmlake's snapshot equivalent: gmlake export-snapshot);
+  * hands a process back its own memory when a receiver sends a tensor back (or forwards one it
+    received), as PyTorch does, instead of opening its own handle;
   * where sharing cannot work (memory gmlake did not serve, a tensor subclass), fails at once
     with an error that names gmlake and the way out: in the thread that sends, or, when that is a
     queue's feeder thread (whose errors Python only prints, the receiver then waiting forever),
@@ -39,6 +41,7 @@ _ROUTE_ENV = "GMLAKE_PYTORCH_ROUTE"
 _HANDLE_BYTES = 64  # cudaIpcMemHandle_t
 _held = {}  # token -> (storage, event) kept alive for a receiver
 _imports = {}  # base of a mapping this process opened -> [handle, bytes from base, holders]
+_exported = {}  # handle this process exported -> (storage, the allocation's first byte), while held
 # reentrant: a holder's __del__ (which takes it) may run inside a section that holds it, when the
 # cyclic collector runs at an allocation there or a popped entry was the last reference
 _held_lock = threading.RLock()
@@ -111,6 +114,15 @@ def _cuda_error(rc):
 
 # --- the sender -----------------------------------------------------------------------------
 
+def _drop(token):
+    """What was held for token (None if nothing), forgetting its export once no receiver is left."""
+    with _held_lock:
+        kept = _held.pop(token, None)
+        if kept and len(kept) > 2 and not any(len(v) > 2 and v[2] == kept[2] for v in _held.values()):
+            _exported.pop(kept[2], None)
+        return kept
+
+
 def _serve(sock):
     """Release requests: 16-byte tokens; each drops the storage kept for it."""
     while True:
@@ -119,15 +131,14 @@ def _serve(sock):
         except OSError:  # out of descriptors, say: keep serving (what is held stays held meanwhile)
             time.sleep(0.1)
             continue
-        with conn:
-            try:
+        try:
+            with conn:
                 conn.settimeout(5)
                 token = conn.recv(16)
-            except OSError:
-                continue
-            with _held_lock:
-                kept = _held.pop(token, None)
-        del kept  # the last reference may free the storage: outside the lock
+            kept = _drop(token)
+            del kept  # the last reference may free the storage: outside the lock
+        except Exception:  # one bad request (or a failing free) must not end the service
+            continue
 
 
 def _release_address():
@@ -213,12 +224,17 @@ def _share(torch, storage, device, dtype, size, stride, offset, requires_grad, p
         return _rebuild_empty, meta
     handle, head = _export(torch, storage, device)
     address = _release_address()
+    own = _received(storage.data_ptr()) is None
     event = torch.cuda.Event(interprocess=True)
     with torch.cuda.device(device):
         event.record(torch.cuda.current_stream(device))
     token = os.urandom(16)
     with _held_lock:  # the event too: a receiver may open it only while the sender's lives
-        _held[token] = (storage, event)
+        if own:  # our memory: a receiver may send it back to us (_rebuild finds it here)
+            _held[token] = (storage, event, handle)
+            _exported.setdefault(handle, (storage, storage.data_ptr() - head))
+        else:
+            _held[token] = (storage, event)
     return _rebuild, (handle, head, storage.nbytes(), event.ipc_handle(), os.getpid(),
                       address, token) + meta
 
@@ -283,12 +299,45 @@ def _rebuild_empty(device, dtype, size, stride, offset, requires_grad, parameter
                      as_storage)
 
 
+def _returned(torch, handle, head, nbytes, event_handle, address, token, device, dtype, offset,
+              as_storage):
+    """Memory this process exported, sent back by a receiver (or one it forwarded to): the tensor
+    is rebuilt over our own storage, after the sender's work; the sender's hold is released at
+    once (our memory lives as long as our own storage does).  None when it is not ours."""
+    with _held_lock:
+        mine = _exported.get(handle)
+    if mine is None:
+        return None
+    storage, first = mine
+    delta = first + head - storage.data_ptr()  # bytes from our storage's start
+    size = torch.empty((0,), dtype=dtype, device="cuda:%d" % device).element_size()
+    if delta < 0 or delta + nbytes > storage.nbytes() or delta % size or (as_storage and delta):
+        raise _fail("a tensor sent back to the process that exported its memory lies outside "
+                    "that process's storage (bytes %d..%d of it)" % (delta, delta + nbytes))
+    torch.cuda.current_stream(device).wait_event(torch.cuda.Event.from_ipc_handle(device, event_handle))
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+            s.settimeout(5)
+            s.connect(address)
+            s.sendall(token)
+    except OSError:
+        pass  # the sender is gone
+    return storage, offset + delta // size
+
+
 def _rebuild(handle, head, nbytes, event_handle, pid, address, token, device, dtype, size, stride,
              offset, requires_grad, parameter, as_storage):
     import torch
+    back = None if pid == os.getpid() else _returned(torch, handle, head, nbytes, event_handle,
+                                                     address, token, device, dtype, offset,
+                                                     as_storage)
     if pid == os.getpid():  # sent to itself: the storage is here
-        with _held_lock:
-            storage = _held.pop(token)[0]
+        kept = _drop(token)
+        if kept is None:
+            raise _fail("it was sent by this process and its pickle was already unpickled here once")
+        storage = kept[0]
+    elif back is not None:
+        storage, offset = back
     else:
         api = _cuda()
         base = ctypes.c_void_p()

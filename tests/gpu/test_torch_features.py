@@ -72,6 +72,11 @@ def test_multiprocessing_spawn_shares_cuda_tensor(capsys):
     assert named, f"torch.multiprocessing failed without naming gmlake ({res['detail']})\n{log}"
 
 
+def test_multiprocessing_tensor_sent_back_is_the_senders_own_memory(capsys):
+    status, secs, res, log = feature("mp_back", capsys, timeout=150, MP_WAIT="60")
+    assert status == "ok", f"a tensor sent back under gmlake's default {status}: {res['detail']}\n{log}"
+
+
 def test_multiprocessing_memory_gmlake_cannot_share_fails_at_once(capsys):
     """A CUDA tensor over memory gmlake did not serve, put on a Queue under gmlake's default:
     the program ends within seconds with an error naming gmlake and the way out, never waits."""

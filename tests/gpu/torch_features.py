@@ -1,6 +1,6 @@
 """PyTorch features a user relies on, one per run, for tests/gpu/test_torch_features.py (issue 20):
 
-    python3 tests/gpu/torch_features.py mp|mp_foreign|compile|graph|snapshot
+    python3 tests/gpu/torch_features.py mp|mp_back|mp_foreign|compile|graph|snapshot
 
 Each prints, as its last line, `RESULT {"status": "ok"|"failed"|"hung", "detail": ...}` and exits
 0 (ok), 1 (failed) or 3 (hung: a wait of its own ran out).  The test runs it under
@@ -9,6 +9,8 @@ LD_PRELOAD=libgmlake.so with nothing else set (gmlake's default route) and a har
             child adds 1 in place and sends back a CUDA tensor of its own (x * 2); the parent
             checks both (waits at most MP_WAIT seconds, default 60, for the reply); a view at an
             offset and a Parameter travel too
+  mp_back   a CUDA tensor received by a spawned child and sent back as a view: the parent's own
+            memory comes back (same address), the child's write and the parent's seen
   mp_foreign  a CUDA tensor over cudaMallocManaged memory (not gmlake's) put on such a Queue: under
             gmlake's default it cannot be shared; reports hung if no error ends the program
   compile   a small MLP trained STEPS (10) steps eagerly, then again from the same weights under
@@ -75,6 +77,40 @@ def mp():
         result("failed", f"wrong values: child's in-place add seen {in_place}, tensor sent back right "
                f"{back}, view right in the child {view_ok}, parameter kept {param_ok}")
     result("ok", "tensor shared with a spawned child and back; values right", child_exit=p.exitcode)
+
+
+def _mp_back_child(q_in, q_out, q_ack):
+    x = q_in.get()
+    x[100:200] += 1  # in the parent's memory
+    torch.cuda.synchronize()
+    q_out.put(x[100:200])  # the parent's own memory, sent back
+    q_ack.get(timeout=120)
+
+
+def mp_back():
+    """A tensor received by a spawned child and sent back as a view: the parent gets its own
+    memory (the same address), with the child's write seen."""
+    ctx = torch.multiprocessing.get_context("spawn")
+    q_in, q_out, q_ack = ctx.Queue(), ctx.Queue(), ctx.Queue()
+    p = ctx.Process(target=_mp_back_child, args=(q_in, q_out, q_ack), daemon=True)
+    p.start()
+    t = torch.zeros(1000, device="cuda")
+    q_in.put(t)
+    try:
+        back = q_out.get(timeout=float(os.environ.get("MP_WAIT", "60")))
+    except queue.Empty:
+        p.kill()
+        result("hung", "no reply from the child within MP_WAIT seconds")
+    torch.cuda.synchronize()
+    same = back.data_ptr() == t.data_ptr() + 100 * 4
+    seen = bool((back == 1).all()) and float(t.sum()) == 100.0
+    back += 1  # ours: the parent's t sees it
+    ours = float(t[100:200].sum()) == 200.0
+    q_ack.put(1)
+    p.join(30)
+    if not (same and seen and ours):
+        result("failed", f"sent back: same memory {same}, child's write seen {seen}, our write in t {ours}")
+    result("ok", "a view sent back by the child is the parent's own memory")
 
 
 def mp_foreign():
@@ -223,7 +259,7 @@ def snapshot():
            backend=torch.cuda.get_allocator_backend())
 
 
-WORKLOADS = {"mp": mp, "mp_foreign": mp_foreign, "compile": compile_, "graph": graph, "snapshot": snapshot}
+WORKLOADS = {"mp": mp, "mp_back": mp_back, "mp_foreign": mp_foreign, "compile": compile_, "graph": graph, "snapshot": snapshot}
 
 if __name__ == "__main__":
     if len(sys.argv) != 2 or sys.argv[1] not in WORKLOADS:

@@ -135,7 +135,7 @@ def release(route_dir):
     s = Storage()
     gone = weakref.ref(s)
     token = os.urandom(16)
-    g._held[token] = s
+    g._held[token] = (s, None)
     del s
     addr = g._release_address()
     check(addr == g._release_address(), "one socket per process")
@@ -267,6 +267,9 @@ class FakeTorch:
                 self.requires_grad = r
                 return self
 
+            def element_size(self):
+                return 4
+
         class Event:
             def __init__(self, interprocess=False):
                 ft.events_alive += 1
@@ -361,7 +364,10 @@ def round_trip(route_dir):
         check(len(g._held) == 1 and torch.events_alive == 1, "storage and event held for the receiver")
         args = list(args)
         args[4] = os.getpid() + 1  # from another process
+        saved = dict(g._exported)  # the receiver is another process: our exports are not its
+        g._exported.clear()
         got = g._rebuild(*args)
+        g._exported.update(saved)
         mapped = g._api.opened[0]
         check(got.untyped_storage().data_ptr() == mapped + 0x1000 and got.off == 16 and got.sz == (8,)
               and got.st == (2,), "rebuilt over the mapping at the offset, with the view's geometry")
@@ -371,16 +377,19 @@ def round_trip(route_dir):
         check(args2[0] == args[0] and args2[1] == 0x1000 and len(g._api.exports) == 1,
               "re-shared with the exporter's handle, no new export")
         check(len(g._held) == 2, "the forwarder holds its copy for the next receiver")
-        # the third process releases the forwarder's copy, then the forwarder's own tensor goes:
-        # the mapping is closed and the sender (our own socket here) drops what it held
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as c:
-            c.connect(args2[5])
-            c.sendall(args2[6])
+        # the forwarded tensor reaches the process that exported the memory (us: its handle is
+        # ours): rebuilt over our own storage, and the forwarder's copy released at once
+        args2 = list(args2)
+        args2[4] = os.getpid() + 2
+        back = g._rebuild(*args2)
+        check(back.untyped_storage() is st and back.off == 16 and len(g._api.opened) == 1,
+              "sent back to its exporter: our own storage at the view's offset, nothing opened")
         for _ in range(100):
             if len(g._held) == 1:
                 break
             time.sleep(0.05)
         check(len(g._held) == 1 and g._api.closed == [], "the forwarder's copy released, the mapping still in use")
+        del back
         del got
         import gc
         gc.collect()
@@ -389,7 +398,8 @@ def round_trip(route_dir):
                 break
             time.sleep(0.05)
         check(g._api.closed == [mapped], "the mapping was closed once: %s" % g._api.closed)
-        check(not g._held and not g._imports, "the sender dropped what it held (%d left)" % len(g._held))
+        check(not g._held and not g._imports and not g._exported,
+              "the sender dropped what it held (%d left) and forgot the export" % len(g._held))
         gc.collect()
         check(torch.events_alive == 0, "events go with what was held (%d alive)" % torch.events_alive)
         # a holder dropped while the lock is held (the cyclic collector inside a locked section)
