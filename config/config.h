@@ -79,7 +79,8 @@ extern const int gml_option_count;
 /* The variable in which the library notes the configuration messages it has printed (a hash), so
  * that the processes it starts stay silent about the same ones (interpose/settings.c). */
 #define GML_WARNED_ENV "GMLAKE_WARNED_CONFIG"
-/* Set by libgmlake where it chose PyTorch's backend: the variable that names it (pytorch_env.c). */
+/* Set by libgmlake where PyTorch's backend is cudaMallocAsync (set by it, or found set): the
+ * variable that names it (pytorch_env.c). */
 #define GML_TORCH_ROUTE_ENV "GMLAKE_PYTORCH_ROUTE"
 
 typedef struct gml_config_report {

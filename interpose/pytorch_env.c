@@ -10,10 +10,11 @@
  * the variable when its allocator starts); `pytorch_backend = off` (GMLAKE_PYTORCH_BACKEND=0) or
  * GMLAKE_ENABLE=0 leaves the environment alone.  `gmlake run` relies on this too: one rule.
  *
- * Where it sets the backend, or finds it set, it also names the variable in GMLAKE_PYTORCH_ROUTE and appends the
- * folder of python/torch_route (installed: DATADIR/gmlake/python) to PYTHONPATH: PyTorch loads
- * its "torch.backends" entry point at `import torch`, which makes torch.multiprocessing share
- * CUDA tensors through gmlake's IPC, what that backend refuses (_gmlake_torch.py says how).
+ * Where it sets the backend, or finds it set, it also names the variable in GMLAKE_PYTORCH_ROUTE
+ * and appends the folder of python/torch_route (installed: DATADIR/gmlake/python) to PYTHONPATH:
+ * PyTorch loads its "torch.backends" entry point at `import torch`, which makes
+ * torch.multiprocessing share CUDA tensors through gmlake's IPC, what that backend refuses
+ * (_gmlake_torch.py says how).
  */
 #include <dlfcn.h>
 #include <libgen.h>
@@ -115,17 +116,21 @@ static bool torch_route_dir(char *out, size_t len)
     if (dladdr((void *)&torch_route_dir, &info) && info.dli_fname &&
         realpath(info.dli_fname, self))
         dirname(self);
-    const char *const fmt[] = {"%s/../share/gmlake/python", "%s/../../share/gmlake/python"};
-    for (size_t i = 0; i < 4; i++) {
-        char dir[PATH_MAX + 32], file[PATH_MAX + 64], real[PATH_MAX];
-        if (i < 2 && !*self)
-            continue;
-        if (i < 2)
-            snprintf(dir, sizeof dir, fmt[i], self);
-        else
-            snprintf(dir, sizeof dir, "%s", i == 2 ? GML_TORCH_ROUTE_INSTALLED : GML_TORCH_ROUTE_SOURCE);
-        snprintf(file, sizeof file, "%s/_gmlake_torch.py", dir);
-        if (access(file, R_OK) == 0 && realpath(dir, real) && strlen(real) < len) {
+    char beside[2][PATH_MAX + 32];
+    const char *cand[4];
+    int n = 0;
+    if (*self) {
+        snprintf(beside[0], sizeof beside[0], "%s/../share/gmlake/python", self);
+        snprintf(beside[1], sizeof beside[1], "%s/../../share/gmlake/python", self);
+        cand[n++] = beside[0];
+        cand[n++] = beside[1];
+    }
+    cand[n++] = GML_TORCH_ROUTE_INSTALLED;
+    cand[n++] = GML_TORCH_ROUTE_SOURCE;
+    for (int i = 0; i < n; i++) {
+        char file[PATH_MAX + 64], real[PATH_MAX];
+        snprintf(file, sizeof file, "%s/_gmlake_torch.py", cand[i]);
+        if (access(file, R_OK) == 0 && realpath(cand[i], real) && strlen(real) < len) {
             snprintf(out, len, "%s", real);
             return true;
         }

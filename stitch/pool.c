@@ -158,28 +158,26 @@ static inline void hand_out(gml_pool *p, gml_block *b, uintptr_t *out)
     *out = b->addr;
 }
 
-static inline bool try_fit(gml_pool *p, gml_bin *bin, int space, size_t need, size_t req,
-                           uintptr_t *out)
+/* Serves the request from the best-fitting free block of bin, if any; grown: a growth has just
+ * made or extended that block, so the request is cut where the remainder stays extendable
+ * (gml_take_grown). */
+static inline bool fit(gml_pool *p, gml_bin *bin, int space, size_t need, size_t req,
+                       uintptr_t *out, bool grown)
 {
     gml_block *f = gml_best_fit(&p->heap, bin, space, need);
     if (!f)
         return false;
-    gml_block *l = gml_take(&p->heap, f, need, req);
+    gml_block *l = grown ? gml_take_grown(&p->heap, f, need, req) : gml_take(&p->heap, f, need, req);
     if (!l)
         return false;
     hand_out(p, l, out);
     return true;
 }
 
-/* try_fit after a growth: the block is cut where the remainder stays extendable. */
-static bool try_fit_grown(gml_pool *p, gml_bin *bin, int space, size_t need, size_t req,
-                          uintptr_t *out)
+static inline bool try_fit(gml_pool *p, gml_bin *bin, int space, size_t need, size_t req,
+                           uintptr_t *out)
 {
-    gml_block *f = gml_best_fit(&p->heap, bin, space, need);
-    gml_block *l = f ? gml_take_grown(&p->heap, f, need, req) : NULL;
-    if (l)
-        hand_out(p, l, out);
-    return l != NULL;
+    return fit(p, bin, space, need, req, out, false);
 }
 
 static int stitch(gml_pool *p, gml_bin *bin, size_t need, size_t req, uintptr_t *out)
@@ -215,7 +213,7 @@ __attribute__((noinline)) static int alloc_slow(gml_pool *p, gml_bin *bin, int s
                 return rc;
         }
         rc = gml_grow(h, bin, space, GML_GROW_BLOCK, need);
-        if (rc == GMLAKE_OK && try_fit_grown(p, bin, space, need, req, out))
+        if (rc == GMLAKE_OK && fit(p, bin, space, need, req, out, true))
             return GMLAKE_OK;
         if (level == 1 && stitch(p, bin, need, req, out) == GMLAKE_OK)
             return GMLAKE_OK;

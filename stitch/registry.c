@@ -75,7 +75,7 @@ int gmlake_allocation_range(const void *ptr, void **base, size_t *size)
     for (int d = 0; d < GML_MAX_DEVICES; d++) {
         gml_pool *p = gml_registry_get(d);
         uintptr_t b;
-        if (!p || !gml_pool_owns(p, (uintptr_t)ptr) || gml_pool_find(p, (uintptr_t)ptr, &b, size) != GMLAKE_OK)
+        if (!p || gml_pool_find(p, (uintptr_t)ptr, &b, size) != GMLAKE_OK)
             continue;
         if ((uintptr_t)ptr - b >= *size) /* in the block's rounding, past the bytes asked for */
             return GMLAKE_ERR_INVALID;

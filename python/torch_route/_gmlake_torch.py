@@ -39,7 +39,7 @@ import time
 
 _ROUTE_ENV = "GMLAKE_PYTORCH_ROUTE"
 _HANDLE_BYTES = 64  # cudaIpcMemHandle_t
-_held = {}  # token -> (storage, event) kept alive for a receiver
+_held = {}  # token -> (storage, event, handle if our own export else None) kept for a receiver
 _imports = {}  # base of a mapping this process opened -> [handle, bytes from base, holders]
 _exported = {}  # handle this process exported -> (storage, the allocation's first byte), while held
 # reentrant: a holder's __del__ (which takes it) may run inside a section that holds it, when the
@@ -118,7 +118,7 @@ def _drop(token):
     """What was held for token (None if nothing), forgetting its export once no receiver is left."""
     with _held_lock:
         kept = _held.pop(token, None)
-        if kept and len(kept) > 2 and not any(len(v) > 2 and v[2] == kept[2] for v in _held.values()):
+        if kept and kept[2] is not None and not any(v[2] == kept[2] for v in _held.values()):
             _exported.pop(kept[2], None)
         return kept
 
@@ -167,13 +167,14 @@ def _received(ptr):
 
 
 def _export(torch, storage, device):
-    """(handle bytes, offset of the storage in the allocation) for a CUDA storage gmlake served
-    here, or one this process received (sent on under its exporter's handle)."""
+    """(handle bytes, offset of the storage in the allocation, whether the allocation is ours) for a
+    CUDA storage gmlake served here, or one this process received (sent on under its exporter's
+    handle)."""
     api = _cuda()
     ptr = storage.data_ptr()
     got = _received(ptr)
     if got:
-        return got
+        return got + (False,)
     base, size = ctypes.c_void_p(), ctypes.c_size_t()
     if api.gmlake_allocation_range(ctypes.c_void_p(ptr), ctypes.byref(base), ctypes.byref(size)) != 0:
         raise _fail("its memory (%#x on cuda:%d) is not gmlake's: another library allocated it, "
@@ -183,7 +184,7 @@ def _export(torch, storage, device):
         rc = api.cudaIpcGetMemHandle(handle, ctypes.c_void_p(ptr))
     if rc != 0:
         raise _fail("exporting its memory failed: %s" % _cuda_error(rc))
-    return handle.raw, ptr - base.value
+    return handle.raw, ptr - base.value, True
 
 
 def _reduce_tensor(original):
@@ -222,19 +223,16 @@ def _share(torch, storage, device, dtype, size, stride, offset, requires_grad, p
     meta = (device, dtype, size, stride, offset, requires_grad, parameter, as_storage)
     if storage.nbytes() == 0:  # no memory to share
         return _rebuild_empty, meta
-    handle, head = _export(torch, storage, device)
+    handle, head, own = _export(torch, storage, device)
     address = _release_address()
-    own = _received(storage.data_ptr()) is None
     event = torch.cuda.Event(interprocess=True)
     with torch.cuda.device(device):
         event.record(torch.cuda.current_stream(device))
     token = os.urandom(16)
     with _held_lock:  # the event too: a receiver may open it only while the sender's lives
+        _held[token] = (storage, event, handle if own else None)
         if own:  # our memory: a receiver may send it back to us (_rebuild finds it here)
-            _held[token] = (storage, event, handle)
             _exported.setdefault(handle, (storage, storage.data_ptr() - head))
-        else:
-            _held[token] = (storage, event)
     return _rebuild, (handle, head, storage.nbytes(), event.ipc_handle(), os.getpid(),
                       address, token) + meta
 

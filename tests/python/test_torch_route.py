@@ -135,7 +135,7 @@ def release(route_dir):
     s = Storage()
     gone = weakref.ref(s)
     token = os.urandom(16)
-    g._held[token] = (s, None)
+    g._held[token] = (s, None, None)
     del s
     addr = g._release_address()
     check(addr == g._release_address(), "one socket per process")
