@@ -24,7 +24,7 @@ static void usage(FILE *f)
 {
     fprintf(f,
             "usage: gmlake replay [--json] [--policy LIST] [--capacity SIZE] [--plot FILE.svg] [--check N]\n"
-            "                     [--set KEY=VALUE] [--label NAME] TRACE...\n"
+            "                     [--set KEY=VALUE] [--label NAME] [--stream-ordered] TRACE...\n"
             "Replays gmlake-trace v1 files (plain or gzip) under each policy on a simulated device\n"
             "and prints, per trace, the policies side by side: peak active and reserved bytes,\n"
             "utilization (peak active / peak reserved), memory saved against pytorch, device\n"
@@ -43,6 +43,10 @@ static void usage(FILE *f)
             "  --check N       run the policy's consistency checker every N events (slow)\n"
             "  --label NAME    report the next TRACE as NAME (gmlake replay names a converted\n"
             "                  snapshot after the file the user gave)\n"
+            "  --stream-ordered  leave out the allocations made with no stream (cudaMalloc,\n"
+            "                  cuMemAlloc) and their frees: in a trace recorded under PyTorch's\n"
+            "                  cudaMallocAsync backend those are other libraries' own (cuBLAS\n"
+            "                  workspaces), which torch.cuda.max_memory_reserved does not count\n"
             "  --set KEY=VALUE a pool setting, as in gmlake.conf (stitch, frag_limit, reuse_limit,\n"
             "                  defrag_level, auto_gc, stitch_bytes_limit, stitch_strategy,\n"
             "                  chunk_size, small_limit, memory_limit), or a model setting:\n"
@@ -191,6 +195,7 @@ static const char *long_name(int c)
     case 's': return "--set";
     case 'o': return "--plot";
     case 'l': return "--label";
+    case 'S': return "--stream-ordered";
     default: return "an option";
     }
 }
@@ -222,9 +227,10 @@ int main(int argc, char **argv)
         {"capacity", required_argument, 0, 'c'}, {"check", required_argument, 0, 'k'},
         {"set", required_argument, 0, 's'},  {"plot", required_argument, 0, 'o'},
         {"label", required_argument, 0, 'l'}, {"help", no_argument, 0, 'h'},
+        {"stream-ordered", no_argument, 0, 'S'},
         {0, 0, 0, 0},
     };
-    bool json = false;
+    bool json = false, stream_ordered = false;
     const char *policies = "pytorch,expandable,gmlake", *plot = NULL;
     size_t capacity = (size_t)140 << 30;
     long check = 0;
@@ -271,6 +277,7 @@ int main(int argc, char **argv)
             break;
         }
         case 'j': json = true; break;
+        case 'S': stream_ordered = true; break;
         case 'p': policies = optarg; break;
         case 'o':
             if (!ends_with_svg(optarg)) {
@@ -370,6 +377,25 @@ int main(int argc, char **argv)
             fprintf(stderr, "gmlake replay: %s\n", err);
             status = 1;
             continue;
+        }
+        size_t left_out = 0;
+        if (stream_ordered) {
+            if (gml_trace_keep_stream_ordered(&t, &left_out) != 0) {
+                fprintf(stderr, "gmlake replay: out of memory\n");
+                gml_trace_free(&t);
+                status = 1;
+                continue;
+            }
+            if (t.n == 0) {
+                fprintf(stderr, "gmlake replay: %s: --stream-ordered leaves no event (every "
+                                "allocation was made with no stream)\n", paths[i]);
+                gml_trace_free(&t);
+                status = 1;
+                continue;
+            }
+            if (!json)
+                fprintf(stderr, "gmlake replay: %s: %zu events with no stream left out\n",
+                        base_name(labels[i]), left_out);
         }
         size_t nrun = 0;
         const run *ref = NULL;

@@ -37,6 +37,13 @@ int gml_trace_load(const char *path, gml_trace *out, char *err, size_t errlen);
 int gml_trace_load_mem(const char *name, const void *data, size_t len, gml_trace *out, char *err,
                        size_t errlen);
 void gml_trace_free(gml_trace *t);
+/* Leaves out of t the allocations made with no stream (GML_STREAM_NONE: cudaMalloc, cuMemAlloc)
+ * and the frees of those pointers, whatever stream the free names (trace_filter.c).  Under
+ * PyTorch's cudaMallocAsync backend every tensor is stream-ordered, so what this leaves out are
+ * other libraries' own allocations (cuBLAS workspaces), which torch.cuda.max_memory_reserved does
+ * not count: the models are compared with PyTorch's figures on what remains.  0 with *dropped the
+ * number of events left out; -1 when out of memory, t then no longer a whole trace (free it). */
+int gml_trace_keep_stream_ordered(gml_trace *t, size_t *dropped);
 
 typedef struct gml_replay_result {
     uint64_t allocations, frees, failed;

@@ -3,7 +3,7 @@
 # the script's arguments ([OUTDIR]).  Sets root, out (OUTDIR, else $OUT, else build/gpu-bench),
 # log, t0, budget (BUDGET, default 450 s), run_timeout (RUN_TIMEOUT, default 150 s), allocators
 # (ALLOCATORS, default "expandable cudaMallocAsync gmlake") and lib (libgmlake.so).
-# Allocators: expandable (expandable_segments:True), cudaMallocAsync (backend:cudaMallocAsync),
+# Allocators: native (PyTorch's caching allocator, no gmlake), expandable (expandable_segments:True), cudaMallocAsync (backend:cudaMallocAsync),
 # gmlake (LD_PRELOAD of libgmlake.so with backend:cudaMallocAsync), gmlake-native (LD_PRELOAD with
 # backend:native: PyTorch's own caching allocator over gmlake, which then sees only its segments),
 # and either gmlake one with settings: gmlake:KEY=VALUE,KEY=VALUE -> GMLAKE_KEY=VALUE ...
@@ -44,6 +44,7 @@ alloc_env() { # the environment of allocator $1 (words for env); fails on an unk
     done
   fi
   case $base in
+    native) echo "PYTORCH_CUDA_ALLOC_CONF=backend:native" ;;
     expandable) echo "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True" ;;
     cudaMallocAsync) echo "PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync" ;;
     gmlake) echo "PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync LD_PRELOAD=$lib GMLAKE_LOG_LEVEL=info$env_list" ;;

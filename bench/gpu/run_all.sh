@@ -7,7 +7,7 @@
 #     build/interpose/libgmlake.so with backend:cudaMallocAsync), one process per run, the order
 #     of the three allocators rotating from one workload to the next
 #  3. offload.trace.gz: a gmlake-trace v1 of the offload workload (two streams), recorded by
-#     libgmlake (GMLAKE_TRACE_FILE) in a separate run so that recording does not slow the timed one
+#     libgmlake (GMLAKE_TRACE_FILE, its live statistics in trace_stats_offload.json) in a separate run so that recording does not slow the timed one
 #  4. report.md: the tables (bench/gpu/report.py)
 # OUTDIR defaults to $OUT, else build/gpu-bench.  One failing or hanging run (RUN_TIMEOUT seconds
 # each, default 150) is recorded in train.jsonl as an error and the rest go on; runs that would
@@ -84,7 +84,7 @@ for w in "${trace_workloads[@]}"; do
   rm -f "$out/$w.trace" "$out/$w.trace.gz"
   # shellcheck disable=SC2046
   timeout -k 10 "$run_timeout" env $(alloc_env gmlake) GMLAKE_TRACE_FILE="$out/$w.trace" \
-    python3 "$root/bench/gpu/train.py" --workload "$w" --allocator gmlake-tracing \
+    GMLAKE_STATS_FILE="$out/trace_stats_$w.json" python3 "$root/bench/gpu/train.py" --workload "$w" --allocator gmlake-tracing \
     --out "$out/trace_runs.jsonl" >>"$log" 2>&1 || say "the $w trace run failed (rc $?)"
   if [ -s "$out/$w.trace" ]; then
     gzip -9 "$out/$w.trace"

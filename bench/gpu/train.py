@@ -272,6 +272,11 @@ def train(args):
     if calls_at_first17 is None:  # a run of FIRST steps: they are all of it
         calls_at_first17 = calls_end
     nvml.close()
+    # after the last step, nothing in flight: NVML's used memory against what the allocator holds
+    # (gmlake's reserved under gmlake, where other libraries' cudaMalloc is counted too; PyTorch's
+    # reserved otherwise, where it is not): the rest is the context's and the driver's own
+    g = gmlake.stats(0)
+    pool_end = g["reserved_bytes"] if g is not None else torch.cuda.memory_reserved()
     res = {
         "workload": args.workload, "allocator": args.allocator, "order": args.order,
         "steps": steps, "first17_s_per_step": sum(times[:FIRST]) / FIRST,
@@ -283,6 +288,7 @@ def train(args):
         "nvml": nvml.ok, "nvml_why": nvml.why, "nvml_baseline_used": nvml.baseline,
         "nvml_peak_used": nvml.peak, "nvml_peak_first17": nvml.phase_peak.get("first17", 0),
         "nvml_peak_steady": nvml.phase_peak.get("steady", 0),
+        "nvml_end_used": nvml.used() if nvml.ok else 0, "pool_reserved_end": pool_end,
         "loss": float(loss.detach()), "wall_s": time.perf_counter() - t_start,
         "torch": torch.__version__,
     }

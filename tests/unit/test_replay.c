@@ -180,3 +180,41 @@ Test(replay, header_version_and_nul_are_checked)
     gml_trace_free(&t);
     unlink(path);
 }
+
+/* --stream-ordered: allocations with no stream and their frees (whatever stream the free names)
+ * go; a pointer reused afterwards by a stream-ordered allocation stays, as does its free. */
+Test(replay, stream_ordered_leaves_out_calls_with_no_stream_and_their_frees)
+{
+    const char *text = "# gmlake-trace v1\n"
+                       "A 0x1000 4096 0xffffffffffffffff 1\n" /* cudaMalloc: out */
+                       "A 0x2000 8192 0x10 2\n"
+                       "F 0x1000 0 0x10 3\n"                  /* its free, on a stream: out */
+                       "A 0x1000 1024 0x10 4\n"               /* the address again, ordered: in */
+                       "A 0x3000 512 0xffffffffffffffff 5\n"  /* never freed: out */
+                       "F 0x2000 0 0xffffffffffffffff 6\n"    /* cudaFree of ordered memory: in */
+                       "F 0x1000 0 0x10 7\n";                 /* in */
+    char *path = write_trace(text, 0);
+    gml_trace t;
+    char err[256];
+    size_t dropped = 99;
+    cr_assert_eq(gml_trace_load(path, &t, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(t.n, 7);
+    cr_assert_eq(gml_trace_keep_stream_ordered(&t, &dropped), 0);
+    cr_assert_eq(dropped, 3);
+    cr_assert_eq(t.n, 4);
+    static const struct { char op; uint64_t ptr, t_us; } want[] = {
+        {'A', 0x2000, 2}, {'A', 0x1000, 4}, {'F', 0x2000, 6}, {'F', 0x1000, 7}};
+    for (size_t i = 0; i < 4; i++) {
+        cr_assert_eq(t.ev[i].op, want[i].op, "event %zu", i);
+        cr_assert_eq(t.ev[i].ptr, want[i].ptr, "event %zu", i);
+        cr_assert_eq(t.ev[i].t_us, want[i].t_us, "event %zu", i);
+    }
+    fixture f = fx_make(1024 * MiB, false, NULL);
+    gml_replay_result r;
+    cr_assert_eq(gml_replay(f.pool, &t, 1, &r, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(r.allocations, 2);
+    cr_assert_eq(r.frees, 2);
+    fx_free(&f);
+    gml_trace_free(&t);
+    unlink(path);
+}
