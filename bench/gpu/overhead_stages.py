@@ -17,22 +17,17 @@ CASES = {
 def child():
     sys.path.insert(0, os.path.join(ROOT, "python"))
     sys.path.insert(0, HERE)
-    from train import NvmlPeak  # the benchmark's own NVML reader
+    from train import NvmlPeak, pool_reserved  # the benchmark's own NVML and pool readers
     import torch
-    import gmlake
     nv = NvmlPeak(period=1.0)
     start = nv.used()
     out = {}
 
-    def pool():
-        g = gmlake.stats(0)
-        return g["reserved_bytes"] if g is not None else torch.cuda.memory_reserved()
-
     def stage(name):
         torch.cuda.synchronize()
-        used = nv.used() - start
-        out[name] = {"nvml_mib": round(used / 2**20, 1), "pool_mib": round(pool() / 2**20, 1),
-                     "beyond_mib": round((used - pool()) / 2**20, 1)}
+        used, pool = nv.used() - start, pool_reserved()
+        out[name] = {"nvml_mib": round(used / 2**20, 1), "pool_mib": round(pool / 2**20, 1),
+                     "beyond_mib": round((used - pool) / 2**20, 1)}
     torch.cuda.init()
     torch.cuda.synchronize()
     stage("context")

@@ -110,6 +110,13 @@ def gmlake_driver():
     return sum(s["device_calls"].values()), s["device_seconds"]
 
 
+def pool_reserved():
+    """What the allocator holds on device 0 now: gmlake's reserved bytes where gmlake serves
+    (other libraries' cudaMalloc included), else PyTorch's own reserved (which leaves it out)."""
+    g = gmlake.stats(0)
+    return g["reserved_bytes"] if g is not None else torch.cuda.memory_reserved()
+
+
 def on_device(build, dev):
     """Builds a module with its parameters created on the device (fast random init)."""
     try:
@@ -272,11 +279,9 @@ def train(args):
     if calls_at_first17 is None:  # a run of FIRST steps: they are all of it
         calls_at_first17 = calls_end
     nvml.close()
-    # after the last step, nothing in flight: NVML's used memory against what the allocator holds
-    # (gmlake's reserved under gmlake, where other libraries' cudaMalloc is counted too; PyTorch's
-    # reserved otherwise, where it is not): the rest is the context's and the driver's own
-    g = gmlake.stats(0)
-    pool_end = g["reserved_bytes"] if g is not None else torch.cuda.memory_reserved()
+    # after the last step, nothing in flight: NVML's used memory against what the allocator holds;
+    # the rest is the context's and the driver's own
+    pool_end = pool_reserved()
     res = {
         "workload": args.workload, "allocator": args.allocator, "order": args.order,
         "steps": steps, "first17_s_per_step": sum(times[:FIRST]) / FIRST,
