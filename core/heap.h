@@ -353,10 +353,12 @@ gml_bin *gml_bin_find(gml_heap *p, gml_stream s);
 bool gml_bin_passed(gml_heap *p, gml_bin *bin, uint64_t seq);
 /* Moves blocks whose work has completed from the stream bins other than `except` to the ready
  * bin, and frees retired bins left empty; returns the number of blocks moved.  need == 0: every
- * such block.  need > 0 (a miss of `space`): one such block >= need when there is one (the
- * smallest of those known to have passed without a device call, else the first found by asking
- * the bins whose largest block is that large, the tightest first), the rest staying with its
- * stream, where that stream's later frees merge with it; else every such block, asking each bin
+ * such block.  need > 0 (a miss of `space` by bin `except`): one such block >= need when there is
+ * one (the smallest of those known to have passed without a device call, else the first found by
+ * asking the bins whose largest block is that large, the tightest first), moved to `except` when
+ * that is a stream bin (as gml_borrow's block, so that the asking stream's later frees merge with
+ * what its request leaves of it), else to the ready bin; the rest staying with its stream, where
+ * that stream's later frees merge with it; else every such block, asking each bin
  * with blocks not known to have passed at most once (for a large miss only those with large
  * ones).  Cost: logarithmic in blocks and bins, plus one step per bin asked (bins.c). */
 size_t gml_promote(gml_heap *p, gml_bin *except, int space, size_t need);

@@ -330,7 +330,14 @@ size_t gml_promote(gml_heap *p, gml_bin *except, int space, size_t need)
         gml_block *f = passed_fit(p, except, space, need);
         if (f) {
             gml_bin *from = f->bin;
-            to_ready(p, f);
+            if (except && except != p->ready && !except->retired) {
+                /* to the asking stream's bin, where its own frees merge with what its request
+                 * leaves of the block (in the ready bin they never would: blocks.c) */
+                gml_free_tree_remove(f);
+                gml_free_insert(p, f, except);
+            } else {
+                to_ready(p, f);
+            }
             retired_reap(p, from);
             return 1;
         }

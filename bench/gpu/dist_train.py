@@ -141,6 +141,7 @@ def run(args):
             "nvml_device": str(getattr(nvml, "index", "")),
             "nvml_peak_used_mib": nvml.peak / MIB, "nvml_baseline_used_mib": nvml.baseline / MIB,
             "torch_peak_allocated_mib": torch.cuda.max_memory_allocated(dev) / MIB,
+            "torch_peak_reserved_mib": torch.cuda.max_memory_reserved(dev) / MIB,
             "gmlake": gmlake_figures(local_rank)}
     everyone = [None] * world
     dist.all_gather_object(everyone, mine)
@@ -162,6 +163,7 @@ def run(args):
             "nvml_peak_used_mib": [round(r["nvml_peak_used_mib"], 1) for r in everyone],
             "nvml_baseline_used_mib": [round(r["nvml_baseline_used_mib"], 1) for r in everyone],
             "torch_peak_allocated_mib": [round(r["torch_peak_allocated_mib"], 1) for r in everyone],
+            "torch_peak_reserved_mib": [round(r["torch_peak_reserved_mib"], 1) for r in everyone],
             "gmlake": [r["gmlake"] for r in everyone] if any(r["gmlake"] for r in everyone) else None,
             "alloc_conf": os.environ.get("PYTORCH_CUDA_ALLOC_CONF", ""),
             "preload": os.environ.get("LD_PRELOAD", ""),

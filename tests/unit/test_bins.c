@@ -75,7 +75,7 @@ Test(bins, a_synchronisation_reaches_the_indexes_at_the_next_promotion)
     cr_assert_eq(gml_promote(&f.h, s2, GML_SPACE_LARGE, 2 * MiB), 1);
     cr_assert_eq(hf_calls(&f, GMLAKE_DC_EVENT_RECORD) + hf_calls(&f, GMLAKE_DC_EVENT_QUERY), 0,
                  "known from the synchronisation, no event");
-    cr_assert_eq(gml_best_fit(&f.h, s2, GML_SPACE_LARGE, 4 * MiB)->bin, f.h.ready);
+    cr_assert_eq(gml_best_fit(&f.h, s2, GML_SPACE_LARGE, 4 * MiB)->bin, s2, "to the asking bin");
     hf_check(&f, 0);
     hf_free(&f);
 }
@@ -123,7 +123,7 @@ Test(bins, a_miss_asks_the_bins_whose_largest_block_fits_the_tightest_first)
     gml_sim_complete_events(f.dev);
     cr_assert_eq(gml_promote(&f.h, s4, GML_SPACE_LARGE, 3 * MiB), 1);
     gml_block *x = gml_best_fit(&f.h, s4, GML_SPACE_LARGE, 3 * MiB);
-    cr_assert(x && x->bin == f.h.ready && x->size == 4 * MiB, "S2's 4 MiB: the tightest bin first");
+    cr_assert(x && x->bin == s4 && x->size == 4 * MiB, "S2's 4 MiB: the tightest bin first");
     cr_assert_eq(s1->nfree, 1, "S1's 8 MiB stays whole with S1");
     cr_assert_eq(hf_calls(&f, GMLAKE_DC_EVENT_QUERY), 3 + 1, "only S2 was asked again");
     hf_check(&f, 0);

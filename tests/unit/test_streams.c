@@ -81,19 +81,46 @@ Test(streams, a_miss_with_need_promotes_one_fitting_block_known_first)
     gml_sim_complete_events(f.dev);
     cr_assert_eq(gml_promote(&f.h, s2, GML_SPACE_LARGE, 3 * MiB), 1, "only one block moves");
     gml_block *x = gml_best_fit(&f.h, s2, GML_SPACE_LARGE, 3 * MiB);
-    cr_assert(x && x->bin == r && x->size == 4 * MiB, "the one that fits the request");
+    cr_assert(x && x->bin == s2 && x->size == 4 * MiB, "the one that fits, to the asking stream");
     cr_assert_eq(s1->nfree, 2, "the rest stays with S1, where its later frees merge with it");
     uint64_t q = hf_calls(&f, GMLAKE_DC_EVENT_QUERY), rec = hf_calls(&f, GMLAKE_DC_EVENT_RECORD);
     cr_assert_eq(gml_promote(&f.h, s2, GML_SPACE_LARGE, 2 * MiB), 1);
     cr_assert_eq(hf_calls(&f, GMLAKE_DC_EVENT_QUERY) + hf_calls(&f, GMLAKE_DC_EVENT_RECORD), q + rec,
                  "a block known to have passed moves without a device call");
     x = gml_best_fit(&f.h, s2, GML_SPACE_LARGE, 2 * MiB);
-    cr_assert(x && x->bin == r && x->addr == c_addr, "the smallest, lowest first");
+    cr_assert(x && x->bin == s2 && x->addr == c_addr, "the smallest, lowest first");
+    cr_assert_eq(r->nfree, 0, "a miss's block goes to the asking stream, not the ready bin");
     cr_assert_eq(gml_promote(&f.h, s2, GML_SPACE_LARGE, 8 * MiB), 1,
                  "no block fits: every block that passed moves (for stitching)");
     cr_assert_eq(s1->nfree, 0);
     hf_put(&f, keep1, s1);
     hf_put(&f, keep2, s1);
+    hf_check(&f, 0);
+    hf_free(&f);
+}
+
+/* Session 8: the block a miss promoted went to the ready bin, where what the request left of it
+ * never merged with the asking stream's later frees (blocks.c), so that stream's memory stayed in
+ * pieces (FSDP2's all-gather stream: the replay reserved 8,130 MiB where the GPU, whose waits put
+ * the block in the asking bin, reserved 8,072). */
+Test(streams, a_block_promoted_for_a_miss_merges_with_the_asking_streams_later_frees)
+{
+    hfix f;
+    hf_make(&f, 32 * MiB);
+    gml_sim_set_manual_events(f.dev, true);
+    gml_bin *s1 = gml_bin_get(&f.h, S1), *s2 = gml_bin_get(&f.h, S2);
+    cr_assert_eq(gml_grow(&f.h, s1, GML_SPACE_LARGE, GML_GROW_BLOCK, 12 * MiB), GMLAKE_OK);
+    gml_block *x = hf_take(&f, s1, 8 * MiB), *keep = hf_take(&f, s1, 4 * MiB);
+    hf_put(&f, x, s1);
+    cr_assert_eq(gml_promote(&f.h, s2, GML_SPACE_LARGE, 4 * MiB), 0, "S1's work may still run");
+    gml_sim_complete_events(f.dev);
+    cr_assert_eq(gml_promote(&f.h, s2, GML_SPACE_LARGE, 4 * MiB), 1);
+    gml_block *y = hf_take(&f, s2, 4 * MiB);
+    hf_put(&f, y, s2);
+    gml_block *whole = gml_best_fit(&f.h, s2, GML_SPACE_LARGE, 8 * MiB);
+    cr_assert(whole && whole->size == 8 * MiB && whole->bin == s2,
+              "S2's free merged with the rest of the block it was given: one 8 MiB block of S2");
+    hf_put(&f, keep, s1);
     hf_check(&f, 0);
     hf_free(&f);
 }
