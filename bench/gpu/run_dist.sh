@@ -14,7 +14,10 @@
 # mode's first round, under the first allocator, written to dist_warmup.jsonl; default 1), WARMUP
 # and STEADY (steps per run: default 4 and 10), BATCH, LAYERS, CKPT (dist_train.py), RUN_TIMEOUT
 # (seconds per launch, default 180; a run past it is killed and recorded as an error), BUDGET
-# (seconds; runs that would start after it are skipped and recorded so; default 450).
+# (seconds; runs that would start after it are skipped and recorded so; default 450),
+# TRACE_MODES (default none: e.g. "fsdp2 ddp"): after the timed runs, one more launch of each
+# under gmlake recording its trace (OUTDIR/MODE.trace.gz, GMLAKE_TRACE_FILE) and gmlake's own
+# statistics of that run (OUTDIR/trace_stats_MODE.json): bench/traces/jobs keeps such pairs.
 # OUTDIR defaults to $OUT, else build/gpu-bench.  Uses build/interpose/libgmlake.so as carried;
 # builds with meson into build-gpu/ only where it is absent.
 set -uo pipefail
@@ -67,6 +70,23 @@ for r in $(seq 0 $((${REPEATS:-3} - 1))); do
       run_one "${modes[$i]}" "$(rotated "$i" "$r" "$j")" "$((r * n + j))"
     done
   done
+done
+
+# traces (separate gmlake runs; their results go to dist_traces.jsonl, not dist.jsonl)
+read -r -a trace_modes <<<"${TRACE_MODES-}"
+for m in "${trace_modes[@]}"; do
+  [ -f "$lib" ] || break
+  if over_budget; then say "skip the $m trace: over the budget"; continue; fi
+  say "recording the $m trace under gmlake"
+  rm -f "$out/$m.trace" "$out/$m.trace.gz"
+  # shellcheck disable=SC2046
+  launch "$m" gmlake-tracing 0 "$out/dist_traces.jsonl" $(alloc_env gmlake) \
+    GMLAKE_TRACE_FILE="$out/$m.trace" GMLAKE_STATS_FILE="$out/trace_stats_$m.json" ||
+    say "the $m trace run failed (rc $?)"
+  if [ -s "$out/$m.trace" ]; then
+    gzip -9 "$out/$m.trace"
+    say "$m.trace.gz: $(stat -c %s "$out/$m.trace.gz") bytes"
+  fi
 done
 
 python3 "$root/bench/gpu/report.py" "$out" >"$out/report.md" 2>>"$log" || say "report failed"
