@@ -37,13 +37,21 @@ Test(streams, the_reuse_rule)
     hf_free(&f);
 }
 
+/* A heap of `cap` bytes with manual events, bins of S1 and S2, and `grow` bytes grown for S1. */
+static void two_streams(hfix *f, size_t cap, size_t grow, gml_bin **s1, gml_bin **s2)
+{
+    hf_make(f, cap);
+    gml_sim_set_manual_events(f->dev, true);
+    *s1 = gml_bin_get(&f->h, S1);
+    *s2 = gml_bin_get(&f->h, S2);
+    cr_assert_eq(gml_grow(&f->h, *s1, GML_SPACE_LARGE, GML_GROW_BLOCK, grow), GMLAKE_OK);
+}
+
 Test(streams, promotion_waits_for_the_event_of_the_freeing_stream)
 {
     hfix f;
-    hf_make(&f, 16 * MiB);
-    gml_sim_set_manual_events(f.dev, true);
-    gml_bin *s1 = gml_bin_get(&f.h, S1), *s2 = gml_bin_get(&f.h, S2);
-    cr_assert_eq(gml_grow(&f.h, s1, GML_SPACE_LARGE, GML_GROW_BLOCK, 4 * MiB), GMLAKE_OK);
+    gml_bin *s1, *s2;
+    two_streams(&f, 16 * MiB, 4 * MiB, &s1, &s2);
     gml_block *a = hf_take(&f, s1, 2 * MiB);
     gml_block *b = hf_take(&f, s1, 2 * MiB);
     hf_put(&f, a, s1);
@@ -106,10 +114,8 @@ Test(streams, a_miss_with_need_promotes_one_fitting_block_known_first)
 Test(streams, a_block_promoted_for_a_miss_merges_with_the_asking_streams_later_frees)
 {
     hfix f;
-    hf_make(&f, 32 * MiB);
-    gml_sim_set_manual_events(f.dev, true);
-    gml_bin *s1 = gml_bin_get(&f.h, S1), *s2 = gml_bin_get(&f.h, S2);
-    cr_assert_eq(gml_grow(&f.h, s1, GML_SPACE_LARGE, GML_GROW_BLOCK, 12 * MiB), GMLAKE_OK);
+    gml_bin *s1, *s2;
+    two_streams(&f, 32 * MiB, 12 * MiB, &s1, &s2);
     gml_block *x = hf_take(&f, s1, 8 * MiB), *keep = hf_take(&f, s1, 4 * MiB);
     hf_put(&f, x, s1);
     cr_assert_eq(gml_promote(&f.h, s2, GML_SPACE_LARGE, 4 * MiB), 0, "S1's work may still run");
