@@ -7,8 +7,8 @@
  * neither file, so the two never call each other (tests/calls.py).
  *
  * The reuse rule: a block freed on stream S goes to S's bin and may serve S at once; any other
- * stream only once it reached the ready bin (streams.c: gml_promote moves it there once S's work
- * up to the free has passed).
+ * stream only once it reached that stream's bin or the ready bin (streams.c: gml_promote moves it
+ * once S's work up to the free has passed, gml_borrow after a GPU-side wait).
  */
 #include <stdlib.h>
 

@@ -6,10 +6,11 @@
  * given before the free has completed.  gmlake records no event per free (a steady loop must make
  * no device calls); instead, when T misses and S's bin holds free blocks, the pool records one
  * event on S (covering every free on S so far, seq <= ev_seq) and queries it.  Once it has
- * completed, blocks may move to the ready bin, which every stream searches.  A miss moves only the
- * one block it needs when one fits (gml_promote with need: the smallest block >= need among those
- * known to have passed, else asking only the bins holding one that large), and every passed block
- * only when none fits (for stitching, refills, release).  Moving more would strand S's memory in
+ * completed, blocks may move.  A miss moves only the one block it needs when one fits
+ * (gml_promote with need: the smallest block >= need among those known to have passed, else asking
+ * only the bins holding one that large), into T's bin, where T's later frees merge with what T's
+ * request leaves of it; and every passed block, to the ready bin that every stream searches, only
+ * when none fits (for stitching, refills, release).  Moving more would strand S's memory in
  * pieces: S's later frees never merge with a ready neighbour (blocks.c), so S's memory split
  * between its bin and the ready bin no longer serves S's large requests whole.  On issue 10's
  * two-stream offload trace, where a side stream's 16-64 KiB misses used to move all of the main

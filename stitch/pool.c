@@ -6,8 +6,9 @@
  *
  * Fast path: lock, best fit in the bins that serve the stream, split, hash insert, unlock.
  * Slow path, in order (each step retries the best fit):
- *   1. move a block of another stream whose work has completed to the ready bin: the one that
- *      fits (known passed first, else an event query), else every passed block (gml_promote);
+ *   1. move a block of another stream whose work has completed: the one that fits (known passed
+ *      first, else an event query) to the asking stream's bin, else every passed block to the
+ *      ready bin (gml_promote);
  *   2. small: move a free large chunk to the small space, else grow one chunk;
  *      large: give fully free small chunks back to the large space; then at defrag level 0
  *      stitch (a cached stitched block first; growth only by the deficit); else grow the large
