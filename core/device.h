@@ -205,6 +205,14 @@ int gml_sim_launch(gml_device *dev, gml_stream stream);
 void gml_sim_finish(gml_device *dev, gml_stream stream);
 void gml_sim_set_manual_events(gml_device *dev, bool manual);
 void gml_sim_complete_events(gml_device *dev);
+/* Tests' ordering oracle.  gml_sim_backing: the physical byte behind mapped address va (its offset
+ * in the device's memory), false if va is not mapped.  gml_sim_submitted: the units of work
+ * submitted to `stream` so far.  gml_sim_ordered: whether unit `unit` of stream `s` has completed
+ * or, unless `now`, will have completed before the next work of stream `next` runs (through the
+ * GPU-side waits next made, directly or through other streams'). */
+bool gml_sim_backing(gml_device *dev, uintptr_t va, uintptr_t *phys);
+uint64_t gml_sim_submitted(gml_device *dev, gml_stream stream);
+bool gml_sim_ordered(gml_device *dev, gml_stream s, uint64_t unit, gml_stream next, bool now);
 /* Physical bytes held by chunks not yet freed, and live chunk / mapping / reservation counts. */
 size_t gml_sim_bytes_in_use(gml_device *dev);
 size_t gml_sim_mapping_count(gml_device *dev);

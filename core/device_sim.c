@@ -82,6 +82,8 @@ typedef struct sim_gate {
 struct sim_stream {
     gml_stream key;
     uint64_t submitted, completed;
+    uint64_t need;   /* propagate()'s answer for this stream, valid when need_gen is current */
+    uint64_t need_gen;
     sim_gate *gates; /* in unit order */
     size_t ngates, cap;
     UT_hash_handle hh;
@@ -115,6 +117,10 @@ typedef struct sim {
     void (*hook)(void *);
     void *hook_arg;
     double charged_by[GMLAKE_DC_COUNT]; /* estimated driver seconds of the successful calls, by kind */
+    /* propagate()'s scratch, under the lock: the streams it reached and its work list */
+    uint64_t prop_gen;
+    sim_stream **reach, **work;
+    size_t nreach, nwork, cap_reach, cap_work;
 } sim;
 
 static sim *sim_of(gml_device *dev) { return (sim *)dev->ctx; }
@@ -503,28 +509,77 @@ static int sim_event_record(void *ctx, gml_event ev, gml_stream key)
     return rc;
 }
 
+static bool push(sim_stream ***v, size_t *n, size_t *cap, sim_stream *t)
+{
+    if (*n == *cap) {
+        size_t c = *cap ? 2 * *cap : 16;
+        sim_stream **w = realloc(*v, c * sizeof *w);
+        if (!w)
+            return false;
+        *v = w;
+        *cap = c;
+    }
+    (*v)[(*n)++] = t;
+    return true;
+}
+
+/* Finds the streams whose work st's work up to `target` runs after, through the GPU-side waits
+ * (stream_wait) before it, theirs, and so on: each one's `need` (the unit of its work) in
+ * s->reach[0..nreach), st first.  A work list to a fixed point, touching only the streams the
+ * waits name (a wait names work already submitted, so it ends).  False on host out of memory. */
+static bool propagate(sim *s, sim_stream *st, uint64_t target)
+{
+    uint64_t gen = ++s->prop_gen;
+    s->nreach = s->nwork = 0;
+    st->need = target;
+    st->need_gen = gen;
+    if (!push(&s->reach, &s->nreach, &s->cap_reach, st) || !push(&s->work, &s->nwork, &s->cap_work, st))
+        return false;
+    while (s->nwork) {
+        sim_stream *t = s->work[--s->nwork];
+        for (size_t i = 0; i < t->ngates && t->gates[i].unit <= t->need; i++) {
+            sim_stream *src = t->gates[i].src;
+            if (src->need_gen != gen) {
+                src->need_gen = gen;
+                src->need = 0;
+                if (!push(&s->reach, &s->nreach, &s->cap_reach, src))
+                    return false;
+            }
+            if (src->need < t->gates[i].src_target) {
+                src->need = t->gates[i].src_target;
+                if (!push(&s->work, &s->nwork, &s->cap_work, src))
+                    return false;
+            }
+        }
+    }
+    return true;
+}
+
 /* Whether st's work up to `target` has completed: its own units, and the work of the streams it
  * waited for before then (stream_wait). */
-static bool reached(const sim_stream *st, uint64_t target, int depth)
+static bool reached(sim *s, sim_stream *st, uint64_t target)
 {
-    if (st->completed < target)
+    if (st->completed < target || !propagate(s, st, target))
         return false;
-    for (size_t i = 0; i < st->ngates && st->gates[i].unit <= target && depth < 64; i++)
-        if (!reached(st->gates[i].src, st->gates[i].src_target, depth + 1))
+    for (size_t i = 0; i < s->nreach; i++)
+        if (s->reach[i]->completed < s->reach[i]->need)
             return false;
     return true;
 }
 
 /* Completes st's work up to target, and what it waited for. */
-static void complete_to(sim_stream *st, uint64_t target, int depth)
+static void complete_to(sim *s, sim_stream *st, uint64_t target)
 {
     if (st->completed < target)
         st->completed = target;
-    for (size_t i = 0; i < st->ngates && st->gates[i].unit <= target && depth < 64; i++)
-        complete_to(st->gates[i].src, st->gates[i].src_target, depth + 1);
+    if (!propagate(s, st, target))
+        return; /* host out of memory: what it waited for stays as it was */
+    for (size_t i = 0; i < s->nreach; i++)
+        if (s->reach[i]->completed < s->reach[i]->need)
+            s->reach[i]->completed = s->reach[i]->need;
 }
 
-static bool event_done(const sim_event *e) { return e->done && (!e->s || reached(e->s, e->target, 0)); }
+static bool event_done(sim *s, const sim_event *e) { return e->done && (!e->s || reached(s, e->s, e->target)); }
 
 static int sim_stream_wait(void *ctx, gml_stream key, gml_event ev)
 {
@@ -532,7 +587,7 @@ static int sim_stream_wait(void *ctx, gml_stream key, gml_event ev)
     sim_event *e = ev;
     pthread_mutex_lock(&s->mu);
     int rc = injected(s, GMLAKE_DC_STREAM_WAIT) ? GMLAKE_ERR_DEVICE : GMLAKE_OK;
-    if (rc == GMLAKE_OK && e->s && !reached(e->s, e->target, 0)) {
+    if (rc == GMLAKE_OK && e->s && !reached(s, e->s, e->target)) {
         sim_stream *st = stream_of(s, key);
         if (!st || (st->ngates == st->cap &&
                     !(st->gates = realloc(st->gates, (st->cap = st->cap ? 2 * st->cap : 4) * sizeof *st->gates)))) {
@@ -552,7 +607,7 @@ static int sim_event_query(void *ctx, gml_event ev)
 {
     sim *s = ctx;
     pthread_mutex_lock(&s->mu);
-    int rc = event_done(ev) ? GMLAKE_OK : GMLAKE_ERR_BUSY;
+    int rc = event_done(s, ev) ? GMLAKE_OK : GMLAKE_ERR_BUSY;
     charge(s, GMLAKE_DC_EVENT_QUERY, 0); /* "not yet" is an answer too */
     pthread_mutex_unlock(&s->mu);
     return rc;
@@ -565,7 +620,7 @@ static int sim_event_sync(void *ctx, gml_event ev)
     pthread_mutex_lock(&s->mu);
     e->done = true; /* waiting lets the simulated work finish */
     if (e->s)
-        complete_to(e->s, e->target, 0);
+        complete_to(s, e->s, e->target);
     charge(s, GMLAKE_DC_EVENT_SYNC, 0);
     pthread_mutex_unlock(&s->mu);
     return GMLAKE_OK;
@@ -650,6 +705,8 @@ static void sim_destroy(void *ctx)
     if (s->memfd >= 0)
         close(s->memfd);
     free(s->unit_used);
+    free(s->reach);
+    free(s->work);
     pthread_mutex_destroy(&s->mu);
     free(s);
 }
@@ -806,6 +863,42 @@ size_t gml_sim_bytes_in_use(gml_device *dev)
     size_t n = s->used_units * s->cfg.granularity;
     pthread_mutex_unlock(&s->mu);
     return n;
+}
+
+bool gml_sim_backing(gml_device *dev, uintptr_t va, uintptr_t *phys)
+{
+    sim *s = sim_of(dev);
+    size_t g = s->cfg.granularity;
+    uintptr_t u = va & ~(uintptr_t)(g - 1);
+    sim_unit_map *m = NULL;
+    pthread_mutex_lock(&s->mu);
+    HASH_FIND(hh, s->units, &u, sizeof u, m);
+    if (m)
+        *phys = m->chunk->unit0 * g + (va - m->map_va);
+    pthread_mutex_unlock(&s->mu);
+    return m != NULL;
+}
+
+uint64_t gml_sim_submitted(gml_device *dev, gml_stream stream)
+{
+    sim *s = sim_of(dev);
+    pthread_mutex_lock(&s->mu);
+    sim_stream *st = stream_of(s, stream);
+    uint64_t n = st ? st->submitted : 0;
+    pthread_mutex_unlock(&s->mu);
+    return n;
+}
+
+bool gml_sim_ordered(gml_device *dev, gml_stream s_key, uint64_t unit, gml_stream next, bool now)
+{
+    sim *s = sim_of(dev);
+    pthread_mutex_lock(&s->mu);
+    sim_stream *st = stream_of(s, s_key), *nx = stream_of(s, next);
+    bool ok = st && reached(s, st, unit);
+    if (!ok && !now && st && nx && propagate(s, nx, UINT64_MAX)) /* after all next waited for */
+        ok = st->need_gen == s->prop_gen && st->need >= unit;
+    pthread_mutex_unlock(&s->mu);
+    return ok;
 }
 
 size_t gml_sim_mapping_count(gml_device *dev)
