@@ -29,6 +29,7 @@
 #include "device.h"
 
 #include "cost.h"
+#include "vec.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -119,8 +120,7 @@ typedef struct sim {
     double charged_by[GMLAKE_DC_COUNT]; /* estimated driver seconds of the successful calls, by kind */
     /* propagate()'s scratch, under the lock: the streams it reached and its work list */
     uint64_t prop_gen;
-    sim_stream **reach, **work;
-    size_t nreach, nwork, cap_reach, cap_work;
+    GML_VEC(sim_stream *) reach, work;
 } sim;
 
 static sim *sim_of(gml_device *dev) { return (sim *)dev->ctx; }
@@ -509,45 +509,31 @@ static int sim_event_record(void *ctx, gml_event ev, gml_stream key)
     return rc;
 }
 
-static bool push(sim_stream ***v, size_t *n, size_t *cap, sim_stream *t)
-{
-    if (*n == *cap) {
-        size_t c = *cap ? 2 * *cap : 16;
-        sim_stream **w = realloc(*v, c * sizeof *w);
-        if (!w)
-            return false;
-        *v = w;
-        *cap = c;
-    }
-    (*v)[(*n)++] = t;
-    return true;
-}
-
 /* Finds the streams whose work st's work up to `target` runs after, through the GPU-side waits
  * (stream_wait) before it, theirs, and so on: each one's `need` (the unit of its work) in
- * s->reach[0..nreach), st first.  A work list to a fixed point, touching only the streams the
+ * s->reach, st first.  A work list to a fixed point, touching only the streams the
  * waits name (a wait names work already submitted, so it ends).  False on host out of memory. */
 static bool propagate(sim *s, sim_stream *st, uint64_t target)
 {
     uint64_t gen = ++s->prop_gen;
-    s->nreach = s->nwork = 0;
+    s->reach.n = s->work.n = 0;
     st->need = target;
     st->need_gen = gen;
-    if (!push(&s->reach, &s->nreach, &s->cap_reach, st) || !push(&s->work, &s->nwork, &s->cap_work, st))
+    if (!gml_vec_push(&s->reach, st) || !gml_vec_push(&s->work, st))
         return false;
-    while (s->nwork) {
-        sim_stream *t = s->work[--s->nwork];
+    while (s->work.n) {
+        sim_stream *t = s->work.v[--s->work.n];
         for (size_t i = 0; i < t->ngates && t->gates[i].unit <= t->need; i++) {
             sim_stream *src = t->gates[i].src;
             if (src->need_gen != gen) {
                 src->need_gen = gen;
                 src->need = 0;
-                if (!push(&s->reach, &s->nreach, &s->cap_reach, src))
+                if (!gml_vec_push(&s->reach, src))
                     return false;
             }
             if (src->need < t->gates[i].src_target) {
                 src->need = t->gates[i].src_target;
-                if (!push(&s->work, &s->nwork, &s->cap_work, src))
+                if (!gml_vec_push(&s->work, src))
                     return false;
             }
         }
@@ -561,8 +547,8 @@ static bool reached(sim *s, sim_stream *st, uint64_t target)
 {
     if (st->completed < target || !propagate(s, st, target))
         return false;
-    for (size_t i = 0; i < s->nreach; i++)
-        if (s->reach[i]->completed < s->reach[i]->need)
+    for (size_t i = 0; i < s->reach.n; i++)
+        if (s->reach.v[i]->completed < s->reach.v[i]->need)
             return false;
     return true;
 }
@@ -574,9 +560,9 @@ static void complete_to(sim *s, sim_stream *st, uint64_t target)
         st->completed = target;
     if (!propagate(s, st, target))
         return; /* host out of memory: what it waited for stays as it was */
-    for (size_t i = 0; i < s->nreach; i++)
-        if (s->reach[i]->completed < s->reach[i]->need)
-            s->reach[i]->completed = s->reach[i]->need;
+    for (size_t i = 0; i < s->reach.n; i++)
+        if (s->reach.v[i]->completed < s->reach.v[i]->need)
+            s->reach.v[i]->completed = s->reach.v[i]->need;
 }
 
 static bool event_done(sim *s, const sim_event *e) { return e->done && (!e->s || reached(s, e->s, e->target)); }
@@ -705,8 +691,8 @@ static void sim_destroy(void *ctx)
     if (s->memfd >= 0)
         close(s->memfd);
     free(s->unit_used);
-    free(s->reach);
-    free(s->work);
+    gml_vec_free(&s->reach);
+    gml_vec_free(&s->work);
     pthread_mutex_destroy(&s->mu);
     free(s);
 }

@@ -257,11 +257,14 @@ static void ask(gml_heap *p, gml_bin *bin)
     gml_bin_passed(p, bin, bin->retired ? bin->retire_seq : p->seq);
 }
 
-static void to_ready(gml_heap *p, gml_block *f)
+/* Moves free block f into bin `to` (a fresh seq there: what to's stream does from now on). */
+static void move_to(gml_heap *p, gml_block *f, gml_bin *to)
 {
     gml_free_tree_remove(f);
-    gml_free_insert(p, f, p->ready);
+    gml_free_insert(p, f, to);
 }
+
+static void to_ready(gml_heap *p, gml_block *f) { move_to(p, f, p->ready); }
 
 /* The smallest block of `space` >= need known to have passed, not of bin `except` (the first bin
  * in holding order, the lowest address, among equal sizes). */
@@ -331,14 +334,9 @@ size_t gml_promote(gml_heap *p, gml_bin *except, int space, size_t need)
         gml_block *f = passed_fit(p, except, space, need);
         if (f) {
             gml_bin *from = f->bin;
-            if (except && except != p->ready && !except->retired) {
-                /* to the asking stream's bin, where its own frees merge with what its request
-                 * leaves of the block (in the ready bin they never would: blocks.c) */
-                gml_free_tree_remove(f);
-                gml_free_insert(p, f, except);
-            } else {
-                to_ready(p, f);
-            }
+            /* to the asking stream's bin, where its own frees merge with what its request
+             * leaves of the block (in the ready bin they never would: blocks.c) */
+            move_to(p, f, except && !except->retired ? except : p->ready);
             retired_reap(p, from);
             return 1;
         }
@@ -399,8 +397,7 @@ size_t gml_borrow(gml_heap *p, gml_bin *bin, int space, size_t need)
         }
         if (gml_dev_stream_wait(p->dev, bin->stream, from->ev) != GMLAKE_OK)
             continue;
-        gml_free_tree_remove(f);
-        gml_free_insert(p, f, bin); /* a fresh seq in bin: what bin's stream does from now on */
+        move_to(p, f, bin);
         retired_reap(p, from);
         return 1;
     }
