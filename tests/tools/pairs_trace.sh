@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # pairs_trace.sh SRC REPLAY — bench/pairs_trace.py: --help prints the usage and writes nothing (it
-# once wrote a trace to a file named "--help"), an OUT that looks like an option is refused, and
-# the trace it writes replays.
+# once wrote a trace to a file named "--help"), an OUT that looks like an option is refused, the
+# trace it writes replays, and --pairs N sets the number of pairs (a bad N is refused).
 set -u
 src=$(readlink -f "$1") replay=$(readlink -f "$2")
 tmp=$(mktemp -d)
@@ -15,5 +15,10 @@ python3 "$src/bench/pairs_trace.py" -o x.trace 2>/dev/null
 check "an OUT starting with '-' is refused" '[ $? -ne 0 ] && [ -z "$(ls -A)" ]'
 python3 "$src/bench/pairs_trace.py" p.trace --one-stream >/dev/null
 check "the one-stream trace replays" '"$replay" --policy gmlake p.trace | grep -q "^  gmlake "'
+python3 "$src/bench/pairs_trace.py" --pairs 10 q.trace
+check "--pairs 10: 512 allocations, then 10 frees and 10 allocations" \
+  '[ "$(grep -c "^A " q.trace)" -eq 522 ] && [ "$(grep -c "^F " q.trace)" -eq 10 ]'
+python3 "$src/bench/pairs_trace.py" r.trace --pairs 0 2>/dev/null
+check "--pairs 0 is refused, no file" '[ $? -ne 0 ] && [ ! -e r.trace ]'
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]
