@@ -53,22 +53,31 @@ static bool stream_captures(bool rt, CUstream s)
     return PASS(drv_stream_is_capturing, NO_DRV, s, &st) != CUDA_SUCCESS || st != CU_STREAM_CAPTURE_STATUS_NONE;
 }
 
-/* Before a real end call on s: whether a counted capture may end there.  The legacy stream never
- * captures (and querying it during a capture is an error). */
-static bool ending(bool rt, CUstream s)
+/* Before a real end call on s: whether a counted capture may end there, and its id in *id (0 if
+ * unknown: graphmem.c then never hears of its end).  The legacy stream never captures (and
+ * querying it during a capture is an error). */
+static bool ending(bool rt, CUstream s, uint64_t *id)
 {
-    return !gml_depth && s && s != CU_STREAM_LEGACY && gml_capture_under_way() && stream_captures(rt, s);
+    *id = 0;
+    bool was = !gml_depth && s && s != CU_STREAM_LEGACY && gml_capture_under_way() && stream_captures(rt, s);
+    bool active;
+    if (was)
+        gml_graph_capture_id(s, id, &active);
+    return was;
 }
 
 /* After the real end call on s, which returned r (CUresult numbering; the runtime's codes for
- * these two are the same numbers). */
-static void ended(bool rt, CUstream s, bool was, int r)
+ * these two are the same numbers) and, on success, the graph *graph.  The capture with that id
+ * ended: graphmem.c ties its memory to the graph (or releases it, without one). */
+static void ended(bool rt, CUstream s, bool was, uint64_t id, int r, CUgraph *graph)
 {
     _Static_assert((int)CUDA_ERROR_STREAM_CAPTURE_INVALIDATED == (int)cudaErrorStreamCaptureInvalidated,
                    "one code for an invalidated capture's end");
     bool ends = r == CUDA_SUCCESS || r == CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
-    if (was && ends && !stream_captures(rt, s))
+    if (was && ends && !stream_captures(rt, s)) {
         atomic_fetch_sub(&under_way, 1);
+        gml_graph_ended(id, r == CUDA_SUCCESS && graph ? *graph : NULL);
+    }
 }
 
 /* ---- runtime ---- */
@@ -94,9 +103,10 @@ static cudaError_t rt_begin_to_graph(cudaStream_t s, cudaGraph_t graph, const cu
 
 static cudaError_t rt_end(cudaStream_t s, cudaGraph_t *graph)
 {
-    bool was = ending(true, (CUstream)s);
+    uint64_t id;
+    bool was = ending(true, (CUstream)s, &id);
     cudaError_t r = PASS(rt_stream_end_capture, NO_RT, s, graph);
-    ended(true, (CUstream)s, was, r);
+    ended(true, (CUstream)s, was, id, r, (CUgraph *)graph);
     return r;
 }
 
@@ -198,10 +208,11 @@ GML_HOOK CUresult cuStreamBeginCaptureToGraph_ptsz(CUstream s, CUgraph graph,
 static CUresult drv_end(CUstream s, CUgraph *graph, bool ptsz)
 {
     CUstream named = !s && ptsz ? CU_STREAM_PER_THREAD : s;
-    bool was = ending(false, named);
+    uint64_t id;
+    bool was = ending(false, named, &id);
     CUresult r = ptsz ? PASS(drv_stream_end_capture_ptsz, NO_DRV, s, graph)
                       : PASS(drv_stream_end_capture, NO_DRV, s, graph);
-    ended(false, named, was, r);
+    ended(false, named, was, id, r, graph);
     return r;
 }
 

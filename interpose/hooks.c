@@ -321,16 +321,29 @@ static outcome alloc_op(api a, uintptr_t *out, size_t size, CUstream s, bool asy
 {
     if (!gml_serving() || size == 0)
         return PASS_THROUGH;
+    gml_graph_reap();
     int device = -1, query;
-    if (async && (capturing(a, named(s, ptsz), &query) || custom_pool_of(device = current_device(a))))
-        return PASS_THROUGH; /* a failed query: the real call answers as CUDA does */
+    uint64_t capture = 0;
+    bool active = false;
+    if (async && capturing(a, named(s, ptsz), &query) &&
+        (query || gml_graph_capture_id(named(s, ptsz), &capture, &active) != CUDA_SUCCESS || !active))
+        return PASS_THROUGH; /* a failed query or an invalidated capture: CUDA answers */
+    if (async && custom_pool_of(device = current_device(a)))
+        return PASS_THROUGH;
     int sticky = rt_sticky(a);
     if (sticky != cudaSuccess)
         return (outcome){.code = sticky};
     if (!async)
         device = current_device(a);
-    switch (serve_alloc(device, size, async ? stream_key(s, ptsz, device) : GML_STREAM_NONE, out)) {
-    case 0: return answer(CUDA_SUCCESS);
+    gml_stream key = async ? stream_key(s, ptsz, device) : GML_STREAM_NONE;
+    if (capture && gml_graph_reuse(capture, key, size, out))
+        return answer(CUDA_SUCCESS);
+    /* a graph's block is taken as cudaMalloc takes one: whichever stream launches the graph */
+    switch (serve_alloc(device, size, capture ? GML_STREAM_NONE : key, out)) {
+    case 0:
+        if (capture)
+            gml_graph_note(capture, gml_registry_get(device), *out, size);
+        return answer(CUDA_SUCCESS);
     case 1: return answer(CUDA_ERROR_OUT_OF_MEMORY);
     default: return PASS_THROUGH;
     }
@@ -382,12 +395,6 @@ static int serve_free(api a, uintptr_t ptr, CUstream s, bool ptsz, const char *n
                 "the block stays allocated", name, (unsigned long)ptr, query);
         return query; /* as CUDA refuses work on that stream; the program may free it later */
     }
-    if (capture) {
-        if (!atomic_exchange(&capture_warned, 1))
-            gml_log(GML_LOG_WARN, "%s during graph capture: gmlake keeps such blocks allocated", name);
-        return CUDA_SUCCESS;
-    }
-    gml_stream stream = GML_STREAM_NONE;
     if (sync) {
         gml_depth++; /* the pool's driver calls are real calls: routing off */
         int rc = gml_pool_sync(p);
@@ -398,21 +405,24 @@ static int serve_free(api a, uintptr_t ptr, CUstream s, bool ptsz, const char *n
                     "stays allocated", name, (unsigned long)ptr, device, r);
             return r;
         }
-    } else {
-        /* a per-thread stream is the one of the thread's current device, which may not be p's
-         * (a legacy stream's key is the current context, whatever its device) */
-        int cur = named(s, ptsz) == CU_STREAM_PER_THREAD ? current_device(a) : device;
-        stream = stream_key(s, ptsz, cur >= 0 ? cur : device);
     }
-    /* The free is logged before the block can serve another thread (gml_trace_free_begin holds
-     * the trace lock across it), so a recorded `A X` never precedes the `F X` that freed X. */
-    bool tracing = gml_trace_free_begin();
-    gml_depth++;
-    int rc = gml_pool_free(p, ptr, stream);
-    gml_depth--;
-    gml_trace_free_end(tracing, rc == GMLAKE_OK, ptr, stream);
-    if (rc == GMLAKE_OK)
-        gml_ipc_forget(ptr);
+    /* a per-thread stream is the one of the thread's current device, which may not be p's (a
+     * legacy stream's key is the current context, whatever its device) */
+    int cur = !sync && named(s, ptsz) == CU_STREAM_PER_THREAD ? current_device(a) : device;
+    gml_stream stream = sync ? GML_STREAM_NONE : stream_key(s, ptsz, cur >= 0 ? cur : device);
+    uint64_t in = 0;
+    bool active;
+    if (capture)
+        gml_graph_capture_id(named(s, ptsz), &in, &active); /* in stays 0 if it fails */
+    int graph = gml_graph_free(ptr, in, stream);
+    if (graph != GML_GRAPH_NOT_MINE)
+        return graph;
+    if (capture) {
+        if (!atomic_exchange(&capture_warned, 1))
+            gml_log(GML_LOG_WARN, "%s during graph capture: gmlake keeps such blocks allocated", name);
+        return CUDA_SUCCESS;
+    }
+    int rc = gml_free_served(p, ptr, stream);
     return rc == GMLAKE_OK || live_known ? drv_code(rc) : invalid_free(name, ptr);
 }
 
@@ -424,6 +434,7 @@ static outcome free_op(api a, uintptr_t ptr, CUstream s, bool ptsz, const char *
     int sticky = rt_sticky(a);
     if (sticky != cudaSuccess)
         return (outcome){.code = sticky};
+    gml_graph_reap();
     int r = serve_free(a, ptr, s, ptsz, name, sync);
     return r == FREE_PASS ? PASS_THROUGH : answer(r);
 }

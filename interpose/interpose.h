@@ -20,9 +20,10 @@
  *    serve, passes through, with depth raised so that whatever the real function calls is not
  *    routed again.
  *  - dlsym(RTLD_NEXT, ...) from any other object resolves as if gmlake were not there (hooktable.c).
- *  - Streams capturing a graph: allocations pass through to CUDA.  A gmlake pointer freed with a
- *    stream-ordered free during capture stays allocated (logged once): reusing it could corrupt
- *    the graph's replays.  A synchronous free (cudaFree, cuMemFree) waits for the pointer's
+ *  - Streams capturing a graph: gmlake serves their allocations and holds the blocks for as long
+ *    as CUDA keeps the graph (graphmem.c); an invalidated capture's allocations pass through to
+ *    CUDA.  Any other gmlake pointer freed with a stream-ordered free during capture stays
+ *    allocated (logged once): reusing it could corrupt the graph's replays.  A synchronous free (cudaFree, cuMemFree) waits for the pointer's
  *    device as CUDA's does; if that fails (during capture: CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED,
  *    and the capture is invalidated, as by CUDA's cudaFree; or a sticky fault) it returns that
  *    error and the block stays allocated.  The pool's own driver calls run in relaxed capture
@@ -52,6 +53,7 @@
  *   hooktable.c   the hook table; dlsym, cuGetProcAddress, cudaGetDriverEntryPoint hand hooks out
  *   hooks.c       the hooks of allocation, free, memory info, pools, streams, peers, IPC
  *   capture.c, pytorch_env.c      the Begin/EndCapture hooks; PyTorch's route (the constructor)
+ *   graphmem.c    the memory of graph captures, held for the graph's life
  *   lifecycle.c   the start on the first hook call (trace, summary, fork handlers), gml_serving
  *   ipc.c, report.c, summary.c    IPC of gmlake memory; out-of-memory report; exit summary
  *   pools.c, trace.c              the per-device pools; the trace recorder
@@ -185,7 +187,11 @@ cudaError_t cudaStreamEndCapture_ptsz(cudaStream_t stream, cudaGraph_t *pGraph);
     X(drv_ipc_get_mem_handle, cuIpcGetMemHandle, PFN_cuIpcGetMemHandle_v4010)                     \
     X(drv_ipc_open_mem_handle, cuIpcOpenMemHandle_v2, PFN_cuIpcOpenMemHandle_v11000)              \
     X(drv_ipc_open_mem_handle_v1, cuIpcOpenMemHandle, PFN_cuIpcOpenMemHandle_v11000)              \
-    X(drv_ipc_close_mem_handle, cuIpcCloseMemHandle, PFN_cuIpcCloseMemHandle_v4010)
+    X(drv_ipc_close_mem_handle, cuIpcCloseMemHandle, PFN_cuIpcCloseMemHandle_v4010)                \
+    X(drv_stream_get_capture_info, cuStreamGetCaptureInfo_v3, PFN_cuStreamGetCaptureInfo_v12030)  \
+    X(drv_user_object_create, cuUserObjectCreate, PFN_cuUserObjectCreate_v11030)                  \
+    X(drv_user_object_release, cuUserObjectRelease, PFN_cuUserObjectRelease_v11030)               \
+    X(drv_graph_retain_user_object, cuGraphRetainUserObject, PFN_cuGraphRetainUserObject_v11030)
 
 /* cuStreamBeginCapture as CUDA 10.0 exported it (no mode: global); cudaTypedefs.h declares its
  * type only for CUDA's internal build. */
@@ -308,6 +314,26 @@ void gml_arena_note(int device, gml_pool *p);
 /* Whether a graph capture may be under way in the process (capture.c: counted by the capture
  * hooks; true when in doubt). */
 bool gml_capture_under_way(void);
+/* Graph memory (graphmem.c; its contract at the top of that file): what a stream allocates while
+ * it captures a graph, held for as long as CUDA keeps the graph.  Codes are CUresult.
+ * gml_graph_capture_id: the id of the capture stream s (as named: the driver's handles) is part
+ *   of (*id 0: none) and whether it is active (not invalidated); the query's error, else 0.
+ * gml_graph_reuse: a block capture `id` freed on stream s that fits `size` (true, *out set).
+ * gml_graph_note: pool p served ptr (size bytes) to capture id.
+ * gml_graph_free: a free of ptr during capture `capture` (0: outside any) on stream s:
+ *   GML_GRAPH_NOT_MINE when ptr is no graph's block (the caller goes on), else the answer.
+ * gml_graph_ended: capture id ended with graph g (NULL: without a graph).
+ * gml_graph_reap: returns the memory of graphs CUDA destroyed since the last call.
+ * gml_free_served: the last step of every free of a live gmlake block: the trace, the pool's
+ *   free, the end of its IPC export (a gmlake status). */
+enum { GML_GRAPH_NOT_MINE = -1 };
+int gml_graph_capture_id(CUstream s, uint64_t *id, bool *active);
+bool gml_graph_reuse(uint64_t id, gml_stream s, size_t size, uintptr_t *out);
+void gml_graph_note(uint64_t id, gml_pool *p, uintptr_t ptr, size_t size);
+int gml_graph_free(uintptr_t ptr, uint64_t capture, gml_stream s);
+void gml_graph_ended(uint64_t id, CUgraph g);
+void gml_graph_reap(void);
+int gml_free_served(gml_pool *p, uintptr_t ptr, gml_stream stream);
 /* Logs (warn level) why `size` bytes could not be served on `device` (report.c). */
 void gml_oom_report(int device, gml_pool *p, size_t size);
 /* PyTorch's allocator route (pytorch_env.c): what to do with its environment.  alloc_conf and

@@ -17,10 +17,15 @@ TORCH_DEVICE_BACKEND_AUTOLOAD=0).  `autoload` then:
       - the sender keeps the storage alive until the receiver's copy is gone: the receiver, when
         its tensor's memory is released, waits for its device, closes the handle and tells the
         sender (a Unix socket of the sender's, named by a random key) which it may now drop;
-  * makes the refusals of that backend name gmlake, why and the way out: torch.compile's
-    reduce-overhead mode (CUDA graph trees check and checkpoint PyTorch's own pool) and memory
-    history snapshots raise PyTorch's "cudaMallocAsync does not yet support ..." otherwise, which
-    never says that gmlake is behind the backend (gmlake's snapshot equivalent: gmlake export-snapshot);
+  * makes torch.compile(mode="reduce-overhead") capture plain CUDA graphs: CUDA graph trees
+    check and checkpoint PyTorch's own pool, which that backend refuses, so gmlake sets
+    torch._inductor.config.triton.cudagraph_trees to False when that module is first imported
+    (a program may set it back); the memory such a graph captures is gmlake's, held for the
+    graph's life (interpose/graphmem.c);
+  * makes the refusals of that backend name gmlake, why and the way out: CUDA graph trees asked
+    for explicitly and memory history snapshots raise PyTorch's "cudaMallocAsync does not yet
+    support ..." otherwise, which never says that gmlake is behind the backend (gmlake's snapshot
+    equivalent: gmlake export-snapshot);
   * hands a process back its own memory when a receiver sends a tensor back (or forwards one it
     received), as PyTorch does, instead of opening its own handle;
   * where sharing cannot work (memory gmlake did not serve, a tensor subclass), fails at once
@@ -359,7 +364,9 @@ def _rebuild(handle, head, nbytes, event_handle, pid, address, token, device, dt
 
 # torch._C functions the cudaMallocAsync backend refuses: the feature a user knows them by, and
 # what gmlake offers instead (None: nothing but the way out)
-_GRAPH_TREES = ('torch.compile(mode="reduce-overhead") (CUDA graph trees)', None)
+_GRAPH_TREES = ("CUDA graph trees (torch._inductor.config.triton.cudagraph_trees, which gmlake "
+                'turns off by default: torch.compile(mode="reduce-overhead") then captures plain '
+                "CUDA graphs)", "or leave cudagraph_trees off")
 _HISTORY = ("memory history (torch.cuda.memory._record_memory_history)",
             "or use gmlake's own: record a trace (GMLAKE_TRACE_FILE=run.trace) and convert it with "
             "`gmlake export-snapshot run.trace -o snapshot.pickle`, which PyTorch's memory_viz opens")
@@ -399,6 +406,64 @@ def name_refusals(torch_c):
             setattr(torch_c, name, _named(fn, refused))
 
 
+# --- CUDA graphs without graph trees --------------------------------------------------------
+
+_INDUCTOR_CONFIG = "torch._inductor.config"
+
+
+def _trees_off(config):
+    config.triton.cudagraph_trees = False
+
+
+class _AfterImport:
+    """A meta path finder that runs `then(module)` once `name` has been imported, and only then:
+    PyTorch's compiler stays unimported in programs that never compile."""
+
+    def __init__(self, name, then):
+        self.name, self.then = name, then
+
+    def find_spec(self, fullname, path, target=None):
+        if fullname != self.name:
+            return None
+        import importlib.machinery
+        sys.meta_path[:] = [f for f in sys.meta_path if f is not self]
+        spec = importlib.machinery.PathFinder.find_spec(fullname, path, target)
+        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            return spec
+        spec.loader = _ThenLoader(spec.loader, self.then)
+        return spec
+
+
+class _ThenLoader:
+    def __init__(self, loader, then):
+        self.loader, self.then = loader, then
+
+    def create_module(self, spec):
+        return self.loader.create_module(spec)
+
+    def exec_module(self, module):
+        self.loader.exec_module(module)
+        try:
+            self.then(sys.modules.get(module.__name__, module))
+        except Exception as e:  # never fail the import
+            sys.stderr.write("gmlake: could not turn CUDA graph trees off (%s: %s); "
+                             'torch.compile(mode="reduce-overhead") may fail; set '
+                             "torch._inductor.config.triton.cudagraph_trees = False\n"
+                             % (type(e).__name__, e))
+
+    def __getattr__(self, name):
+        return getattr(self.loader, name)
+
+
+def graph_trees_off():
+    """CUDA graph trees off in torch._inductor.config: now if it is loaded, else when it is."""
+    loaded = sys.modules.get(_INDUCTOR_CONFIG)
+    if loaded is not None:
+        _trees_off(loaded)
+    elif not any(isinstance(f, _AfterImport) for f in sys.meta_path):
+        sys.meta_path.insert(0, _AfterImport(_INDUCTOR_CONFIG, _trees_off))
+
+
 # --- installation ---------------------------------------------------------------------------
 
 def _feeder_guard():
@@ -429,6 +494,7 @@ def install():
     gmlake in the backend's refusals."""
     import torch
     name_refusals(torch._C)
+    graph_trees_off()
     import torch.multiprocessing.reductions as red
     from multiprocessing.reduction import ForkingPickler
     wrap = {red.reduce_tensor: _reduce_tensor(red.reduce_tensor),

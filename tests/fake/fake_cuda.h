@@ -46,6 +46,8 @@ void fake_cuda_reuse_handles_last(bool yes);
 int fake_cuda_launch(CUstream s);
 /* Units submitted to the stream and not completed yet (-1 for a bad handle). */
 int fake_cuda_pending(CUstream s);
+/* While set, cuGraphRetainUserObject fails (CUDA_ERROR_INVALID_VALUE). */
+void fake_cuda_fail_retain(bool fail);
 /* Completes every unit of work on every stream. */
 void fake_cuda_finish_all(void);
 /* While held, every wait (cuCtxSynchronize, cuEventSynchronize on pending work,

@@ -24,8 +24,10 @@
  *    legacy stream cannot be queried or recorded while a capture is active
  *    (CUDA_ERROR_STREAM_CAPTURE_IMPLICIT; a record also invalidates the captures).
  *    A handle the fake never made (a plain number in a test) reports no capture.  Every status
- *    query (cuStreamIsCapturing, the runtime's cudaStreamIsCapturing) is counted in
- *    capture_queries.
+ *    query (cuStreamIsCapturing, the runtime's cudaStreamIsCapturing, cuStreamGetCaptureInfo_v3)
+ *    is counted in capture_queries.  Each capture has an id; a successful end returns a new graph.
+ *  - graphs and user objects: graphs hold user objects' references until destroyed, executable
+ *    graphs those of their graph; an object's destructor runs when its last reference goes.
  *  - fork: in a forked child every call returns CUDA_ERROR_NOT_INITIALIZED, as CUDA does after
  *    fork. */
 #include <cuda.h>
@@ -92,7 +94,28 @@ typedef struct capture {
     pthread_t thread; /* who began it */
     CUstreamCaptureMode mode;
     bool active, invalid;
+    uint64_t id; /* unique in the process, from 1 */
 } capture;
+
+/* Graphs, executable graphs and user objects: an object is destroyed (its destructor called, at
+ * once, on the releasing thread) when its last reference goes; a graph or an executable graph
+ * holds references of the objects retained by it (an executable graph, those of its graph when
+ * instantiated), and releases them when destroyed. */
+enum { FAKE_GRAPH_OBJECTS = 8 };
+typedef struct fobject {
+    void *ptr;
+    CUhostFn destroy;
+    unsigned refs;
+} fobject;
+typedef struct fgraph {
+    fobject *obj[FAKE_GRAPH_OBJECTS];
+    unsigned count[FAKE_GRAPH_OBJECTS];
+    int n;
+    struct fgraph *prev, *next; /* the live ones (a test need not destroy its graphs) */
+} fgraph;
+static fgraph graphs = {.prev = &graphs, .next = &graphs};
+
+static fgraph *graph_new(const fgraph *from); /* a live graph, a copy of `from` if given */
 
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
@@ -115,6 +138,7 @@ static _Atomic CUresult fault;
 static uint64_t peer_enabled[FAKE_DEVICES]; /* bit p: this device may access p's memory */
 static capture caps[NCAPTURES];
 static int ncaptures; /* active ones, read without mu by fake_capture_status */
+static uint64_t capture_ids;
 static __thread CUstreamCaptureMode thread_mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
 
 /* Set in the child of every fork of a process that has the fake loaded (a flag, not a getpid
@@ -314,7 +338,8 @@ EXPORT CUresult cuStreamBeginCapture_v2(CUstream h, CUstreamCaptureMode mode)
     else if (!find_capture(s))
         for (int i = 0; i < NCAPTURES && r != CUDA_SUCCESS; i++)
             if (!caps[i].active) {
-                caps[i] = (capture){.s = s, .thread = pthread_self(), .mode = mode, .active = true};
+                caps[i] = (capture){.s = s, .thread = pthread_self(), .mode = mode, .active = true,
+                                    .id = ++capture_ids};
                 __atomic_add_fetch(&ncaptures, 1, __ATOMIC_RELEASE);
                 r = CUDA_SUCCESS;
             }
@@ -334,9 +359,133 @@ EXPORT CUresult cuStreamEndCapture(CUstream h, CUgraph *g)
         __atomic_sub_fetch(&ncaptures, 1, __ATOMIC_RELEASE);
     }
     pthread_mutex_unlock(&mu);
-    *g = r == CUDA_SUCCESS ? (CUgraph)0x6 : NULL;
+    *g = NULL;
+    if (r == CUDA_SUCCESS && !(*g = (CUgraph)graph_new(NULL)))
+        r = CUDA_ERROR_OUT_OF_MEMORY;
     return r;
 }
+
+EXPORT CUresult cuStreamGetCaptureInfo_v3(CUstream h, CUstreamCaptureStatus *st, cuuint64_t *id,
+                                          CUgraph *graph, const CUgraphNode **deps,
+                                          const CUgraphEdgeData **edges, size_t *ndeps)
+{
+    GUARD();
+    fake_routing_call();
+    int cs;
+    CUresult r = (CUresult)fake_capture_status(h, &cs);
+    *st = (CUstreamCaptureStatus)cs;
+    if (r == CUDA_SUCCESS && cs != CU_STREAM_CAPTURE_STATUS_NONE && id) {
+        pthread_mutex_lock(&mu);
+        fstream *s = resolve(h);
+        capture *c = s ? find_capture(s) : NULL;
+        *id = c ? c->id : 0;
+        pthread_mutex_unlock(&mu);
+    }
+    if (graph || deps || edges || ndeps)
+        return CUDA_ERROR_NOT_SUPPORTED; /* the fake keeps no nodes */
+    return r;
+}
+
+/* ---- graphs and user objects (rules where fgraph is defined) ---- */
+
+static fgraph *graph_new(const fgraph *from)
+{
+    fgraph *g = calloc(1, sizeof *g);
+    if (!g)
+        return NULL;
+    if (from)
+        *g = *from;
+    pthread_mutex_lock(&mu);
+    g->prev = &graphs;
+    g->next = graphs.next;
+    graphs.next->prev = g;
+    graphs.next = g;
+    pthread_mutex_unlock(&mu);
+    return g;
+}
+
+static void object_release(fobject *o, unsigned n)
+{
+    if (__atomic_sub_fetch(&o->refs, n, __ATOMIC_ACQ_REL) == 0) {
+        o->destroy(o->ptr);
+        free(o);
+    }
+}
+
+EXPORT CUresult cuUserObjectCreate(CUuserObject *out, void *ptr, CUhostFn destroy, unsigned int refs,
+                                   unsigned int flags)
+{
+    GUARD();
+    if (!out || !destroy || !refs || flags != CU_USER_OBJECT_NO_DESTRUCTOR_SYNC)
+        return CUDA_ERROR_INVALID_VALUE;
+    fobject *o = calloc(1, sizeof *o);
+    if (!o)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    *o = (fobject){.ptr = ptr, .destroy = destroy, .refs = refs};
+    *out = (CUuserObject)o;
+    return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuUserObjectRelease(CUuserObject o, unsigned int count)
+{
+    GUARD();
+    if (!o || !count)
+        return CUDA_ERROR_INVALID_VALUE;
+    object_release((fobject *)o, count);
+    return CUDA_SUCCESS;
+}
+
+static bool fail_retain;
+EXPORT void fake_cuda_fail_retain(bool fail) { fail_retain = fail; }
+
+EXPORT CUresult cuGraphRetainUserObject(CUgraph g, CUuserObject o, unsigned int count, unsigned int flags)
+{
+    GUARD();
+    fgraph *fg = (fgraph *)g;
+    if (!fg || !o || !count || fail_retain)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (fg->n == FAKE_GRAPH_OBJECTS)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    if (!(flags & CU_GRAPH_USER_OBJECT_MOVE))
+        __atomic_add_fetch(&((fobject *)o)->refs, count, __ATOMIC_ACQ_REL);
+    fg->obj[fg->n] = (fobject *)o;
+    fg->count[fg->n++] = count;
+    return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuGraphDestroy(CUgraph g)
+{
+    GUARD();
+    fgraph *fg = (fgraph *)g;
+    if (!fg)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&mu);
+    fg->prev->next = fg->next;
+    fg->next->prev = fg->prev;
+    pthread_mutex_unlock(&mu);
+    for (int i = 0; i < fg->n; i++)
+        object_release(fg->obj[i], fg->count[i]);
+    free(fg);
+    return CUDA_SUCCESS;
+}
+
+/* An executable graph is a graph of its own holding the same references. */
+EXPORT CUresult cuGraphInstantiateWithFlags(CUgraphExec *out, CUgraph g, unsigned long long flags)
+{
+    GUARD();
+    (void)flags;
+    fgraph *fg = (fgraph *)g, *e;
+    if (!fg || !out)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!(e = graph_new(fg)))
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    for (int i = 0; i < e->n; i++)
+        __atomic_add_fetch(&e->obj[i]->refs, e->count[i], __ATOMIC_ACQ_REL);
+    *out = (CUgraphExec)e;
+    return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuGraphExecDestroy(CUgraphExec e) { return cuGraphDestroy((CUgraph)e); }
 
 EXPORT CUresult cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode *m)
 {

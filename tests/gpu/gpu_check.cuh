@@ -19,6 +19,12 @@ __global__ void verify(const uint32_t *p, size_t n, uint32_t seed, unsigned long
         if (p[i] != (seed ^ (uint32_t)(i * 2654435761u))) atomicAdd(bad, 1ull);
 }
 
+// Keeps one GPU thread busy for about `cycles` clock cycles.
+__global__ void spin(long long cycles) {
+    long long t0 = clock64();
+    while (clock64() - t0 < cycles) {}
+}
+
 static unsigned long long *bad;
 static bool ok_data(void *p, size_t bytes, uint32_t seed, cudaStream_t s = 0) {
     cudaMemsetAsync(bad, 0, sizeof *bad, s);

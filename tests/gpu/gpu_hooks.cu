@@ -3,6 +3,7 @@
 #include <cuda.h>
 #include <cuda_runtime.h>
 #include <dlfcn.h>
+#include <unistd.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -104,21 +105,61 @@ int main() {
     cudaFree(x);
     CHECK(cudaIpcGetMemHandle(&ih, x) == cudaErrorInvalidValue, "not once it is freed");
     cudaGetLastError();
-    // graph capture passes through
-    cudaStream_t cs;
+    // graph capture: gmlake serves it and holds the graph's memory for as long as CUDA keeps the
+    // graph (interpose/graphmem.c)
+    cudaStream_t cs, other_s;
     cudaStreamCreateWithFlags(&cs, cudaStreamNonBlocking);
+    cudaStreamCreateWithFlags(&other_s, cudaStreamNonBlocking);
     allocs = st().allocations;
+    uint64_t live0 = st().live_allocations;
     cudaGraph_t g;
-    void *gpa = NULL;
+    void *gpa = NULL, *gpb = NULL;
+    const size_t GB1 = 1 << 20;
     CHECK(cudaStreamBeginCapture(cs, cudaStreamCaptureModeGlobal) == cudaSuccess, "begin capture");
-    CHECK(cudaMallocAsync(&gpa, 1 << 20, cs) == cudaSuccess, "alloc in capture");
-    fill<<<16, 256, 0, cs>>>((uint32_t *)gpa, (1 << 20) / 4, 1);
+    CHECK(cudaMallocAsync(&gpa, GB1, cs) == cudaSuccess, "alloc in capture");
+    fill<<<16, 256, 0, cs>>>((uint32_t *)gpa, GB1 / 4, 1);
+    CHECK(cudaMallocAsync(&gpb, GB1, cs) == cudaSuccess, "a second one, the graph's output");
+    spin<<<1, 1, 0, cs>>>(400000000ll); // ~0.2 s: the graph still runs when it is destroyed below
+    CHECK(cudaMemcpyAsync(gpb, gpa, GB1, cudaMemcpyDeviceToDevice, cs) == cudaSuccess, "copy in capture");
     CHECK(cudaFreeAsync(gpa, cs) == cudaSuccess, "free in capture");
     CHECK(cudaStreamEndCapture(cs, &g) == cudaSuccess, "end capture");
-    CHECK(st().allocations == allocs, "capture allocations went to CUDA");
+    CHECK(st().allocations == allocs + 2, "gmlake served the capture's allocations");
     cudaGraphExec_t ge;
-    CHECK(cudaGraphInstantiate(&ge, g, 0) == cudaSuccess && cudaGraphLaunch(ge, cs) == cudaSuccess &&
-          cudaStreamSynchronize(cs) == cudaSuccess, "graph runs");
+    CHECK(cudaGraphInstantiate(&ge, g, 0) == cudaSuccess, "instantiate");
+    CHECK(cudaGraphDestroy(g) == cudaSuccess, "the graph goes, its executable graph stays (as in PyTorch)");
+    CHECK(cudaFree(gpb) == cudaSuccess, "the program frees the graph's output");
+    void *o1;
+    CHECK(cudaMalloc(&o1, GB1) == cudaSuccess && o1 != gpa && o1 != gpb, "the graph's blocks serve no one else");
+    fill<<<16, 256>>>((uint32_t *)o1, GB1 / 4, 9);
+    CHECK(cudaGraphLaunch(ge, cs) == cudaSuccess && cudaStreamSynchronize(cs) == cudaSuccess, "graph runs");
+    CHECK(ok_data(gpb, GB1, 1), "the replay wrote the graph's memory");
+    CHECK(ok_data(o1, GB1, 9), "and nothing else");
+    // destroyed while a launch runs: the memory comes back only after the launch completed
+    CHECK(cudaGraphLaunch(ge, cs) == cudaSuccess, "relaunch");
+    CHECK(cudaGraphExecDestroy(ge) == cudaSuccess, "destroyed while it runs");
+    void *late[8];
+    int early = 0;
+    for (int i = 0; i < 8; i++) {
+        CHECK(cudaMallocAsync(&late[i], GB1, other_s) == cudaSuccess, "allocate during the launch");
+        early += late[i] == gpa || late[i] == gpb;
+        fill<<<16, 256, 0, other_s>>>((uint32_t *)late[i], GB1 / 4, 20 + i);
+    }
+    CHECK(cudaDeviceSynchronize() == cudaSuccess, "the launch completes");
+    for (int i = 0; i < 8; i++) CHECK(ok_data(late[i], GB1, 20 + i, other_s), "block %d allocated during the launch kept its data", i);
+    CHECK(early == 0, "no block of a running graph was handed out (%d were)", early);
+    for (int i = 0; i < 8; i++) cudaFreeAsync(late[i], other_s);
+    cudaFree(o1);
+    // CUDA calls the user object's destructor on a thread of its own: the next call reaps
+    uint64_t live = st().live_allocations;
+    for (int i = 0; i < 300 && live > live0; i++) {
+        void *t;
+        cudaMalloc(&t, 512);
+        cudaFree(t);
+        live = st().live_allocations;
+        if (live > live0) usleep(10000);
+    }
+    CHECK(live == live0, "the graph's memory returned once CUDA destroyed it (%lu live, %lu before)",
+          (unsigned long)live, (unsigned long)live0);
     size_t fr, tot;
     CHECK(cudaMemGetInfo(&fr, &tot) == cudaSuccess && fr <= tot, "cudaMemGetInfo");
     CHECK(((int (*)(int))dlsym(RTLD_DEFAULT, "gmlake_check"))(0) == 0, "pool consistent");

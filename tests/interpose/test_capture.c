@@ -2,7 +2,10 @@
  * synchronous free during capture fails as CUDA's does; the pool's own event calls neither record
  * into a capture nor break another thread's capture; the per-thread variants check the capture
  * of this thread's default stream; a stream's capture status is asked only while a capture is
- * under way (interpose/capture.c), including one that ended by invalidation. */
+ * under way (interpose/capture.c), including one that ended by invalidation.  The memory of
+ * captures (interpose/graphmem.c): gmlake serves it, reuses what a capture freed only inside that
+ * capture on the same stream, holds what the program frees while the graph or an executable graph
+ * made from it lives, and gives it back once CUDA destroys the last of them. */
 #include "harness.h"
 #include <cuda.h>
 #include <cuda_runtime_api.h>
@@ -168,11 +171,26 @@ Test(capture, per_thread_allocations_check_this_threads_stream)
     cr_assert(!fake_cuda_owns(d), "this thread's default stream is not capturing: gmlake serves");
     cr_assert_eq(stats().allocations, 1);
     cr_assert_eq(cuStreamBeginCapture_v2(CU_STREAM_PER_THREAD, CU_STREAM_CAPTURE_MODE_RELAXED), CUDA_SUCCESS);
+    size_t live = stats().live_allocations;
     cr_assert_eq(cuMemAllocAsync_ptsz(&e, MiB, 0), CUDA_SUCCESS);
-    cr_assert(fake_cuda_owns(e), "this thread's default stream captures: passed to CUDA");
+    cr_assert_eq(cuMemFreeAsync(e, CU_STREAM_PER_THREAD), CUDA_SUCCESS);
+    cr_assert_eq(stats().live_allocations, live + 1,
+                 "this thread's default stream captures: its block is the graph's");
     CUgraph g;
     cr_assert_eq(cuStreamEndCapture(CU_STREAM_PER_THREAD, &g), CUDA_SUCCESS);
     cr_assert_eq(capture_end(&c), cudaSuccess);
+}
+
+/* Whether gmlake serves stream s as one that captures: a block allocated and freed there stays
+ * allocated, the graph's. */
+static bool served_for_a_graph(cudaStream_t s)
+{
+    void *p;
+    cr_assert_eq(cudaMallocAsync(&p, MiB, s), cudaSuccess);
+    cr_assert(!fake_cuda_owns((uintptr_t)p), "gmlake serves it");
+    size_t live = stats().live_allocations;
+    cr_assert_eq(cudaFreeAsync(p, s), cudaSuccess);
+    return stats().live_allocations == live;
 }
 
 /* Allocate+free pairs through the runtime and the driver on created stream s. */
@@ -200,16 +218,12 @@ Test(capture, queries_only_while_a_capture_is_under_way)
 {
     make_streams();
     cr_assert_eq(cudaStreamBeginCapture(C, cudaStreamCaptureModeRelaxed), cudaSuccess);
-    void *p;
-    cr_assert_eq(cudaMallocAsync(&p, MiB, C), cudaSuccess);
-    cr_assert(fake_cuda_owns((uintptr_t)p), "the capturing stream's allocation went to CUDA");
+    cr_assert(served_for_a_graph(C), "the capturing stream's allocation is the graph's");
     pairs(S1, 1);
     cr_assert_gt(fake_cuda_counts()->capture_queries, 0, "during the capture every stream is asked");
     cudaGraph_t g;
     cr_assert_eq(cudaStreamEndCapture(S1, &g), cudaErrorIllegalState, "S1 is not capturing");
-    cr_assert_eq(cudaMallocAsync(&p, MiB, C), cudaSuccess);
-    cr_assert(fake_cuda_owns((uintptr_t)p), "a failed end on another stream ends nothing");
-    cr_assert_eq(cudaFreeAsync(p, C), cudaSuccess);
+    cr_assert(served_for_a_graph(C), "a failed end on another stream ends nothing");
     cr_assert_eq(cudaStreamEndCapture(C, &g), cudaSuccess);
     int asked = fake_cuda_counts()->capture_queries;
     pairs(S1, 10);
@@ -253,12 +267,145 @@ Test(capture, captures_on_several_streams_are_counted_each)
     cr_assert_eq(cuStreamBeginCapture_v2((CUstream)C, CU_STREAM_CAPTURE_MODE_RELAXED), CUDA_SUCCESS);
     cudaGraph_t g;
     cr_assert_eq(cudaStreamEndCapture(S2, &g), cudaSuccess);
-    void *p;
-    cr_assert_eq(cudaMallocAsync(&p, MiB, C), cudaSuccess);
-    cr_assert(fake_cuda_owns((uintptr_t)p), "C still captures after S2's capture ended");
-    cr_assert_eq(cudaFreeAsync(p, C), cudaSuccess);
+    cr_assert(served_for_a_graph(C), "C still captures after S2's capture ended");
     cr_assert_eq(cuStreamEndCapture((CUstream)C, (CUgraph *)&g), CUDA_SUCCESS);
     int asked = fake_cuda_counts()->capture_queries;
     pairs(S1, 10);
     cr_assert_eq(fake_cuda_counts()->capture_queries, asked);
+}
+
+/* ---- the memory of captures (graphmem.c) ---- */
+
+static CUgraph capture_one(cudaStream_t s, void **out, size_t size)
+{
+    cr_assert_eq(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+    cr_assert_eq(cudaMallocAsync(out, size, s), cudaSuccess);
+    cr_assert(!fake_cuda_owns((uintptr_t)*out), "gmlake serves a capture's allocation");
+    cudaGraph_t g;
+    cr_assert_eq(cudaStreamEndCapture(s, &g), cudaSuccess);
+    return (CUgraph)g;
+}
+
+Test(capture, a_graphs_block_freed_by_the_program_stays_until_the_graph_is_destroyed)
+{
+    make_streams();
+    void *p, *q;
+    CUgraph g = capture_one(C, &p, 4 * MiB);
+    cr_assert_eq(stats().live_allocations, 1);
+    cr_assert_eq(cudaFreeAsync(p, S1), cudaSuccess, "the program's free succeeds");
+    cr_assert_eq(cudaFreeAsync(p, S1), cudaErrorInvalidValue, "a second free is a double free");
+    cr_assert_eq(stats().live_allocations, 1, "the graph still holds the block");
+    cr_assert_eq(cudaMallocAsync(&q, 4 * MiB, S1), cudaSuccess);
+    cr_assert_neq(q, p, "a block the graph holds serves no one else");
+    cr_assert_eq(cudaFreeAsync(q, S1), cudaSuccess);
+    cr_assert_eq(cuGraphDestroy(g), CUDA_SUCCESS);
+    cr_assert_eq(cudaMallocAsync(&q, MiB, S1), cudaSuccess, "the next call returns the graph's memory");
+    cr_assert_eq(stats().live_allocations, 1, "the graph's block went back to the pool");
+    cr_assert_eq(stats().active_bytes, MiB);
+    cr_assert_eq(cudaFreeAsync(q, S1), cudaSuccess);
+}
+
+Test(capture, an_executable_graph_keeps_the_memory_after_its_graph_is_destroyed)
+{
+    make_streams();
+    void *p;
+    CUgraph g = capture_one(C, &p, MiB);
+    CUgraphExec e;
+    cr_assert_eq(cuGraphInstantiateWithFlags(&e, g, 0), CUDA_SUCCESS);
+    cr_assert_eq(cuGraphDestroy(g), CUDA_SUCCESS, "as PyTorch does right after instantiating");
+    cr_assert_eq(cudaFree(p), cudaSuccess);
+    pairs(S1, 2);
+    cr_assert_eq(stats().live_allocations, 1, "the executable graph holds it");
+    cr_assert_eq(cuGraphExecDestroy(e), CUDA_SUCCESS);
+    pairs(S1, 1);
+    cr_assert_eq(stats().live_allocations, 0, "returned with the last holder");
+}
+
+Test(capture, a_block_the_program_still_holds_becomes_its_own_when_the_graph_goes)
+{
+    make_streams();
+    void *p;
+    CUgraph g = capture_one(C, &p, MiB);
+    cr_assert_eq(cuGraphDestroy(g), CUDA_SUCCESS);
+    pairs(S1, 1);
+    cr_assert_eq(stats().live_allocations, 1, "the program's block");
+    cr_assert_eq(cudaFreeAsync(p, S1), cudaSuccess);
+    cr_assert_eq(stats().live_allocations, 0, "an ordinary free now");
+    cr_assert_eq(cudaFreeAsync(p, S1), cudaErrorInvalidValue);
+}
+
+Test(capture, a_capture_reuses_what_it_freed_on_the_same_stream_only)
+{
+    make_streams();
+    void *a, *b, *c, *d;
+    cr_assert_eq(cudaStreamBeginCapture(C, cudaStreamCaptureModeRelaxed), cudaSuccess);
+    cr_assert_eq(cudaMallocAsync(&a, 2 * MiB, C), cudaSuccess);
+    cr_assert_eq(cudaFreeAsync(a, C), cudaSuccess);
+    cr_assert_eq(cudaMallocAsync(&b, 2 * MiB - 4096, C), cudaSuccess);
+    cr_assert_eq(b, a, "a block this capture freed on C serves C again");
+    cr_assert_eq(cudaFreeAsync(b, C), cudaSuccess);
+    cr_assert_eq(cudaMallocAsync(&c, MiB, C), cudaSuccess);
+    cr_assert_neq(c, a, "not a block twice the size asked for");
+    cr_assert_eq(cudaMallocAsync(&d, 8 * MiB, S1), cudaSuccess);
+    cr_assert_neq(d, a, "S1 does not capture: an ordinary block");
+    cudaGraph_t g;
+    cr_assert_eq(cudaStreamEndCapture(C, &g), cudaSuccess);
+    cr_assert_eq(stats().live_allocations, 3, "a and c for the graph, d the program's");
+    cr_assert_eq(cudaFreeAsync(d, S1), cudaSuccess);
+    cr_assert_eq(cudaFreeAsync(c, S1), cudaSuccess);
+    cr_assert_eq(stats().live_allocations, 2, "the graph holds its two");
+    cr_assert_eq(cuGraphDestroy((CUgraph)g), CUDA_SUCCESS);
+    pairs(S1, 1);
+    cr_assert_eq(stats().live_allocations, 0);
+}
+
+Test(capture, another_captures_free_of_a_graphs_block_leaves_it_to_the_graph)
+{
+    make_streams();
+    void *p, *q;
+    CUgraph g = capture_one(C, &p, MiB);
+    cr_assert_eq(cudaStreamBeginCapture(S2, cudaStreamCaptureModeRelaxed), cudaSuccess);
+    cr_assert_eq(cudaFreeAsync(p, S2), cudaSuccess);
+    cr_assert_eq(cudaMallocAsync(&q, MiB, S2), cudaSuccess);
+    cr_assert_neq(q, p, "the second capture cannot reuse the first graph's block");
+    cudaGraph_t g2;
+    cr_assert_eq(cudaStreamEndCapture(S2, &g2), cudaSuccess);
+    cr_assert_eq(cuGraphDestroy((CUgraph)g2), CUDA_SUCCESS);
+    pairs(S1, 1);
+    cr_assert_eq(stats().live_allocations, 2, "q is the program's, p the first graph's");
+    cr_assert_eq(cuGraphDestroy(g), CUDA_SUCCESS);
+    cr_assert_eq(cudaFreeAsync(q, S1), cudaSuccess);
+    cr_assert_eq(stats().live_allocations, 0);
+}
+
+Test(capture, an_invalidated_capture_returns_its_memory_at_its_end)
+{
+    make_streams();
+    void *p, *q, *x;
+    cr_assert_eq(cudaMalloc(&x, MiB), cudaSuccess);
+    cr_assert_eq(cudaStreamBeginCapture(C, cudaStreamCaptureModeGlobal), cudaSuccess);
+    cr_assert_eq(cudaMallocAsync(&p, MiB, C), cudaSuccess);
+    cr_assert(!fake_cuda_owns((uintptr_t)p));
+    cr_assert_eq(cudaFreeAsync(p, C), cudaSuccess);
+    cr_assert_eq(cudaFree(x), cudaErrorStreamCaptureUnsupported, "invalidates the capture");
+    cr_assert_eq(cudaMallocAsync(&q, MiB, C), cudaSuccess);
+    cr_assert(fake_cuda_owns((uintptr_t)q), "an invalidated capture's allocation is CUDA's answer");
+    cr_assert_eq(cudaFreeAsync(q, C), cudaSuccess);
+    cudaGraph_t g;
+    cr_assert_eq(cudaStreamEndCapture(C, &g), cudaErrorStreamCaptureInvalidated);
+    cr_assert_eq(stats().live_allocations, 1, "only x: no graph holds p");
+    cr_assert_eq(cudaFree(x), cudaSuccess);
+}
+
+Test(capture, memory_that_cannot_be_tied_to_its_graph_is_kept)
+{
+    make_streams();
+    void *p;
+    fake_cuda_fail_retain(true);
+    CUgraph g = capture_one(C, &p, MiB);
+    fake_cuda_fail_retain(false);
+    cr_assert_eq(cudaFreeAsync(p, S1), cudaSuccess);
+    cr_assert_eq(cuGraphDestroy(g), CUDA_SUCCESS);
+    pairs(S1, 2);
+    cr_assert_eq(stats().live_allocations, 1, "kept: gmlake cannot know when the graph is gone");
 }

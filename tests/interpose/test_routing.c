@@ -69,25 +69,33 @@ Test(routing, async_calls_and_driver_calls_are_served)
     cr_assert_eq(fake_cuda_counts()->mem_free, 1);
 }
 
-Test(routing, foreign_pointers_and_capture_pass_through)
+Test(routing, foreign_pointers_pass_through_and_a_capture_is_served)
 {
     void *p = NULL;
     cudaStream_t c;
     cudaGraph_t g;
     cr_assert_eq(cudaStreamCreate(&c), cudaSuccess);
-    cr_assert_eq(cudaStreamBeginCapture(c, cudaStreamCaptureModeRelaxed), cudaSuccess);
+    /* a device whose current pool is not its default one: stream-ordered calls pass through */
+    cr_assert_eq(cudaDeviceSetMemPool(0, (cudaMemPool_t)0x7777), cudaSuccess);
     cr_assert_eq(cudaMallocAsync(&p, MiB, c), cudaSuccess);
-    cr_assert_eq(fake_cuda_counts()->rt_malloc_async, 1, "capture: the allocation went to CUDA");
+    cr_assert_eq(fake_cuda_counts()->rt_malloc_async, 1, "the allocation went to CUDA");
     cr_assert(fake_cuda_owns((uintptr_t)p));
     cr_assert_eq(gmlake_get_stats(0, &(gmlake_stats){0}), GMLAKE_ERR_NO_POOL, "gmlake served nothing");
     cr_assert_eq(cudaFree(p), cudaSuccess);
     cr_assert_eq(fake_cuda_counts()->rt_free, 1, "a foreign pointer's free reaches CUDA");
     cr_assert(!fake_cuda_owns((uintptr_t)p));
     cr_assert_eq(cudaFree(NULL), cudaSuccess);
-    /* a gmlake pointer freed during capture stays allocated */
-    cr_assert_eq(cudaMalloc(&p, MiB), cudaSuccess);
-    cr_assert_eq(cudaFreeAsync(p, c), cudaSuccess);
-    cr_assert_eq(stats().live_allocations, 1);
+    cr_assert_eq(cudaDeviceSetMemPool(0, (cudaMemPool_t)FAKE_DEFAULT_POOL), cudaSuccess);
+    /* a capturing stream's allocation is gmlake's, held for the graph */
+    cr_assert_eq(cudaStreamBeginCapture(c, cudaStreamCaptureModeRelaxed), cudaSuccess);
+    cr_assert_eq(cudaMallocAsync(&p, MiB, c), cudaSuccess);
+    cr_assert_eq(fake_cuda_counts()->rt_malloc_async, 1, "gmlake served it");
+    cr_assert(!fake_cuda_owns((uintptr_t)p));
+    /* a gmlake pointer of no capture freed during capture stays allocated */
+    void *q;
+    cr_assert_eq(cudaMalloc(&q, MiB), cudaSuccess);
+    cr_assert_eq(cudaFreeAsync(q, c), cudaSuccess);
+    cr_assert_eq(stats().live_allocations, 2);
     cr_assert_eq(cudaStreamEndCapture(c, &g), cudaSuccess);
 }
 

@@ -181,9 +181,11 @@ def refusals(route_dir):
         check(False, "the refusal raised")
     except RuntimeError as e:
         msg = str(e)
-        check(isinstance(e, g.GmlakeRouteError) and msg.startswith("gmlake: torch.compile(mode=\"reduce-overhead\")")
+        check(isinstance(e, g.GmlakeRouteError) and msg.startswith("gmlake: CUDA graph trees (")
+              and "torch.compile(mode=\"reduce-overhead\") then captures plain CUDA graphs" in msg
               and "cudaMallocAsync does not yet support checkPoolLiveAllocations" in msg
-              and "PYTORCH_CUDA_ALLOC_CONF=backend:native" in msg and "tensor on the CPU" not in msg,
+              and "PYTORCH_CUDA_ALLOC_CONF=backend:native" in msg and "leave cudagraph_trees off" in msg
+              and "tensor on the CPU" not in msg,
               "the refusal names gmlake and the way out (not multiprocessing's): " + msg)
         check(c._cuda_checkPoolLiveAllocations.__wrapped__ is refuse, "wrapped once")
     try:
@@ -201,6 +203,45 @@ def refusals(route_dir):
               "memory history: the feature first, gmlake's equivalent after the way out: " + msg)
     check(c._cuda_getCheckpointState(1, 2) == ("state", 1, 2), "a call that works returns its value")
     check(not hasattr(c, "_cuda_setCheckpointPoolState"), "absent functions stay absent")
+
+
+FAKE_CONFIG = """
+class triton:
+    cudagraph_trees = True
+"""
+
+
+def trees(route_dir):
+    """CUDA graph trees go off when torch._inductor.config is imported (not before: a program that
+    never compiles never imports it), or at once when it is loaded already; a failure to set it
+    leaves the import working and says so."""
+    import subprocess
+    import tempfile
+    with tempfile.TemporaryDirectory() as tmp:
+        os.makedirs(os.path.join(tmp, "torch", "_inductor"))
+        for f, text in (("torch/__init__.py", ""), ("torch/_inductor/__init__.py", ""),
+                        ("torch/_inductor/config.py", FAKE_CONFIG)):
+            with open(os.path.join(tmp, f), "w") as out:
+                out.write(text)
+        head = "import sys; sys.path[:0] = [%r, %r]; import _gmlake_torch as g\n" % (tmp, route_dir)
+        cases = {
+            "on import": "import torch; g.graph_trees_off(); g.graph_trees_off()\n"
+                         "assert 'torch._inductor.config' not in sys.modules, 'not imported early'\n"
+                         "import torch._inductor.config as c; assert c.triton.cudagraph_trees is False\n"
+                         "assert sum(isinstance(f, g._AfterImport) for f in sys.meta_path) == 0\n"
+                         "c.triton.cudagraph_trees = True; import importlib; importlib.import_module("
+                         "'torch._inductor.config'); assert c.triton.cudagraph_trees is True, 'user wins'\n",
+            "loaded": "import torch._inductor.config as c; g.graph_trees_off()\n"
+                      "assert c.triton.cudagraph_trees is False\n",
+            "failing": "g._trees_off = None; g.graph_trees_off()\n"
+                       "import torch._inductor.config as c; assert c.triton.cudagraph_trees is True\n",
+        }
+        for name, body in cases.items():
+            r = subprocess.run([sys.executable, "-c", head + body], capture_output=True, text=True, timeout=60)
+            ok = r.returncode == 0
+            if name == "failing":
+                ok = ok and "gmlake: could not turn CUDA graph trees off" in r.stderr
+            check(ok, "graph trees, %s: %s %s" % (name, r.stdout, r.stderr))
 
 
 def resharing(route_dir):
@@ -420,6 +461,7 @@ def main():
         feeder(route_dir, tmp)
     release(route_dir)
     refusals(route_dir)
+    trees(route_dir)
     resharing(route_dir)
     round_trip(route_dir)
     print("%d passed, %d failed" % (results.count(True), results.count(False)))
