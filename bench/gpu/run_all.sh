@@ -2,7 +2,8 @@
 # bench/gpu/run_all.sh [OUTDIR] — the GPU benchmarks of issue 10, on one GPU, in one go (~5 min):
 #  1. growth.jsonl: the driver's cost of growing and releasing memory by handle size, address
 #     reserve/free, events (bench/gpu/growth.c)
-#  2. train.jsonl: each workload of bench/gpu/train.py (gpt2, llama_lora, bert_varlen, offload, vit, kvgen)
+#  2. train.jsonl: each workload of bench/gpu/train.py (gpt2, llama_lora, bert_varlen, offload, vit, kvgen;
+#     also compiled, torch.compile reduce-overhead, when WORKLOADS names it)
 #     under expandable_segments:True, backend:cudaMallocAsync and gmlake (LD_PRELOAD of
 #     build/interpose/libgmlake.so with backend:cudaMallocAsync), one process per run, the order
 #     of the three allocators rotating from one workload to the next

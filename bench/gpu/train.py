@@ -12,6 +12,9 @@ Workloads (models built from configs with random weights, no downloads; bf16 aut
   vit         ViT-Large/16 classification, 224 px, batch 64: fixed shapes, every step the same
   kvgen       generation, not training: GPT-2-style 24 x 1024 in bf16, batch 16, prompts of
               64..512 tokens, 64 new tokens by greedy generate() (the KV cache grows each token)
+  compiled    torch.compile(mode="reduce-overhead") (CUDA graphs): a GPT-style decoder of its own
+              (12 x 1024, PyTorch's scaled_dot_product_attention), batch 8 x 512, fixed shapes;
+              the first steps include compiling and capturing
 Every workload's shape schedule is fixed (seeded), so all allocators see the same requests.
 
 Timing: each step is synchronized; `first17` is the mean step time over steps 0..16 (growth
@@ -209,8 +212,51 @@ def kvgen(dev, batch=16, new_tokens=64, prompts=(384, 128, 512, 256, 448, 192, 3
     return model, data
 
 
+class _Block(torch.nn.Module):
+    def __init__(self, d, heads):
+        super().__init__()
+        self.heads = heads
+        self.ln1, self.ln2 = torch.nn.LayerNorm(d), torch.nn.LayerNorm(d)
+        self.qkv, self.proj = torch.nn.Linear(d, 3 * d), torch.nn.Linear(d, d)
+        self.mlp = torch.nn.Sequential(torch.nn.Linear(d, 4 * d), torch.nn.GELU(), torch.nn.Linear(4 * d, d))
+
+    def forward(self, x):
+        b, t, c = x.shape
+        q, k, v = (y.view(b, t, self.heads, c // self.heads).transpose(1, 2)
+                   for y in self.qkv(self.ln1(x)).split(c, 2))
+        y = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.proj(y.transpose(1, 2).reshape(b, t, c))
+        return x + self.mlp(self.ln2(x))
+
+
+class _Decoder(torch.nn.Module):
+    def __init__(self, layers=12, d=1024, heads=16, vocab=32000, length=512):
+        super().__init__()
+        self.emb, self.pos = torch.nn.Embedding(vocab, d), torch.nn.Embedding(length, d)
+        self.blocks = torch.nn.ModuleList(_Block(d, heads) for _ in range(layers))
+        self.ln, self.head = torch.nn.LayerNorm(d), torch.nn.Linear(d, vocab, bias=False)
+
+    def forward(self, input_ids, labels):
+        x = self.emb(input_ids) + self.pos(torch.arange(input_ids.shape[1], device=input_ids.device))
+        for blk in self.blocks:
+            x = blk(x)
+        logits = self.head(self.ln(x))
+        return torch.nn.functional.cross_entropy(logits.flatten(0, 1).float(), labels.flatten())
+
+
+def compiled(dev, batch=8, length=512):
+    model = on_device(_Decoder, dev)
+    step_model = torch.compile(model, mode="reduce-overhead")
+
+    def data(step):
+        x = torch.randint(0, 32000, (batch, length), device=dev)
+        return {"input_ids": x, "labels": x}
+    return model, data, step_model
+
+
 WORKLOADS = {"gpt2": gpt2, "llama_lora": llama_lora, "bert_varlen": bert_varlen, "vit": vit,
-             "kvgen": kvgen}
+             "kvgen": kvgen, "compiled": compiled}
+COMPILED = {"compiled"}  # built with a compiled step function: its output is the loss
 GENERATE = {"kvgen"}  # a step is model.generate(**batch), no backward
 
 
@@ -220,11 +266,14 @@ def train(args):
     nvml = NvmlPeak()
     t_start = time.perf_counter()
     offload = args.workload == "offload"
+    step_model = None
     if offload:
         model, _ = gpt2(dev, layers=12)
         model.gradient_checkpointing_disable()  # every activation goes to host memory and back
     else:
-        model, data = WORKLOADS[args.workload](dev)
+        built = WORKLOADS[args.workload](dev)
+        model, data = built[:2]
+        step_model = built[2] if args.workload in COMPILED else None
     gen = args.workload in GENERATE
     opt = None if gen else torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-4)
     steps = WARMUP + STEADY
@@ -267,8 +316,10 @@ def train(args):
             loss = out.float().mean()  # the tokens, a figure comparable between runs
             del out
         else:
+            if step_model is not None:
+                torch.compiler.cudagraph_mark_step_begin()
             with ctx, torch.autocast("cuda", dtype=torch.bfloat16):
-                loss = model(**batch).loss
+                loss = step_model(**batch) if step_model is not None else model(**batch).loss
             loss.backward()
             opt.step()
             opt.zero_grad(set_to_none=True)
