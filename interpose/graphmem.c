@@ -126,7 +126,7 @@ bool gml_graph_reuse(uint64_t id, gml_stream s, size_t size, uintptr_t *out)
     return found;
 }
 
-void gml_graph_note(uint64_t id, gml_pool *p, uintptr_t ptr, size_t size)
+bool gml_graph_note(uint64_t id, gml_pool *p, uintptr_t ptr, size_t size)
 {
     gblock *b = calloc(1, sizeof *b);
     pthread_mutex_lock(&mu);
@@ -138,13 +138,10 @@ void gml_graph_note(uint64_t id, gml_pool *p, uintptr_t ptr, size_t size)
         atomic_fetch_add(&tracked, 1);
     }
     pthread_mutex_unlock(&mu);
-    if (!c) {
-        free(b);
-        /* without a record the block is an ordinary one: the program's free would hand it to
-         * the pool under the graph; keep it allocated for good instead (no free reaches it) */
-        gml_log(GML_LOG_ERROR, "no memory to record a graph's block %#lx; it stays allocated "
-                "for the life of the process", (unsigned long)ptr);
-    }
+    if (!c)
+        free(b); /* the caller frees the block: unrecorded, the program's free would hand it
+                    to the pool under the graph */
+    return c != NULL;
 }
 
 int gml_graph_free(uintptr_t ptr, uint64_t capture, gml_stream s)

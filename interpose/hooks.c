@@ -341,8 +341,10 @@ static outcome alloc_op(api a, uintptr_t *out, size_t size, CUstream s, bool asy
     /* a graph's block is taken as cudaMalloc takes one: whichever stream launches the graph */
     switch (serve_alloc(device, size, capture ? GML_STREAM_NONE : key, out)) {
     case 0:
-        if (capture)
-            gml_graph_note(capture, gml_registry_get(device), *out, size);
+        if (capture && !gml_graph_note(capture, gml_registry_get(device), *out, size)) {
+            gml_free_served(gml_registry_get(device), *out, GML_STREAM_NONE);
+            return answer(CUDA_ERROR_OUT_OF_MEMORY);
+        }
         return answer(CUDA_SUCCESS);
     case 1: return answer(CUDA_ERROR_OUT_OF_MEMORY);
     default: return PASS_THROUGH;

@@ -319,7 +319,8 @@ bool gml_capture_under_way(void);
  * gml_graph_capture_id: the id of the capture stream s (as named: the driver's handles) is part
  *   of (*id 0: none) and whether it is active (not invalidated); the query's error, else 0.
  * gml_graph_reuse: a block capture `id` freed on stream s that fits `size` (true, *out set).
- * gml_graph_note: pool p served ptr (size bytes) to capture id.
+ * gml_graph_note: pool p served ptr (size bytes) to capture id; false when it cannot be recorded
+ *   (no host memory): the caller frees it and answers out of memory.
  * gml_graph_free: a free of ptr during capture `capture` (0: outside any) on stream s:
  *   GML_GRAPH_NOT_MINE when ptr is no graph's block (the caller goes on), else the answer.
  * gml_graph_ended: capture id ended with graph g (NULL: without a graph).
@@ -329,7 +330,7 @@ bool gml_capture_under_way(void);
 enum { GML_GRAPH_NOT_MINE = -1 };
 int gml_graph_capture_id(CUstream s, uint64_t *id, bool *active);
 bool gml_graph_reuse(uint64_t id, gml_stream s, size_t size, uintptr_t *out);
-void gml_graph_note(uint64_t id, gml_pool *p, uintptr_t ptr, size_t size);
+bool gml_graph_note(uint64_t id, gml_pool *p, uintptr_t ptr, size_t size);
 int gml_graph_free(uintptr_t ptr, uint64_t capture, gml_stream s);
 void gml_graph_ended(uint64_t id, CUgraph g);
 void gml_graph_reap(void);
