@@ -91,7 +91,7 @@ def test_torch_graph_capture_memory_is_gmlakes_for_the_graphs_life():
             "torch.cuda.synchronize()\n"
             "for _ in range(300):\n"
             "    t = torch.empty(256, device='cuda'); del t\n"
-            "    if act() - before < 65536: break\n"
+            "    if held - (act() - before) >= 2 * 65536: break\n"
             "    time.sleep(0.01)\n"
             "released = act() - before\n"
             "after = gmlake.stats(0)['allocations']\n"
@@ -105,7 +105,10 @@ def test_torch_graph_capture_memory_is_gmlakes_for_the_graphs_life():
     out = 64 * 256 * 4
     assert n("during") >= out, "the captured output is gmlake's: " + p.stdout
     assert n("held") >= out, "freed by the program, still the graph's: " + p.stdout
-    assert n("released") < out, "returned once the graph is destroyed: " + p.stdout
+    # what the program still holds stays (cuBLAS's workspaces, made for the capture's stream and
+    # for the default one, 32 MiB each, are PyTorch's for good); the output and the intermediate
+    # activation the graph held come back
+    assert n("held") - n("released") >= 2 * out, "returned once the graph is destroyed: " + p.stdout
     assert n("served") >= 10, p.stdout
     assert words[words.index("ok") + 1] == "True", p.stdout
 
