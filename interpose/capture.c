@@ -60,9 +60,8 @@ static bool ending(bool rt, CUstream s, uint64_t *id)
 {
     *id = 0;
     bool was = !gml_depth && s && s != CU_STREAM_LEGACY && gml_capture_under_way() && stream_captures(rt, s);
-    bool active;
     if (was)
-        gml_graph_capture_id(s, id, &active);
+        gml_graph_capture_id(s, id, NULL);
     return was;
 }
 

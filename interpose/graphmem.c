@@ -86,13 +86,15 @@ int gml_graph_capture_id(CUstream s, uint64_t *id, bool *active)
     CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE;
     cuuint64_t v = 0;
     *id = 0;
-    *active = false;
+    if (active)
+        *active = false;
     CUresult r = PASS(drv_stream_get_capture_info, NO_DRV, s, &st, &v, NULL, NULL, NULL, NULL);
     if (r != CUDA_SUCCESS)
         return (int)r;
     if (st != CU_STREAM_CAPTURE_STATUS_NONE)
         *id = v;
-    *active = st == CU_STREAM_CAPTURE_STATUS_ACTIVE;
+    if (active)
+        *active = st == CU_STREAM_CAPTURE_STATUS_ACTIVE;
     return CUDA_SUCCESS;
 }
 
@@ -228,38 +230,37 @@ void gml_graph_reap(void)
     give_back(give);
 }
 
-/* Ties capture c's life to graph g: a user object whose last reference the graph owns. */
+/* Ties capture c's life to graph g: a user object whose last reference the graph owns.  Where
+ * that fails c is pinned (before the release below, whose destructor then leaves it alone). */
 static bool tie(gcap *c, CUgraph g)
 {
     CUuserObject o;
+    c->pinned = true;
     if (PASS(drv_user_object_create, NO_DRV, &o, c, graph_gone, 1, CU_USER_OBJECT_NO_DESTRUCTOR_SYNC) !=
         CUDA_SUCCESS)
         return false;
-    if (PASS(drv_graph_retain_user_object, NO_DRV, g, o, 1, CU_GRAPH_USER_OBJECT_MOVE) == CUDA_SUCCESS)
-        return true;
-    c->pinned = true; /* the destructor, run by the release below, leaves it alone */
-    PASS(drv_user_object_release, NO_DRV, o, 1);
-    return false;
+    if (PASS(drv_graph_retain_user_object, NO_DRV, g, o, 1, CU_GRAPH_USER_OBJECT_MOVE) != CUDA_SUCCESS) {
+        PASS(drv_user_object_release, NO_DRV, o, 1);
+        return false;
+    }
+    c->pinned = false;
+    return true;
 }
 
 void gml_graph_ended(uint64_t id, CUgraph g)
 {
-    if (!id)
-        return;
-    gblock *give = NULL;
     static _Atomic int warned;
+    gblock *give = NULL;
+    bool untied = false;
     pthread_mutex_lock(&mu);
-    gcap *c = cap_of(id, false);
-    bool kept = true;
+    gcap *c = id ? cap_of(id, false) : NULL;
     if (c && !g)
         release(c, &give); /* no graph: nothing will run on its blocks */
-    else if (c && !tie(c, g))
-        kept = c->pinned = true;
-    else
-        kept = false;
+    else if (c)
+        untied = !tie(c, g);
     pthread_mutex_unlock(&mu);
     give_back(give);
-    if (c && g && kept && !atomic_exchange(&warned, 1))
+    if (untied && !atomic_exchange(&warned, 1))
         gml_log(GML_LOG_WARN, "cannot tie a captured graph's memory to the graph's life (CUDA user "
                 "objects); its blocks stay allocated until the process exits");
 }

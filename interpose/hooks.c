@@ -413,9 +413,8 @@ static int serve_free(api a, uintptr_t ptr, CUstream s, bool ptsz, const char *n
     int cur = !sync && named(s, ptsz) == CU_STREAM_PER_THREAD ? current_device(a) : device;
     gml_stream stream = sync ? GML_STREAM_NONE : stream_key(s, ptsz, cur >= 0 ? cur : device);
     uint64_t in = 0;
-    bool active;
     if (capture)
-        gml_graph_capture_id(named(s, ptsz), &in, &active); /* in stays 0 if it fails */
+        gml_graph_capture_id(named(s, ptsz), &in, NULL); /* in stays 0 if it fails */
     int graph = gml_graph_free(ptr, in, stream);
     if (graph != GML_GRAPH_NOT_MINE)
         return graph;

@@ -317,7 +317,8 @@ bool gml_capture_under_way(void);
 /* Graph memory (graphmem.c; its contract at the top of that file): what a stream allocates while
  * it captures a graph, held for as long as CUDA keeps the graph.  Codes are CUresult.
  * gml_graph_capture_id: the id of the capture stream s (as named: the driver's handles) is part
- *   of (*id 0: none) and whether it is active (not invalidated); the query's error, else 0.
+ *   of (*id 0: none) and, if active is not NULL, whether it is active (not invalidated); the
+ *   query's error, else 0.
  * gml_graph_reuse: a block capture `id` freed on stream s that fits `size` (true, *out set).
  * gml_graph_note: pool p served ptr (size bytes) to capture id; false when it cannot be recorded
  *   (no host memory): the caller frees it and answers out of memory.
