@@ -98,6 +98,8 @@ typedef struct gml_device_ops {
      * chunk_release. */
     int (*handle_export)(void *ctx, gml_handle h, int *fd);
     int (*handle_import)(void *ctx, int fd, size_t size, gml_handle *out);
+    /* Whether handle_export can export this device's chunks (NULL: no). */
+    bool (*can_export)(void *ctx);
     void (*destroy)(void *ctx);
 } gml_device_ops;
 
@@ -185,6 +187,8 @@ static inline int gml_dev_handle_export(gml_device *d, gml_handle h, int *fd)
 { return d->ops->handle_export ? d->ops->handle_export(d->ctx, h, fd) : GMLAKE_ERR_DEVICE; }
 static inline int gml_dev_handle_import(gml_device *d, int fd, size_t size, gml_handle *out)
 { return d->ops->handle_import ? d->ops->handle_import(d->ctx, fd, size, out) : GMLAKE_ERR_DEVICE; }
+static inline bool gml_dev_can_export(gml_device *d)
+{ return d->ops->can_export && d->ops->can_export(d->ctx); }
 
 /* ---- sim: host-memory device (device_sim.c) ---- */
 typedef struct gml_sim_config {

@@ -487,11 +487,17 @@ static void cu_destroy(void *ctx)
 /* IPC: chunks are created exportable as POSIX file descriptors where the device supports it
  * (checked once, at creation: prop.requestedHandleTypes); an imported chunk is a handle of the
  * exporter's memory, which this device maps like its own. */
+static bool cu_can_export(void *ctx)
+{
+    cuda_dev *d = ctx;
+    return d->drv.mem_export_to_shareable_handle &&
+           d->prop.requestedHandleTypes == CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+}
+
 static int cu_handle_export(void *ctx, gml_handle h, int *fd)
 {
     cuda_dev *d = ctx;
-    if (!d->drv.mem_export_to_shareable_handle ||
-        d->prop.requestedHandleTypes != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)
+    if (!cu_can_export(ctx))
         return GMLAKE_ERR_DEVICE;
     int out = -1;
     int rc = st(d->drv.mem_export_to_shareable_handle(&out, (CUmemGenericAllocationHandle)h,
@@ -537,6 +543,7 @@ static const gml_device_ops cuda_ops = {
     .granularity = cu_granularity,
     .mem_info = cu_mem_info,
     .handle_export = cu_handle_export,
+    .can_export = cu_can_export,
     .handle_import = cu_handle_import,
     .destroy = cu_destroy,
 };

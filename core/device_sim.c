@@ -697,6 +697,8 @@ static void sim_destroy(void *ctx)
     free(s);
 }
 
+static bool sim_can_export(void *ctx) { return ((sim *)ctx)->cfg.backed; }
+
 static int sim_handle_export(void *ctx, gml_handle h, int *fd)
 {
     sim *s = ctx;
@@ -770,6 +772,7 @@ static const gml_device_ops sim_ops = {
     .granularity = sim_granularity,
     .mem_info = sim_mem_info,
     .handle_export = sim_handle_export,
+    .can_export = sim_can_export,
     .handle_import = sim_handle_import,
     .destroy = sim_destroy,
 };

@@ -191,6 +191,7 @@ _Static_assert((int)CUDA_ERROR_STREAM_CAPTURE_IMPLICIT == (int)cudaErrorStreamCa
 _Static_assert((int)CUDA_ERROR_INVALID_HANDLE == (int)cudaErrorInvalidResourceHandle, "code map");
 _Static_assert((int)CUDA_ERROR_ILLEGAL_ADDRESS == (int)cudaErrorIllegalAddress, "code map");
 _Static_assert((int)CUDA_ERROR_LAUNCH_FAILED == (int)cudaErrorLaunchFailure, "code map");
+_Static_assert((int)CUDA_ERROR_NOT_SUPPORTED == (int)cudaErrorNotSupported, "code map");
 static cudaError_t rt_code(int driver_code) { return (cudaError_t)driver_code; }
 
 /* A runtime hook's answer: the runtime's code, gmlake's own errors recorded as the last error. */
@@ -617,6 +618,10 @@ static outcome ipc_get_op(api a, void *handle, uintptr_t ptr)
     if (r == CUDA_ERROR_INVALID_VALUE)
         gml_log(GML_LOG_ERROR, "IPC handle of %#lx: not inside a live allocation of gmlake's",
                 (unsigned long)ptr);
+    else if (r == CUDA_ERROR_NOT_SUPPORTED)
+        gml_log(GML_LOG_ERROR, "IPC handle of %#lx: device %d cannot share gmlake's memory (its "
+                "physical memory cannot be exported as POSIX file descriptors); run this process "
+                "without gmlake (GMLAKE_ENABLE=0) to share memory", (unsigned long)ptr, device);
     return answer(r);
 }
 

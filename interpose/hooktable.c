@@ -4,7 +4,7 @@
  * cudaGetDriverEntryPoint(ByVersion).  The hooks are one table sorted by name (dlsym: a binary
  * search); entry-point resolvers map by the real pointer they got, so the versioned and
  * per-thread-stream variants each get their own hook.  Above the hooks it takes the addresses of (hooks.c,
- * capture.c) and the real functions (resolve.c); nothing calls it.
+ * capture.c, pointer.c) and the real functions (resolve.c); nothing calls it.
  */
 #include <stddef.h>
 
@@ -35,7 +35,11 @@ static const hook_entry table[] = {
     E(cuMemFreeAsync, drv_mem_free_async),
     E(cuMemFreeAsync_ptsz, drv_mem_free_async_ptsz),
     E(cuMemFree_v2, drv_mem_free),
+    E(cuMemGetAddressRange_v2, drv_mem_get_address_range),
     E(cuMemGetInfo_v2, drv_mem_get_info),
+    E(cuMemRetainAllocationHandle, drv_mem_retain_allocation_handle),
+    E(cuPointerGetAttribute, drv_pointer_get_attribute),
+    E(cuPointerGetAttributes, drv_pointer_get_attributes),
     E(cuStreamBeginCapture, drv_stream_begin_capture_v1),
     E(cuStreamBeginCaptureToGraph, drv_stream_begin_capture_to_graph),
     E(cuStreamBeginCaptureToGraph_ptsz, drv_stream_begin_capture_to_graph_ptsz),

@@ -52,6 +52,7 @@
  * docs/ARCHITECTURE.md says who owns what):
  *   hooktable.c   the hook table; dlsym, cuGetProcAddress, cudaGetDriverEntryPoint hand hooks out
  *   hooks.c       the hooks of allocation, free, memory info, pools, streams, peers, IPC
+ *   pointer.c     the pointer queries (address range, range attributes, retain) about gmlake memory
  *   capture.c, pytorch_env.c      the Begin/EndCapture hooks; PyTorch's route (the constructor)
  *   graphmem.c    the memory of graph captures, held for the graph's life
  *   lifecycle.c   the start on the first hook call (trace, summary, fork handlers), gml_serving
@@ -191,7 +192,12 @@ cudaError_t cudaStreamEndCapture_ptsz(cudaStream_t stream, cudaGraph_t *pGraph);
     X(drv_stream_get_capture_info, cuStreamGetCaptureInfo_v3, PFN_cuStreamGetCaptureInfo_v12030)  \
     X(drv_user_object_create, cuUserObjectCreate, PFN_cuUserObjectCreate_v11030)                  \
     X(drv_user_object_release, cuUserObjectRelease, PFN_cuUserObjectRelease_v11030)               \
-    X(drv_graph_retain_user_object, cuGraphRetainUserObject, PFN_cuGraphRetainUserObject_v11030)
+    X(drv_graph_retain_user_object, cuGraphRetainUserObject, PFN_cuGraphRetainUserObject_v11030) \
+    X(drv_mem_get_address_range, cuMemGetAddressRange_v2, PFN_cuMemGetAddressRange_v3020)         \
+    X(drv_pointer_get_attribute, cuPointerGetAttribute, PFN_cuPointerGetAttribute_v4000)           \
+    X(drv_pointer_get_attributes, cuPointerGetAttributes, PFN_cuPointerGetAttributes_v7000)        \
+    X(drv_mem_retain_allocation_handle, cuMemRetainAllocationHandle,                               \
+      PFN_cuMemRetainAllocationHandle_v11000)
 
 /* cuStreamBeginCapture as CUDA 10.0 exported it (no mode: global); cudaTypedefs.h declares its
  * type only for CUDA's internal build. */
@@ -351,7 +357,8 @@ int gml_torch_plan(const char *alloc_conf, const char *cuda_conf, const char **v
                    size_t len);
 /* CUDA IPC of gmlake memory (ipc.c; how it works at the top of that file).  Codes are CUresult.
  * gml_ipc_export: a handle (64 bytes) for the live allocation of pool p (device `device`) that
- * holds ptr; CUDA_ERROR_INVALID_VALUE when ptr lies in no live allocation.
+ * holds ptr; CUDA_ERROR_INVALID_VALUE when ptr lies in no live allocation, CUDA_ERROR_NOT_SUPPORTED
+ * when the pool's device cannot export its chunks (no opener could map them).
  * gml_ipc_forget: the allocation starting at base was freed; its export, if any, ends.
  * gml_ipc_is_ours: whether a handle is one gml_ipc_export made (in any process).
  * gml_ipc_open: maps the allocation a handle of another process names on `device` (the caller's
@@ -363,6 +370,8 @@ void gml_ipc_forget(uintptr_t base);
 bool gml_ipc_is_ours(const void *handle);
 int gml_ipc_open(int device, const void *handle, uintptr_t *out);
 int gml_ipc_close(uintptr_t ptr);
+/* Whether ptr lies in an allocation this process opened (gml_ipc_open): its first byte and size. */
+bool gml_ipc_opened_range(uintptr_t ptr, uintptr_t *base, size_t *size);
 /* Trace (trace.c).  Appends an event to the trace file, if one is configured.  The stream column is gmlake's key of
  * the stream (core/device.h: a created stream's handle, or the key of a thread's per-thread
  * default stream or of a context's legacy stream), so that replay tells the streams apart as the

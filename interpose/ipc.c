@@ -225,6 +225,8 @@ int gml_ipc_export(gml_pool *p, int device, uintptr_t ptr, void *handle)
     size_t size;
     if (gml_pool_find(p, ptr, &base, &size) != GMLAKE_OK)
         return CUDA_ERROR_INVALID_VALUE;
+    if (!gml_dev_can_export(gml_pool_device(p)))
+        return CUDA_ERROR_NOT_SUPPORTED; /* refused here, not when another process opens it */
     pthread_mutex_lock(&ex_mu);
     int rc = server_start() == 0 ? CUDA_SUCCESS : CUDA_ERROR_OPERATING_SYSTEM;
     export_rec *e = NULL;
@@ -272,6 +274,7 @@ void gml_ipc_forget(uintptr_t base)
 typedef struct opened {
     struct { int32_t pid; uint64_t key, id; } who; /* key */
     uintptr_t va, ptr;
+    size_t size;        /* the allocation's bytes from ptr (the exporter's size) */
     size_t span, n;
     gml_handle *h;      /* n imported extents */
     uint64_t *bytes;    /* n: their sizes */
@@ -449,6 +452,7 @@ int gml_ipc_open(int device, const void *handle, uintptr_t *out)
     if (rc == CUDA_SUCCESS) {
         memcpy(&o->who, &who, sizeof who);
         o->ptr = o->va + r.head;
+        o->size = r.size;
         o->refs = 1;
         HASH_ADD(by_who, op_by_who, who, sizeof o->who, o);
         HASH_ADD(by_ptr, op_by_ptr, ptr, sizeof o->ptr, o);
@@ -468,6 +472,21 @@ int gml_ipc_open(int device, const void *handle, uintptr_t *out)
         gml_log(GML_LOG_WARN, "IPC: opening a gmlake handle of process %d failed (CUDA error %d)",
                 (int)w.pid, rc);
     return rc;
+}
+
+bool gml_ipc_opened_range(uintptr_t ptr, uintptr_t *base, size_t *size)
+{
+    pthread_mutex_lock(&op_mu);
+    opened *o, *tmp, *hit = NULL;
+    HASH_ITER(by_ptr, op_by_ptr, o, tmp)
+        if (ptr >= o->ptr && ptr < o->ptr + o->size) {
+            hit = o;
+            *base = o->ptr;
+            *size = o->size;
+            break;
+        }
+    pthread_mutex_unlock(&op_mu);
+    return hit != NULL;
 }
 
 int gml_ipc_close(uintptr_t ptr)

@@ -12,12 +12,24 @@
 #include <uthash.h>
 
 #include "core/device.h"
+#include "core/vec.h"
 #include "fake_internal.h"
 
 static fake_counts counts;
 static gml_device *sim;
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static uintptr_t own[4096];
+static size_t own_size[4096];
+/* Virtual reservations and mappings, remembered for the pointer queries below (CUDA answers them
+ * for VMM memory by mapping and by reservation). */
+typedef struct vrange {
+    uintptr_t va;
+    size_t n;
+    CUmemGenericAllocationHandle h; /* mappings: the handle mapped */
+    unsigned retained;              /* mappings: cuMemRetainAllocationHandle references */
+} vrange;
+static GML_VEC(vrange) reserved_ranges, mappings;
+
 
 EXPORT fake_counts *fake_cuda_counts(void) { return &counts; }
 
@@ -58,6 +70,7 @@ static CUresult host_alloc(CUdeviceptr *d, size_t n)
     for (int i = 0; i < 4096; i++)
         if (!own[i]) {
             own[i] = (uintptr_t)p;
+            own_size[i] = n;
             break;
         }
     pthread_mutex_unlock(&mu);
@@ -181,29 +194,168 @@ EXPORT CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *h, 
         *h = g;
     return r;
 }
-EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle h) { GUARD(); return res(gml_dev_chunk_release(dev(), h)); }
+EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle h)
+{
+    GUARD();
+    pthread_mutex_lock(&mu);
+    bool retained = false;
+    for (size_t i = 0; i < mappings.n && !retained; i++)
+        if (mappings.v[i].h == h && mappings.v[i].retained) {
+            mappings.v[i].retained--;
+            retained = true;
+        }
+    pthread_mutex_unlock(&mu);
+    return retained ? CUDA_SUCCESS : res(gml_dev_chunk_release(dev(), h));
+}
+
+static vrange *range_at(vrange *v, size_t n, uintptr_t p)
+{
+    for (size_t i = 0; i < n; i++)
+        if (p >= v[i].va && p < v[i].va + v[i].n)
+            return &v[i];
+    return NULL;
+}
+
 EXPORT CUresult cuMemAddressReserve(CUdeviceptr *p, size_t n, size_t a, CUdeviceptr addr, unsigned long long f)
 {
     GUARD();
     uintptr_t v;
     CUresult r = res(gml_dev_va_reserve(dev(), n, a, &v));
-    if (r == CUDA_SUCCESS)
+    if (r == CUDA_SUCCESS) {
         *p = (CUdeviceptr)v;
+        pthread_mutex_lock(&mu);
+        gml_vec_push(&reserved_ranges, ((vrange){.va = v, .n = n}));
+        pthread_mutex_unlock(&mu);
+    }
     return r;
 }
-EXPORT CUresult cuMemAddressFree(CUdeviceptr p, size_t n) { GUARD(); return res(gml_dev_va_free(dev(), p, n)); }
+EXPORT CUresult cuMemAddressFree(CUdeviceptr p, size_t n)
+{
+    GUARD();
+    CUresult r = res(gml_dev_va_free(dev(), p, n));
+    pthread_mutex_lock(&mu);
+    for (size_t i = 0; r == CUDA_SUCCESS && i < reserved_ranges.n; i++)
+        if (reserved_ranges.v[i].va == p)
+            reserved_ranges.v[i--] = reserved_ranges.v[--reserved_ranges.n];
+    pthread_mutex_unlock(&mu);
+    return r;
+}
 EXPORT CUresult cuMemMap(CUdeviceptr p, size_t n, size_t off, CUmemGenericAllocationHandle h, unsigned long long f)
 {
     GUARD();
-    return off ? CUDA_ERROR_INVALID_VALUE : res(gml_dev_map(dev(), p, n, h));
+    CUresult r = off ? CUDA_ERROR_INVALID_VALUE : res(gml_dev_map(dev(), p, n, h));
+    if (r == CUDA_SUCCESS) {
+        pthread_mutex_lock(&mu);
+        gml_vec_push(&mappings, ((vrange){.va = p, .n = n, .h = h}));
+        pthread_mutex_unlock(&mu);
+    }
+    return r;
 }
 EXPORT CUresult cuMemUnmap(CUdeviceptr p, size_t n)
 {
     GUARD();
     CUresult r = res(gml_dev_unmap(dev(), p, n));
-    if (r == CUDA_SUCCESS)
+    if (r == CUDA_SUCCESS) {
         drop_access(p, n);
+        pthread_mutex_lock(&mu);
+        for (size_t i = 0; i < mappings.n; i++)
+            if (mappings.v[i].va >= p && mappings.v[i].va < p + n)
+                mappings.v[i--] = mappings.v[--mappings.n];
+        pthread_mutex_unlock(&mu);
+    }
     return r;
+}
+
+/* ---- pointer queries, as CUDA answers them: for the fake's own allocations (cuMemAlloc and
+ * friends) the allocation, legacy IPC capable, no VMM handle; for VMM memory the mapping
+ * (cuMemGetAddressRange), the reservation (range attributes), not legacy IPC capable, the handle
+ * mapped there; for anything else CUDA_ERROR_NOT_FOUND / CUDA_ERROR_INVALID_VALUE. */
+static bool own_at(uintptr_t p, uintptr_t *base, size_t *size)
+{
+    for (int i = 0; i < 4096; i++)
+        if (own[i] && p >= own[i] && p < own[i] + (own_size[i] ? own_size[i] : 1)) {
+            *base = own[i];
+            *size = own_size[i];
+            return true;
+        }
+    return false;
+}
+
+EXPORT CUresult cuMemGetAddressRange_v2(CUdeviceptr *pbase, size_t *psize, CUdeviceptr dptr)
+{
+    GUARD();
+    uintptr_t base = 0;
+    size_t size = 0;
+    pthread_mutex_lock(&mu);
+    vrange *m = own_at(dptr, &base, &size) ? NULL : range_at(mappings.v, mappings.n, dptr);
+    if (m)
+        base = m->va, size = m->n;
+    pthread_mutex_unlock(&mu);
+    if (!base)
+        return CUDA_ERROR_NOT_FOUND;
+    if (pbase)
+        *pbase = base;
+    if (psize)
+        *psize = size;
+    return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuPointerGetAttribute(void *data, CUpointer_attribute a, CUdeviceptr ptr)
+{
+    GUARD();
+    uintptr_t base = 0;
+    size_t size = 0;
+    pthread_mutex_lock(&mu);
+    bool own_mem = own_at(ptr, &base, &size);
+    vrange *r = own_mem || !range_at(mappings.v, mappings.n, ptr) ? NULL
+                                                                  : range_at(reserved_ranges.v, reserved_ranges.n, ptr);
+    if (r)
+        base = r->va, size = r->n;
+    pthread_mutex_unlock(&mu);
+    if (!own_mem && !r)
+        return CUDA_ERROR_INVALID_VALUE;
+    switch (a) {
+    case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR: *(CUdeviceptr *)data = base; return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_RANGE_SIZE: *(size_t *)data = size; return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE: *(int *)data = own_mem; return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL: *(int *)data = 0; return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_MAPPED: *(int *)data = 1; return CUDA_SUCCESS;
+    default: return CUDA_ERROR_INVALID_VALUE; /* not modelled */
+    }
+}
+
+/* As CUDA: a pointer no allocation holds answers defaults (DEVICE_ORDINAL -2), not an error. */
+EXPORT CUresult cuPointerGetAttributes(unsigned int n, CUpointer_attribute *a, void **data, CUdeviceptr ptr)
+{
+    GUARD();
+    for (unsigned i = 0; i < n; i++) {
+        CUresult r = cuPointerGetAttribute(data[i], a[i], ptr);
+        if (r == CUDA_SUCCESS)
+            continue;
+        switch (a[i]) {
+        case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR: *(CUdeviceptr *)data[i] = 0; break;
+        case CU_POINTER_ATTRIBUTE_RANGE_SIZE: *(size_t *)data[i] = 0; break;
+        case CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE:
+        case CU_POINTER_ATTRIBUTE_MAPPED: *(int *)data[i] = 0; break;
+        case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL: *(int *)data[i] = -2; break;
+        default: return CUDA_ERROR_INVALID_VALUE;
+        }
+    }
+    return CUDA_SUCCESS;
+}
+
+/* A reference the caller drops with cuMemRelease (counted here: the sim's chunk stays). */
+EXPORT CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle *h, void *addr)
+{
+    GUARD();
+    pthread_mutex_lock(&mu);
+    vrange *m = range_at(mappings.v, mappings.n, (uintptr_t)addr);
+    if (m) {
+        m->retained++;
+        *h = m->h;
+    }
+    pthread_mutex_unlock(&mu);
+    return m ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
 /* Access rights by granule: bit d set when device d may read and write it.  Set by cuMemSetAccess,
  * dropped by cuMemUnmap. */
@@ -280,7 +432,11 @@ static const proc procs[] = {
     {"cuMemAllocAsync", (void *)cuMemAllocAsync},
     {"cuMemFree", (void *)cuMemFree_v2},
     {"cuMemFreeAsync", (void *)cuMemFreeAsync},
+    {"cuMemGetAddressRange", (void *)cuMemGetAddressRange_v2},
     {"cuMemGetInfo", (void *)cuMemGetInfo_v2},
+    {"cuMemRetainAllocationHandle", (void *)cuMemRetainAllocationHandle},
+    {"cuPointerGetAttribute", (void *)cuPointerGetAttribute},
+    {"cuPointerGetAttributes", (void *)cuPointerGetAttributes},
     {"cuStreamDestroy", (void *)cuStreamDestroy_v2},
 };
 EXPORT CUresult cuGetProcAddress_v2(const char *sym, void **pfn, int ver, cuuint64_t flags, CUdriverProcAddressQueryResult *st)

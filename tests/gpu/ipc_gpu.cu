@@ -6,7 +6,12 @@
 // it; cuIpc* on a 10 MiB block; a stitched 12 MiB block (run with GMLAKE_EXTENT_SIZE=2MiB so that
 // freeing every other 2 MiB block leaves whole free extents); a handle opened twice (one
 // pointer, two closes, a third close refused); the handle of a freed block (refused with
-// cudaErrorInvalidResourceHandle); a process opening its own handle (refused).  Prints
+// cudaErrorInvalidResourceHandle); a process opening its own handle (refused); the pointer
+// queries (interpose/pointer.c): cuMemGetAddressRange and CU_POINTER_ATTRIBUTE_RANGE_START_ADDR /
+// RANGE_SIZE of a pointer inside a stitched block and inside a small block that shares its extent
+// name the allocation, IS_LEGACY_CUDA_IPC_CAPABLE is 1, cuMemRetainAllocationHandle is refused,
+// and the base found that way, exported, opened by a child (vLLM's custom all-reduce does this)
+// holds the data, where the child's own range queries name its opened allocation.  Prints
 // "N passed, M failed"; exit 1 on a failure.
 #include <cuda.h>
 #include <dlfcn.h>
@@ -52,6 +57,17 @@ static int child(const char *mode, const char *hex, size_t size, uint32_t seed) 
         CHECK(d && ok_data((void *)d, size, seed), "child: sees the parent's data (driver)");
         if (d) { fill<<<256, 256>>>((uint32_t *)d, size / 4, seed + 1); cudaDeviceSynchronize(); }
         CHECK(cuIpcCloseMemHandle(d) == CUDA_SUCCESS, "child: cuIpcCloseMemHandle");
+    } else if (!strcmp(mode, "range")) {
+        CHECK(cudaIpcOpenMemHandle(&p, h, cudaIpcMemLazyEnablePeerAccess) == cudaSuccess, "child: open");
+        CUdeviceptr base = 0, start = 0; size_t n = 0, rz = 0;
+        CHECK(p && cuMemGetAddressRange((CUdeviceptr *)&base, &n, (CUdeviceptr)p + size / 2) == CUDA_SUCCESS &&
+              (void *)base == p && n == size, "child: cuMemGetAddressRange names the opened allocation");
+        CHECK(cuPointerGetAttribute(&start, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, (CUdeviceptr)p + size / 2) == CUDA_SUCCESS &&
+              cuPointerGetAttribute(&rz, CU_POINTER_ATTRIBUTE_RANGE_SIZE, (CUdeviceptr)p + size / 2) == CUDA_SUCCESS &&
+              (void *)start == p && rz == size, "child: the range attributes name it too");
+        CHECK(p && ok_data(p, size, seed), "child: the exported base holds the parent's data");
+        if (p) { fill<<<256, 256>>>((uint32_t *)p, size / 4, seed + 1); cudaDeviceSynchronize(); }
+        CHECK(cudaIpcCloseMemHandle(p) == cudaSuccess, "child: close");
     } else if (!strcmp(mode, "freed")) {
         cudaError_t e = cudaIpcOpenMemHandle(&p, h, cudaIpcMemLazyEnablePeerAccess);
         CHECK(e == cudaErrorInvalidResourceHandle, "child: a freed block's handle is refused (%d)", (int)e);
@@ -114,9 +130,35 @@ int main(int argc, char **argv) {
     // 4. opened twice
     CHECK(run_child("twice", &h, ss, 32) == 0, "child twice");
     CHECK(ok_data(s, ss, 33), "after the second child");
-    // 5. freed
+    cudaIpcMemHandle_t hs = h;
+    // 5. pointer queries answer with the allocation; its base, exported, is the allocation
+    void *small1, *small2; size_t s2 = 300000;
+    CHECK(cudaMalloc(&small1, 1000) == cudaSuccess && cudaMalloc(&small2, s2) == cudaSuccess, "two small blocks");
+    fill<<<256, 256>>>((uint32_t *)small2, s2 / 4, 41); cudaDeviceSynchronize();
+    struct { void *alloc; size_t size; size_t off; const char *what; uint32_t seed; } cases[2] = {
+        {s, ss, (5 << 20) + 4096, "inside the stitched block", 33}, {small2, s2, 123456, "inside a small block", 41}};
+    for (int i = 0; i < 2; i++) {
+        CUdeviceptr x = (CUdeviceptr)cases[i].alloc + cases[i].off, base = 0, start = 0;
+        size_t n = 0, rz = 0; int legacy = -1; CUmemGenericAllocationHandle mh;
+        CHECK(cuMemGetAddressRange(&base, &n, x) == CUDA_SUCCESS && (void *)base == cases[i].alloc && n == cases[i].size,
+              "cuMemGetAddressRange %s: the allocation (%#llx, %zu)", cases[i].what, (unsigned long long)base, n);
+        CHECK(cuPointerGetAttribute(&start, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, x) == CUDA_SUCCESS &&
+              cuPointerGetAttribute(&rz, CU_POINTER_ATTRIBUTE_RANGE_SIZE, x) == CUDA_SUCCESS &&
+              (void *)start == cases[i].alloc && rz == cases[i].size, "range attributes %s (%#llx, %zu)",
+              cases[i].what, (unsigned long long)start, rz);
+        CHECK(cuPointerGetAttribute(&legacy, CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE, x) == CUDA_SUCCESS && legacy == 1,
+              "legacy IPC capable %s", cases[i].what);
+        CHECK(cuMemRetainAllocationHandle(&mh, (void *)x) == CUDA_ERROR_INVALID_VALUE, "no VMM handle %s", cases[i].what);
+        CHECK(cudaIpcGetMemHandle(&h, (void *)start) == cudaSuccess, "handle of the base found %s", cases[i].what);
+        CHECK(run_child("range", &h, cases[i].size, cases[i].seed) == 0, "child range %s", cases[i].what);
+        CHECK(ok_data(cases[i].alloc, cases[i].size, cases[i].seed + 1), "the child's writes are seen %s", cases[i].what);
+    }
+    CHECK(cudaFree(small1) == cudaSuccess && cudaFree(small2) == cudaSuccess, "free the small blocks");
+    CUdeviceptr fb; size_t fn;
+    CHECK(cuMemGetAddressRange(&fb, &fn, (CUdeviceptr)small2) == CUDA_ERROR_NOT_FOUND, "a freed block's range: not found");
+    // 6. freed
     CHECK(cudaFree(s) == cudaSuccess, "free the stitched block");
-    CHECK(run_child("freed", &h, ss, 0) == 0, "child freed");
+    CHECK(run_child("freed", &hs, ss, 0) == 0, "child freed");
     CHECK(((int (*)(int))dlsym(RTLD_DEFAULT, "gmlake_check"))(0) == 0, "pool consistent");
     printf("ipc_gpu: %d passed, %d failed\n", passed, failed);
     return failed ? 1 : 0;

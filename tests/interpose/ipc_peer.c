@@ -6,6 +6,9 @@
  *       drv    the same through cuIpcOpenMemHandle / cuIpcCloseMemHandle
  *       twice  opened twice: the same pointer; closed twice; a third close is CUDA's error
  *       freed  the open fails with cudaErrorInvalidResourceHandle, and the process goes on
+ *       range  LEN is the allocation's size: the opened pointer plus OFFSET answers the range
+ *              queries with [opened pointer, +LEN); the byte at OFFSET holds BYTE; writes BYTE+1
+ *              there
  * Exit 0 when every check held; otherwise one line on stderr says which failed. */
 #include <cuda.h>
 #include <cuda_runtime_api.h>
@@ -66,6 +69,21 @@ int main(int argc, char **argv)
             return 1;
         if ((r = cuIpcCloseMemHandle(d)) != CUDA_SUCCESS)
             return fail("cuIpcCloseMemHandle", r);
+    } else if (strcmp(mode, "range") == 0) {
+        if ((e = cudaIpcOpenMemHandle(&p, h, cudaIpcMemLazyEnablePeerAccess)) != cudaSuccess)
+            return fail("cudaIpcOpenMemHandle", e);
+        CUdeviceptr base = 0, start = 0;
+        size_t size = 0;
+        CUresult r = cuMemGetAddressRange_v2(&base, &size, (CUdeviceptr)p + off);
+        if (r != CUDA_SUCCESS || (void *)base != p || size != len)
+            return fail("cuMemGetAddressRange of the opened allocation", r);
+        r = cuPointerGetAttribute(&start, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, (CUdeviceptr)p + off);
+        if (r != CUDA_SUCCESS || (void *)start != p)
+            return fail("RANGE_START_ADDR of the opened allocation", r);
+        if (check_bytes((unsigned char *)p + off, 1, byte))
+            return 1;
+        if ((e = cudaIpcCloseMemHandle(p)) != cudaSuccess)
+            return fail("cudaIpcCloseMemHandle", e);
     } else if (strcmp(mode, "twice") == 0) {
         if ((e = cudaIpcOpenMemHandle(&p, h, cudaIpcMemLazyEnablePeerAccess)) != cudaSuccess)
             return fail("first open", e);

@@ -88,6 +88,29 @@ Test(ipc, a_stitched_block)
     cr_assert_eq(gmlake_check(0), GMLAKE_OK);
 }
 
+Test(ipc, the_base_found_by_the_range_attribute_then_exported)
+{
+    /* vLLM's custom all-reduce and Numba share a tensor this way: the allocation's base from
+     * CU_POINTER_ATTRIBUTE_RANGE_START_ADDR (or cuMemGetAddressRange), its handle, the offset */
+    void *a, *b;
+    cr_assert_eq(cudaMalloc(&a, MiB), cudaSuccess, "a neighbour in the same extent");
+    cr_assert_eq(cudaMalloc(&b, 3 * MiB), cudaSuccess);
+    memset(a, 0x11, MiB);
+    memset(b, 0x71, 3 * MiB);
+    char *x = (char *)b + MiB + 100;
+    CUdeviceptr base = 0;
+    cr_assert_eq(cuPointerGetAttribute(&base, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, (CUdeviceptr)x), CUDA_SUCCESS);
+    cr_assert_eq((void *)base, b, "the allocation's first byte, not its extent's or the arena's");
+    cudaIpcMemHandle_t h;
+    cr_assert_eq(cudaIpcGetMemHandle(&h, (void *)base), cudaSuccess);
+    /* the peer opens it, finds the same range for its own pointer, and reads at the offset */
+    cr_assert_eq(peer("range", &h, (size_t)(x - (char *)base), 3 * MiB, 0x71), 0);
+    cr_assert_eq((unsigned char)x[0], 0x72, "the peer's write at the offset is seen here");
+    cr_assert_eq((unsigned char)x[1], 0x71);
+    cr_assert_eq(cudaFree(a), cudaSuccess);
+    cr_assert_eq(cudaFree(b), cudaSuccess);
+}
+
 Test(ipc, a_handle_opened_twice_and_closed_twice)
 {
     void *p;
