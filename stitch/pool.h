@@ -115,9 +115,6 @@ void gml_pool_reset_peaks(gml_pool *p);
 /* Whole-pool consistency check; GMLAKE_OK or GMLAKE_ERR_CORRUPT with a message in *why. */
 int gml_pool_check(gml_pool *p, char *why, size_t whylen);
 gml_device *gml_pool_device(gml_pool *p);
-/* The home arena's [lo, hi): fixed from create to destroy, so it may be read without the lock
- * (the interposer picks a free's pool by it); stitched blocks lie outside it. */
-void gml_pool_arena(const gml_pool *p, uintptr_t *lo, uintptr_t *hi);
 const gml_pool_settings *gml_pool_settings_of(gml_pool *p);
 
 #endif /* GML_POOL_H */
