@@ -23,7 +23,7 @@ const gml_option gml_options[] = {
     {"stitch", "vmmDefragment", GML_OPT_BOOL, "on", 0, 0, NULL,
      "virtual memory stitching: map free chunks into one range when no single block fits"},
     {"frag_limit", "fragLimit", GML_OPT_SIZE, "2MiB", 0, TiB, NULL,
-     "smallest request that may be stitched"},
+     "smallest request stitched while the device can still grow (once it cannot, any is)"},
     {"reuse_limit", "reuseLimit", GML_OPT_DOUBLE, "1.25", 1, 64, NULL,
      "a cached stitched block serves a request if its size <= request x this"},
     {"defrag_level", "defragLevel", GML_OPT_INT, "0", 0, 2, NULL,

@@ -25,7 +25,7 @@ typedef struct gml_pool_settings {
                                 * when it is created, and at least one chunk (0: no such bound) */
     /* stitching */
     bool vmm_defragment;       /* stitching on */
-    size_t frag_limit;         /* smallest request that may be stitched */
+    size_t frag_limit;         /* smallest request stitched while the pool may still grow */
     double reuse_limit;        /* a cached stitched block serves a request if size <= req x this */
     /* pool */
     int defrag_level;          /* 0 stitch before growing, 1 after growth failed, 2 after release */

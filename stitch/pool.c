@@ -181,8 +181,15 @@ static inline bool try_fit(gml_pool *p, gml_bin *bin, int space, size_t need, si
     return fit(p, bin, space, need, req, out, false);
 }
 
-static int stitch(gml_pool *p, gml_bin *bin, size_t need, size_t req, uintptr_t *out)
+/* Stitches a large miss.  before_growth: the device may still grow, and frag_limit decides, so
+ * that a small request grows the pool (one growth) rather than stitching again and again; once
+ * growth failed any request may be stitched, since the alternative is the program's
+ * out-of-memory error. */
+static int stitch(gml_pool *p, gml_bin *bin, size_t need, size_t req, bool before_growth,
+                  uintptr_t *out)
 {
+    if (before_growth && req < p->set.frag_limit)
+        return GMLAKE_ERR_NOMEM;
     gml_block *b = NULL;
     int rc = gml_stitch_alloc(&p->st, bin, need, req, true, &b);
     if (rc == GMLAKE_OK)
@@ -209,14 +216,14 @@ __attribute__((noinline)) static int alloc_slow(gml_pool *p, gml_bin *bin, int s
         if (gml_small_reclaim(h) && try_fit(p, bin, space, need, req, out))
             return GMLAKE_OK;
         if (level == 0) {
-            rc = stitch(p, bin, need, req, out);
+            rc = stitch(p, bin, need, req, true, out);
             if (rc == GMLAKE_OK)
                 return rc;
         }
         rc = gml_grow(h, bin, space, GML_GROW_BLOCK, need);
         if (rc == GMLAKE_OK && fit(p, bin, space, need, req, out, true))
             return GMLAKE_OK;
-        if (level == 1 && stitch(p, bin, need, req, out) == GMLAKE_OK)
+        if (level == 1 && stitch(p, bin, need, req, false, out) == GMLAKE_OK)
             return GMLAKE_OK;
     }
     return GMLAKE_ERR_NOMEM;
@@ -239,7 +246,7 @@ __attribute__((noinline)) static int alloc_last_resort(gml_pool *p, gml_bin *bin
                                   : gml_grow(h, bin, space, GML_GROW_BLOCK, need);
     if (rc == GMLAKE_OK && try_fit(p, bin, space, need, req, out))
         return GMLAKE_OK;
-    if (space == GML_SPACE_LARGE && stitch(p, bin, need, req, out) == GMLAKE_OK)
+    if (space == GML_SPACE_LARGE && stitch(p, bin, need, req, false, out) == GMLAKE_OK)
         return GMLAKE_OK;
     return rc == GMLAKE_ERR_DEVICE ? rc : GMLAKE_ERR_NOMEM;
 }

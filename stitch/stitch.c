@@ -51,7 +51,6 @@ int gml_stitch_init(gml_stitch *st, gml_heap *h, const gml_pool_settings *s, con
         return GMLAKE_ERR_INVALID;
     st->h = h;
     st->enabled = s->vmm_defragment;
-    st->frag_limit = s->frag_limit;
     st->reuse_limit = s->reuse_limit;
     st->auto_gc = s->auto_gc;
     st->bytes_limit = s->stitch_bytes_limit;
@@ -290,7 +289,7 @@ int gml_stitch_alloc(gml_stitch *st, gml_bin *bin, size_t need, size_t req, bool
                      gml_block **out)
 {
     gml_heap *h = st->h;
-    if (!st->enabled || req < st->frag_limit)
+    if (!st->enabled)
         return GMLAKE_ERR_NOMEM;
     if (gml_stitch_cache_take(st, bin, need, req, out) == GMLAKE_OK)
         return GMLAKE_OK;

@@ -48,7 +48,7 @@
  *  and anything not held may have changed on return of either (as after gml_grow).  Without a
  *  lock named they just run.
  *  GMLAKE_OK with *out (a VIEW record, or a LIVE heap block when one free block fits: growth
- *  made it, or it appeared while the caller's lock was dropped); GMLAKE_ERR_NOMEM when stitching is off, the request is below frag_limit,
+ *  made it, or it appeared while the caller's lock was dropped); GMLAKE_ERR_NOMEM when stitching is off,
  *  or the free chunks (plus, with may_grow, the chunks the device can still give) cannot cover it;
  *  GMLAKE_ERR_DEVICE when the driver failed.  On failure everything done is undone: carved parts
  *  go back to the bins they came from.  Invariants (gml_stitch_check): S1 a stitched block maps whole
@@ -94,7 +94,6 @@ RB_PROTOTYPE(gml_sblock_tree, gml_sblock, cnode, cached_cmp)
 typedef struct gml_stitch {
     gml_heap *h;
     bool enabled;
-    size_t frag_limit;
     double reuse_limit;
     unsigned auto_gc;
     size_t bytes_limit;

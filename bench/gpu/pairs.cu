@@ -7,7 +7,10 @@
 // 512 B .. 32 MiB, from a fixed seed (the same sequence under every allocator).  No kernels: the
 // allocator's own cost.  Run it under LD_PRELOAD=libgmlake.so and with GMLAKE_ENABLE=0 (CUDA's
 // own stream-ordered pool, and cudaMalloc) side by side.
-//   pairs MODE PAIRS     prints one JSON line: mode, pairs, us_per_pair, gmlake (whether served)
+//   pairs MODE PAIRS     prints one JSON line: mode, pairs, us_per_pair, gmlake (whether served),
+//                        live_peak_mib (the most bytes asked for and live at once); under gmlake its
+//                        peak reserved, stitches and device calls; under CUDA's stream-ordered pool
+//                        (one, cross) the pool's reserved high-water mark, reserved_mib
 #include <cuda_runtime.h>
 #include <dlfcn.h>
 #include <math.h>
@@ -39,16 +42,23 @@ int main(int argc, char **argv) {
     CK(cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking));
     CK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
     void *live[LIVE];
-    for (int i = 0; i < LIVE; i++)
-        CK(m == 2 ? cudaMalloc(&live[i], size_of()) : cudaMallocAsync(&live[i], size_of(), s1));
+    size_t bytes[LIVE], now_live = 0, peak_live = 0;
+    for (int i = 0; i < LIVE; i++) {
+        bytes[i] = size_of();
+        CK(m == 2 ? cudaMalloc(&live[i], bytes[i]) : cudaMallocAsync(&live[i], bytes[i], s1));
+        now_live += bytes[i];
+    }
+    peak_live = now_live;
     CK(cudaDeviceSynchronize());
     double t0 = 0;
     for (long k = -n / 10; k < n; k++) { // a tenth of the pairs as warm-up
         if (k == 0) { CK(cudaDeviceSynchronize()); t0 = now(); }
         int i = (int)(next() % LIVE);
+        now_live -= bytes[i];
         if (m == 2) {
             CK(cudaFree(live[i]));
-            CK(cudaMalloc(&live[i], size_of()));
+            bytes[i] = size_of();
+            CK(cudaMalloc(&live[i], bytes[i]));
         } else {
             if (m == 1 && (k & 1)) {
                 CK(cudaEventRecord(ev, s1));
@@ -57,8 +67,12 @@ int main(int argc, char **argv) {
             } else {
                 CK(cudaFreeAsync(live[i], s1));
             }
-            CK(cudaMallocAsync(&live[i], size_of(), s1));
+            bytes[i] = size_of();
+            CK(cudaMallocAsync(&live[i], bytes[i], s1));
         }
+        now_live += bytes[i];
+        if (now_live > peak_live)
+            peak_live = now_live;
     }
     CK(cudaDeviceSynchronize());
     double us = (now() - t0) * 1e6 / n;
@@ -66,7 +80,13 @@ int main(int argc, char **argv) {
     const char *(*name)(int) = (const char *(*)(int))dlsym(RTLD_DEFAULT, "gmlake_devcall_name");
     const char *en = getenv("GMLAKE_ENABLE");
     int served = stats && name && !(en && !strcmp(en, "0"));
-    printf("{\"mode\":\"%s\",\"pairs\":%ld,\"us_per_pair\":%.3f,\"gmlake\":%s", mode, n, us, served ? "true" : "false");
+    printf("{\"mode\":\"%s\",\"pairs\":%ld,\"us_per_pair\":%.3f,\"gmlake\":%s,\"live_peak_mib\":%.0f", mode, n, us,
+           served ? "true" : "false", peak_live / 1048576.0);
+    cudaMemPool_t pool;
+    unsigned long long high = 0;
+    if (!served && m != 2 && cudaDeviceGetMemPool(&pool, 0) == cudaSuccess &&
+        cudaMemPoolGetAttribute(pool, cudaMemPoolAttrReservedMemHigh, &high) == cudaSuccess)
+        printf(",\"reserved_mib\":%.0f", high / 1048576.0);
     gmlake_stats g;
     if (served && stats(0, &g) == 0) { // gmlake's own account of the run (warm-up included)
         printf(",\"reserved_mib\":%.0f,\"stitches\":%llu,\"calls\":{", g.peak_reserved_bytes / 1048576.0,

@@ -4,7 +4,8 @@
 # GMLAKE_ENABLE=0) side by side: ROUNDS rounds (default 5), each pattern (one, cross, sync) in
 # each round, the order of the two allocators alternating; PAIRS pairs a run (default 20000).
 # Writes OUTDIR/pairs.jsonl (one line a run, with its allocator) and prints, per pattern, the
-# median (min-max) of us per pair of each allocator and its ratio to CUDA's.
+# median (min-max) of us per pair of each allocator and its ratio to CUDA's, with the median of
+# the memory each reserved (gmlake's peak reserved; CUDA's pool's reserved high-water mark).
 # ALLOCATORS (default "gmlake cuda"): also gmlake:KEY=VALUE,... (GMLAKE_KEY=VALUE); each round
 # starts one allocator later.  MODES (default "one cross sync").
 set -uo pipefail
@@ -44,10 +45,13 @@ for mode in ("one", "cross", "sync"):
     if not v.get("cuda"):
         continue
     c = statistics.median(v["cuda"])
+    res = {a: [r["reserved_mib"] for r in rows if r["mode"] == mode and r["allocator"] == a
+               and "reserved_mib" in r] for a in allocs}
+    mib = lambda a: f"{statistics.median(res[a]):6.0f} MiB" if res[a] else "     - MiB"
     for a in allocs:
         if a == "cuda" or not v[a]:
             continue
         g = statistics.median(v[a])
-        print(f"{mode:5s} {a:24s} {g:8.3f} us ({min(v[a]):.3f}-{max(v[a]):.3f})  "
-              f"CUDA {c:8.3f} us ({min(v['cuda']):.3f}-{max(v['cuda']):.3f})  ratio {g / c:.2f}")
+        print(f"{mode:5s} {a:24s} {g:8.3f} us ({min(v[a]):.3f}-{max(v[a]):.3f}) {mib(a)}  "
+              f"CUDA {c:8.3f} us ({min(v['cuda']):.3f}-{max(v['cuda']):.3f}) {mib('cuda')}  ratio {g / c:.2f}")
 PY

@@ -181,6 +181,43 @@ Test(stitch, knob_vmm_defragment_off_and_frag_limit)
     }
 }
 
+/* frag_limit decides between stitching and growing while the device can grow; once it cannot, a
+ * request below it is stitched rather than refused.  Blocks of 3, 4, 3 and 2 MiB fill a device of
+ * six chunks; freeing the 4 and the 2 MiB ones leaves 6 MiB free in two places.  A 6 MiB request
+ * fits in neither; releasing the free whole chunks gives back two, one short of growing it in one
+ * piece; but the free megabytes the 4 MiB block leaves in the chunks it shared with its
+ * neighbours, with two grown chunks between them, make a stitched range of 6 MiB. */
+Test(stitch, frag_limit_yields_when_the_device_cannot_grow)
+{
+    fixture f = fx_make(12 * MiB, true, frag16);
+    gml_pool *p = f.pool;
+    uintptr_t a = must_alloc(p, 3 * MiB, 0);
+    uintptr_t b = must_alloc(p, 4 * MiB, 0);
+    uintptr_t c = must_alloc(p, 3 * MiB, 0);
+    uintptr_t d = must_alloc(p, 2 * MiB, 0);
+    cr_assert_eq(stats_of(p).reserved_bytes, 12 * MiB, "the device is full");
+    must_free(p, b, 0);
+    must_free(p, d, 0);
+    uintptr_t s = 0;
+    cr_assert_eq(gml_pool_alloc(p, 6 * MiB, 0, &s), GMLAKE_OK,
+                 "a 6 MiB request below frag_limit is stitched once growth fails");
+    CHECK_POOL(p);
+    gmlake_stats st = stats_of(p);
+    cr_assert_eq(st.stitches, 1);
+    cr_assert_eq(st.failed_allocations, 0);
+    memset((void *)a, 0x11, 3 * MiB);
+    memset((void *)c, 0x33, 3 * MiB);
+    memset((void *)s, 0x22, 6 * MiB);
+    for (size_t k = 0; k < 3 * MiB; k += 4099)
+        cr_assert(((unsigned char *)a)[k] == 0x11 && ((unsigned char *)c)[k] == 0x33,
+                  "the stitched range hands out none of the live blocks' bytes");
+    must_free(p, s, 0);
+    must_free(p, a, 0);
+    must_free(p, c, 0);
+    CHECK_POOL(p);
+    fx_free(&f);
+}
+
 static void reuse2(gml_pool_settings *s) { s->reuse_limit = 2.0; }
 
 Test(stitch, knob_reuse_limit)
