@@ -28,7 +28,7 @@ const gml_option gml_options[] = {
      "a cached stitched block serves a request if its size <= request x this"},
     {"defrag_level", "defragLevel", GML_OPT_INT, "0", 0, 2, NULL,
      "when to stitch: 0 before growing, 1 after growing failed, 2 after releasing the cache"},
-    {"auto_gc", "autoGC", GML_OPT_UINT, "256", 0, 1000000, NULL,
+    {"auto_gc", "autoGC", GML_OPT_UINT, "128", 0, 1000000, NULL,
      "most stitched blocks kept mapped (0: no bound); least recently used stale ones go first"},
     {"stitch_bytes_limit", NULL, GML_OPT_SIZE, "0", 0, 0, NULL,
      "most virtual bytes in stitched blocks (0: no bound)"},
@@ -58,6 +58,9 @@ const gml_option gml_options[] = {
      "a stream may take a block another stream freed while that stream's work may still run, by "
      "making its own work wait for it on the GPU (cuStreamWaitEvent), as CUDA's pool does; off: "
      "only once that work is known complete (else the pool grows)"},
+    {"churn_limit", NULL, GML_OPT_SIZE, "32MiB", 0, TiB, NULL,
+     "while stitching churns (a new stitched block tore a cached one down within the last 4096 "
+     "allocations), the smallest request stitched while the device can still grow; 0: off"},
 };
 const int gml_option_count = (int)(sizeof gml_options / sizeof gml_options[0]);
 _Static_assert(sizeof gml_options / sizeof gml_options[0] <= GML_OPTION_MAX, "GML_OPTION_MAX rows at most");
@@ -85,6 +88,7 @@ static void *field_of(gml_config *c, int i)
     case 16: return &c->pool.extent_size;
     case 17: return &c->pool.extent_share;
     case 18: return &c->pool.stream_wait;
+    case 19: return &c->pool.churn_limit;
     default: return NULL;
     }
 }

@@ -28,6 +28,8 @@ typedef struct gml_pool_settings {
     size_t frag_limit;         /* smallest request stitched while the pool may still grow */
     double reuse_limit;        /* a cached stitched block serves a request if size <= req x this */
     /* pool */
+    size_t churn_limit;        /* frag_limit while stitching churns (new stitched blocks tear
+                                * cached ones down); 0: no such rule */
     int defrag_level;          /* 0 stitch before growing, 1 after growth failed, 2 after release */
     /* stitching */
     unsigned auto_gc;          /* most stitched blocks mapped at once (0 = no bound) */

@@ -12,7 +12,9 @@
  *   2. small: move a free large chunk to the small space, else grow one chunk;
  *      large: give fully free small chunks back to the large space; then at defrag level 0
  *      stitch (a cached stitched block first; growth only by the deficit); else grow the large
- *      space; at level 1 stitch after growth failed;
+ *      space; at level 1 stitch after growth failed.  A request below frag_limit, or below
+ *      churn_limit while stitching churns (grow_first), takes a cached stitched block or grows
+ *      the large space first, and is stitched once growth failed;
  *   3. out of memory: if stream bins hold free blocks, unlock, synchronise the device, lock
  *      (nothing waits for the device under the pool lock); tear down cached stitches, release
  *      free chunks, grow again; at level 2 (or as the last resort at any level) stitch;
@@ -42,6 +44,8 @@ struct gml_pool {
     gml_block *live;                 /* hash by addr: LIVE heap blocks and VIEW stitched blocks */
     uint64_t active, peak_active;
     uint64_t allocations, frees, nlive, failed, cache_releases;
+    uint64_t seen_churns;            /* st.churns when last looked at */
+    uint64_t churn_until;            /* stitching churns until this many allocations */
 };
 
 static int check_locked(gml_pool *p, char *why, size_t whylen);
@@ -181,27 +185,49 @@ static inline bool try_fit(gml_pool *p, gml_bin *bin, int space, size_t need, si
     return fit(p, bin, space, need, req, out, false);
 }
 
-/* Stitches a large miss.  before_growth: the device may still grow, and frag_limit decides, so
- * that a small request grows the pool (one growth) rather than stitching again and again; once
- * growth failed any request may be stitched, since the alternative is the program's
- * out-of-memory error. */
-static int stitch(gml_pool *p, gml_bin *bin, size_t need, size_t req, bool before_growth,
-                  uintptr_t *out)
+/* How long stitching churns after a new stitched block tore a cached one down (auto GC): the
+ * allocations of about one step of a training loop. */
+#define CHURN_WINDOW 4096
+
+/* Whether a large miss of req bytes grows the pool before it is stitched: below frag_limit, or
+ * below churn_limit while stitching churns.  Stitching churns when new stitched blocks tear
+ * cached ones down: each then serves about one request for a map and an unmap, where one growth
+ * would have served the pattern from then on.  A training loop's stitches are cached and reused,
+ * and tear nothing down. */
+static inline bool grow_first(const gml_pool *p, size_t req)
 {
-    if (before_growth && req < p->set.frag_limit)
-        return GMLAKE_ERR_NOMEM;
+    return req < p->set.frag_limit || (p->allocations < p->churn_until && req < p->set.churn_limit);
+}
+
+/* Stitches a large miss (a cached stitched block first; growth only by the deficit). */
+static int stitch(gml_pool *p, gml_bin *bin, size_t need, size_t req, uintptr_t *out)
+{
     gml_block *b = NULL;
     int rc = gml_stitch_alloc(&p->st, bin, need, req, true, &b);
     if (rc == GMLAKE_OK)
         hand_out(p, b, out);
+    if (p->st.churns != p->seen_churns) {
+        p->seen_churns = p->st.churns;
+        p->churn_until = p->allocations + CHURN_WINDOW;
+    }
     return rc;
+}
+
+/* Serves a large miss from a cached stitched block, with no device call. */
+static bool cached(gml_pool *p, gml_bin *bin, size_t need, size_t req, uintptr_t *out)
+{
+    gml_block *b = NULL;
+    if (gml_stitch_cache_take(&p->st, bin, need, req, &b) != GMLAKE_OK)
+        return false;
+    hand_out(p, b, out);
+    return true;
 }
 
 __attribute__((noinline)) static int alloc_slow(gml_pool *p, gml_bin *bin, int space, size_t need,
                                                 size_t req, uintptr_t *out)
 {
     gml_heap *h = &p->heap;
-    int level = p->set.defrag_level, rc;
+    int rc;
     if (gml_promote(h, bin, space, need) && try_fit(p, bin, space, need, req, out))
         return GMLAKE_OK;
     if (gml_borrow(h, bin, space, need) && try_fit(p, bin, space, need, req, out))
@@ -215,15 +241,20 @@ __attribute__((noinline)) static int alloc_slow(gml_pool *p, gml_bin *bin, int s
     } else {
         if (gml_small_reclaim(h) && try_fit(p, bin, space, need, req, out))
             return GMLAKE_OK;
-        if (level == 0) {
-            rc = stitch(p, bin, need, req, true, out);
-            if (rc == GMLAKE_OK)
-                return rc;
-        }
+        /* level 0 stitches first, unless the request should grow the pool first: then only a
+         * cached stitched block serves it before growth (no device call), and it is stitched
+         * once growth failed (the alternative is the last resort's synchronisation and
+         * teardown, or the program's out-of-memory error) */
+        int level = p->set.defrag_level;
+        bool first = level == 0 && grow_first(p, req), after_growth = level == 1 || first;
+        if (first && cached(p, bin, need, req, out))
+            return GMLAKE_OK;
+        if (level == 0 && !first && stitch(p, bin, need, req, out) == GMLAKE_OK)
+            return GMLAKE_OK;
         rc = gml_grow(h, bin, space, GML_GROW_BLOCK, need);
         if (rc == GMLAKE_OK && fit(p, bin, space, need, req, out, true))
             return GMLAKE_OK;
-        if (level == 1 && stitch(p, bin, need, req, false, out) == GMLAKE_OK)
+        if (after_growth && stitch(p, bin, need, req, out) == GMLAKE_OK)
             return GMLAKE_OK;
     }
     return GMLAKE_ERR_NOMEM;
@@ -246,7 +277,7 @@ __attribute__((noinline)) static int alloc_last_resort(gml_pool *p, gml_bin *bin
                                   : gml_grow(h, bin, space, GML_GROW_BLOCK, need);
     if (rc == GMLAKE_OK && try_fit(p, bin, space, need, req, out))
         return GMLAKE_OK;
-    if (space == GML_SPACE_LARGE && stitch(p, bin, need, req, false, out) == GMLAKE_OK)
+    if (space == GML_SPACE_LARGE && stitch(p, bin, need, req, out) == GMLAKE_OK)
         return GMLAKE_OK;
     return rc == GMLAKE_ERR_DEVICE ? rc : GMLAKE_ERR_NOMEM;
 }

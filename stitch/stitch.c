@@ -347,7 +347,8 @@ int gml_stitch_alloc(gml_stitch *st, gml_bin *bin, size_t need, size_t req, bool
          * bounds with this block counted (torn down even if its map fails) */
         TAILQ_INSERT_TAIL(&st->making, sb, lru);
         gml_sblock_vec evict = {0};
-        gml_stitch_evict_pick(st, false, &evict);
+        if (gml_stitch_evict_pick(st, false, &evict))
+            st->churns++;
         gml_heap_unlock(h);
         rc = gml_stitch_map(h, slots, chunks, &va);
         gml_stitch_evict_calls(st, &evict);

@@ -108,6 +108,7 @@ typedef struct gml_stitch {
     size_t count, bytes;             /* stitched blocks mapped now and their virtual bytes */
     uint64_t clock;
     uint64_t stitches, reuses, evictions; /* evictions: counted when unlinked */
+    uint64_t churns;                 /* new stitched blocks whose auto GC tore cached ones down */
 } gml_stitch;
 
 typedef GML_VEC(gml_sblock *) gml_sblock_vec;

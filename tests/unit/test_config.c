@@ -80,7 +80,7 @@ Test(config, defaults)
     cr_assert(c.enable && c.pool.vmm_defragment);
     cr_assert_eq(c.pool.frag_limit, 2u << 20);
     cr_assert_float_eq(c.pool.reuse_limit, 1.25, 1e-12);
-    cr_assert_eq(c.pool.auto_gc, 256);
+    cr_assert_eq(c.pool.auto_gc, 128);
     cr_assert_eq(c.pool.strategy, GML_STITCH_LARGEST);
     cr_assert_eq(c.log_level, GML_LOG_WARN);
     cr_assert_str_eq(rep.source[0], "default");
@@ -318,7 +318,7 @@ Test(config, environment_names_are_upper_case_only_and_other_spellings_are_repor
     cr_assert(strstr(m, "environment GMLAKE_stitch: no such setting, ignored; did you mean GMLAKE_STITCH?"), "%s", m);
     cr_assert(strstr(m, "environment GMLAKE_Auto_GC: no such setting, ignored; did you mean GMLAKE_AUTO_GC?"), "%s", m);
     cr_assert(c.pool.vmm_defragment, "a variable that is reported as ignored is ignored");
-    cr_assert_eq(c.pool.auto_gc, 256);
+    cr_assert_eq(c.pool.auto_gc, 128);
     /* the exact name is read, and nothing is reported */
     unsetenv("GMLAKE_stitch");
     unsetenv("GMLAKE_Auto_GC");
@@ -462,7 +462,7 @@ Test(config, file_size_limit_is_exactly_one_mib)
     m = load(&c, &rep);
     cr_assert_eq(rep.errors, 1, "%s", m);
     cr_assert(strstr(m, "named.conf: 1048577 bytes, more than the limit of 1048576 bytes (1 MiB); ignored"), "%s", m);
-    cr_assert_eq(c.pool.auto_gc, 256);
+    cr_assert_eq(c.pool.auto_gc, 128);
 }
 
 Test(config, a_directory_is_named_as_such)

@@ -218,6 +218,72 @@ Test(stitch, frag_limit_yields_when_the_device_cannot_grow)
     fx_free(&f);
 }
 
+/* A request that grows the pool first (below frag_limit) is stitched as soon as growth fails,
+ * as a request above the limit would be: not after the last resort, which synchronises the
+ * device and gives the free chunks back.  Eight 2 MiB blocks fill a 16 MiB device on a stream;
+ * four are freed, every other one. */
+Test(stitch, a_request_that_grows_first_is_stitched_when_growth_fails_without_a_synchronisation)
+{
+    fixture f = fx_make(16 * MiB, true, frag16);
+    gml_pool *p = f.pool;
+    const gml_stream st1 = 0x1000;
+    uintptr_t v[8];
+    for (int i = 0; i < 8; i++)
+        v[i] = must_alloc(p, 2 * MiB, st1);
+    for (int i = 0; i < 8; i += 2)
+        must_free(p, v[i], st1);
+    uintptr_t s = must_alloc(p, 4 * MiB, st1);
+    gmlake_stats st = stats_of(p);
+    cr_assert_eq(st.stitches, 1, "stitched once growth failed");
+    cr_assert_eq(st.device_calls[GMLAKE_DC_SYNCHRONIZE], 0, "the device was not synchronised");
+    cr_assert_eq(st.device_calls[GMLAKE_DC_CHUNK_RELEASE], 0, "no chunk was given back");
+    cr_assert_eq(st.reserved_bytes, 16 * MiB);
+    memset((void *)s, 0x5a, 4 * MiB);
+    for (int i = 1; i < 8; i += 2)
+        cr_assert_eq(*(unsigned char *)v[i], 0, "the stitched range overlaps no live block");
+    must_free(p, s, st1);
+    fx_free(&f);
+}
+
+static void gc1_nochurn(gml_pool_settings *s) { s->auto_gc = 1; s->churn_limit = 0; }
+
+/* Stitching churns when a new stitched block tears a cached one down (auto GC): for the next
+ * 4096 allocations a miss below churn_limit grows the pool rather than stitching again, and
+ * after them it stitches as before.  churn_limit=0 keeps stitching throughout. */
+Test(stitch, a_miss_grows_while_stitching_churns)
+{
+    for (int t = 0; t < 2; t++) {
+        fixture f = fx_make(64 * MiB, true, t ? gc1_nochurn : gc1);
+        gml_pool *p = f.pool;
+        uintptr_t v[12];
+        checkerboard(p, v, 12, 0x555); /* holes at 0,2,4,6,8,10 */
+        uintptr_t s1 = must_alloc(p, 4 * MiB, 0);
+        must_free(p, s1, 0);
+        uintptr_t h = must_alloc(p, 2 * MiB, 0); /* a hole of s1's: s1 goes stale */
+        uintptr_t s2 = must_alloc(p, 4 * MiB, 0);
+        gmlake_stats st = stats_of(p);
+        cr_assert_eq(st.stitches, 2);
+        cr_assert_eq(st.stitch_evictions, 1, "s2 tore the cached s1 down: stitching churns");
+        uint64_t reserved = st.reserved_bytes;
+        uintptr_t s3 = must_alloc(p, 4 * MiB, 0); /* three 2 MiB holes are left: a miss */
+        st = stats_of(p);
+        cr_assert_eq(st.stitches, t ? 3 : 2, "churn_limit %s", t ? "0" : "32MiB");
+        cr_assert_eq(st.reserved_bytes, t ? reserved : reserved + 4 * MiB);
+        if (!t) {
+            for (int i = 0; i < 4096; i++) /* a window with no churn */
+                must_free(p, must_alloc(p, 4096, 0), 0);
+            uintptr_t s4 = must_alloc(p, 4 * MiB, 0);
+            cr_assert_eq(stats_of(p).stitches, 3, "stitched again once the churn passed");
+            must_free(p, s4, 0);
+        }
+        must_free(p, s3, 0);
+        must_free(p, s2, 0);
+        must_free(p, h, 0);
+        CHECK_POOL(p);
+        fx_free(&f);
+    }
+}
+
 static void reuse2(gml_pool_settings *s) { s->reuse_limit = 2.0; }
 
 Test(stitch, knob_reuse_limit)
