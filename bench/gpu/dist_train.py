@@ -107,12 +107,14 @@ def run(args):
     torch.cuda.synchronize()
     dist.barrier()
     setup_s = time.perf_counter() - t_start
-    # PROFILE=DIR: torch.profiler over the timed steps after the first two (rank 0), the op table
-    # by self CPU time and by self CUDA time written to DIR/profile_<mode>_<allocator>.txt
+    # PROFILE=DIR: torch.profiler over the timed steps after the first two, on every rank: the op
+    # table by self CPU time and by self CUDA time, and the kernel timeline's busy time, idle gaps
+    # and compute/communication overlap (bench/gpu/timeline.py), written to
+    # DIR/profile_<mode>_<allocator>_rank<R>.txt; the timeline's figures also go to the result
     prof_dir = os.environ.get("PROFILE")
     prof = None
     for step in range(steps):
-        if prof_dir and rank == 0 and step == WARMUP + 2:
+        if prof_dir and step == WARMUP + 2:
             prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU,
                                                       torch.profiler.ProfilerActivity.CUDA])
             prof.__enter__()
@@ -129,11 +131,14 @@ def run(args):
         losses.append(loss.detach())
         del x, loss
         dist.barrier()  # outside the timed part: every rank starts the next step together
+    tl = None
     if prof:
         prof.__exit__(None, None, None)
         ka = prof.key_averages()
-        with open(os.path.join(prof_dir, f"profile_{args.mode}_{args.allocator}.txt"), "w") as f:
-            f.write(f"steps {WARMUP + 2}..{steps - 1}, lengths {lens[WARMUP + 2:]}\n")
+        tl, tl_line = profile_timeline(prof)
+        with open(os.path.join(prof_dir, f"profile_{args.mode}_{args.allocator}_rank{rank}.txt"), "w") as f:
+            f.write(f"rank {rank}, steps {WARMUP + 2}..{steps - 1}, lengths {lens[WARMUP + 2:]}\n")
+            f.write(f"kernel timeline: {tl_line}\n")
             f.write(ka.table(sort_by="self_cpu_time_total", row_limit=25, max_name_column_width=50))
             f.write(ka.table(sort_by="self_cuda_time_total", row_limit=15, max_name_column_width=50))
     nvml.close()
@@ -142,7 +147,7 @@ def run(args):
             "nvml_peak_used_mib": nvml.peak / MIB, "nvml_baseline_used_mib": nvml.baseline / MIB,
             "torch_peak_allocated_mib": torch.cuda.max_memory_allocated(dev) / MIB,
             "torch_peak_reserved_mib": torch.cuda.max_memory_reserved(dev) / MIB,
-            "gmlake": gmlake_figures(local_rank)}
+            "gmlake": gmlake_figures(local_rank), "timeline": tl}
     everyone = [None] * world
     dist.all_gather_object(everyone, mine)
     if rank == 0:
@@ -153,6 +158,7 @@ def run(args):
             "warmup": WARMUP, "steady": STEADY, "batch": BATCH, "layers": LAYERS, "checkpointing": CKPT,
             "seq_lengths": lens,
             "step_times": [round(t, 5) for t in step_times],
+            "rank_step_times": [[round(t, 5) for t in r["times"]] for r in everyone],
             "median_s_per_step": statistics.median(timed) if timed else None,
             "first_s_per_step": statistics.mean(step_times[:WARMUP]) if WARMUP else None,
             "step0_s": step_times[0], "setup_s": setup_s,
@@ -165,6 +171,7 @@ def run(args):
             "torch_peak_allocated_mib": [round(r["torch_peak_allocated_mib"], 1) for r in everyone],
             "torch_peak_reserved_mib": [round(r["torch_peak_reserved_mib"], 1) for r in everyone],
             "gmlake": [r["gmlake"] for r in everyone] if any(r["gmlake"] for r in everyone) else None,
+            "timeline": [r["timeline"] for r in everyone] if any(r["timeline"] for r in everyone) else None,
             "alloc_conf": os.environ.get("PYTORCH_CUDA_ALLOC_CONF", ""),
             "preload": os.environ.get("LD_PRELOAD", ""),
             "wall_s": time.perf_counter() - t_start, "torch": torch.__version__,
@@ -174,6 +181,28 @@ def run(args):
         print(json.dumps({k: v for k, v in res.items() if k not in ("step_times", "losses", "seq_lengths")}),
               flush=True)
     dist.destroy_process_group()
+
+
+def profile_timeline(prof):
+    """The profiled window's kernel timeline on this rank (bench/gpu/timeline.py): its figures
+    (a dict, in microseconds) and one line saying them; never raises (a profiler that names its
+    events otherwise gives None and the reason)."""
+    try:
+        import timeline
+        cuda = torch.autograd.DeviceType.CUDA
+        evs = list(prof.events())
+        # kernels, copies and memsets; not the GPU-side copies of record_function ranges
+        # (DistributedDataParallel.forward, nccl:all_reduce, ...), which span many kernels
+        cpu_names = {e.name for e in evs if e.device_type != cuda}
+        ks = [(e.name, e.time_range.start, e.time_range.end) for e in evs
+              if e.device_type == cuda and not getattr(e, "is_user_annotation", False)
+              and e.name not in cpu_names]
+        if not ks:
+            return None, "no GPU events in the profile"
+        s = timeline.summarize(ks)
+        return {k: round(v, 1) for k, v in s.items()}, timeline.report(s)
+    except Exception as e:  # a measurement aid: the run's figures stand without it
+        return None, f"not analysed ({type(e).__name__}: {e})"
 
 
 def main():

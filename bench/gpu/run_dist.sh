@@ -18,6 +18,9 @@
 # TRACE_MODES (default none: e.g. "fsdp2 ddp"): after the timed runs, one more launch of each
 # under gmlake recording its trace (OUTDIR/MODE.trace.gz, GMLAKE_TRACE_FILE) and gmlake's own
 # statistics of that run (OUTDIR/trace_stats_MODE.json): bench/traces/jobs keeps such pairs.
+# PROFILE=DIR (read by dist_train.py on every rank): torch.profiler over the timed steps after the
+# first two, each rank's op tables and kernel timeline (idle gaps, compute/communication overlap:
+# bench/gpu/timeline.py) in DIR/profile_MODE_ALLOCATOR_rankR.txt, the timeline also in dist.jsonl.
 # OUTDIR defaults to $OUT, else build/gpu-bench.  Uses build/interpose/libgmlake.so as carried;
 # builds with meson into build-gpu/ only where it is absent.
 set -uo pipefail
