@@ -60,7 +60,8 @@ const gml_option gml_options[] = {
      "only once that work is known complete (else the pool grows)"},
     {"churn_limit", NULL, GML_OPT_SIZE, "32MiB", 0, TiB, NULL,
      "while stitching churns (a new stitched block tore a cached one down within the last 4096 "
-     "allocations), the smallest request stitched while the device can still grow; 0: off"},
+     "allocations), the smallest request stitched while the device can still grow (defrag_level "
+     "0): a smaller miss takes a cached stitched block or grows first; 0: off"},
 };
 const int gml_option_count = (int)(sizeof gml_options / sizeof gml_options[0]);
 _Static_assert(sizeof gml_options / sizeof gml_options[0] <= GML_OPTION_MAX, "GML_OPTION_MAX rows at most");

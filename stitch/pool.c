@@ -12,9 +12,10 @@
  *   2. small: move a free large chunk to the small space, else grow one chunk;
  *      large: give fully free small chunks back to the large space; then at defrag level 0
  *      stitch (a cached stitched block first; growth only by the deficit); else grow the large
- *      space; at level 1 stitch after growth failed.  A request below frag_limit, or below
- *      churn_limit while stitching churns (grow_first), takes a cached stitched block or grows
- *      the large space first, and is stitched once growth failed;
+ *      space; at level 1 stitch after growth failed.  At level 0 a request below frag_limit, or
+ *      below churn_limit while stitching churns (grow_first), takes a cached stitched block or
+ *      grows the large space first, and is stitched once growth failed; after such a failure
+ *      nothing grows first for a window of allocations (the device is full);
  *   3. out of memory: if stream bins hold free blocks, unlock, synchronise the device, lock
  *      (nothing waits for the device under the pool lock); tear down cached stitches, release
  *      free chunks, grow again; at level 2 (or as the last resort at any level) stitch;
@@ -46,6 +47,7 @@ struct gml_pool {
     uint64_t allocations, frees, nlive, failed, cache_releases;
     uint64_t seen_churns;            /* st.churns when last looked at */
     uint64_t churn_until;            /* stitching churns until this many allocations */
+    uint64_t no_growth_until;        /* a growth failed: nothing grows first until this many */
 };
 
 static int check_locked(gml_pool *p, char *why, size_t whylen);
@@ -185,17 +187,22 @@ static inline bool try_fit(gml_pool *p, gml_bin *bin, int space, size_t need, si
     return fit(p, bin, space, need, req, out, false);
 }
 
-/* How long stitching churns after a new stitched block tore a cached one down (auto GC): the
- * allocations of about one step of a training loop. */
+/* How long stitching churns after a new stitched block tore a cached one down (auto GC), and how
+ * long a failed growth keeps requests from growing first: the allocations of about one step of a
+ * training loop. */
 #define CHURN_WINDOW 4096
 
 /* Whether a large miss of req bytes grows the pool before it is stitched: below frag_limit, or
  * below churn_limit while stitching churns.  Stitching churns when new stitched blocks tear
  * cached ones down: each then serves about one request for a map and an unmap, where one growth
  * would have served the pattern from then on.  A training loop's stitches are cached and reused,
- * and tear nothing down. */
+ * and tear nothing down.  Never for CHURN_WINDOW allocations after such a growth failed: the
+ * device is full (or gmlake's memory_limit reached), and asking it again at every miss would
+ * cost a failing driver call each. */
 static inline bool grow_first(const gml_pool *p, size_t req)
 {
+    if (p->allocations < p->no_growth_until)
+        return false;
     return req < p->set.frag_limit || (p->allocations < p->churn_until && req < p->set.churn_limit);
 }
 
@@ -254,6 +261,8 @@ __attribute__((noinline)) static int alloc_slow(gml_pool *p, gml_bin *bin, int s
         rc = gml_grow(h, bin, space, GML_GROW_BLOCK, need);
         if (rc == GMLAKE_OK && fit(p, bin, space, need, req, out, true))
             return GMLAKE_OK;
+        if (rc != GMLAKE_OK && first)
+            p->no_growth_until = p->allocations + CHURN_WINDOW;
         if (after_growth && stitch(p, bin, need, req, out) == GMLAKE_OK)
             return GMLAKE_OK;
     }

@@ -270,16 +270,75 @@ Test(stitch, a_miss_grows_while_stitching_churns)
         cr_assert_eq(st.stitches, t ? 3 : 2, "churn_limit %s", t ? "0" : "32MiB");
         cr_assert_eq(st.reserved_bytes, t ? reserved : reserved + 4 * MiB);
         if (!t) {
-            for (int i = 0; i < 4096; i++) /* a window with no churn */
+            /* while it churns a miss takes a cached stitched block first: s2, freed, with its
+             * chunks free, serves the next 4 MiB with no device call */
+            must_free(p, s2, 0);
+            gmlake_stats before = stats_of(p);
+            uint64_t calls = calls_of(p);
+            s2 = must_alloc(p, 4 * MiB, 0);
+            st = stats_of(p);
+            cr_assert_eq(st.stitch_reuses, before.stitch_reuses + 1, "the cached s2 served it");
+            cr_assert_eq(st.stitches, 2);
+            cr_assert_eq(calls_of(p), calls, "no device call");
+            /* the window lasts 4096 allocations from s2's stitch (the 14th): a miss after 3,900
+             * more still grows, and one after 300 more is stitched again */
+            for (int i = 0; i < 3900; i++)
+                must_free(p, must_alloc(p, 4096, 0), 0);
+            uintptr_t g = must_alloc(p, 4 * MiB, 0);
+            st = stats_of(p);
+            cr_assert_eq(st.stitches, 2, "still churning: grown");
+            cr_assert_eq(st.reserved_bytes, reserved + 8 * MiB);
+            for (int i = 0; i < 300; i++)
                 must_free(p, must_alloc(p, 4096, 0), 0);
             uintptr_t s4 = must_alloc(p, 4 * MiB, 0);
-            cr_assert_eq(stats_of(p).stitches, 3, "stitched again once the churn passed");
+            st = stats_of(p);
+            cr_assert_eq(st.stitches, 3, "stitched again once the churn passed");
+            cr_assert_eq(st.reserved_bytes, reserved + 8 * MiB);
             must_free(p, s4, 0);
+            must_free(p, g, 0);
         }
         must_free(p, s3, 0);
         must_free(p, s2, 0);
         must_free(p, h, 0);
         CHECK_POOL(p);
+        fx_free(&f);
+    }
+}
+
+static void count_call(void *arg) { (*(int *)arg)++; }
+
+/* A device that cannot grow, while stitching churns: once a growth has failed, the misses that
+ * would grow first are stitched at once for the window that follows, not sent to a growth that
+ * fails again at every miss (a cuMemCreate each).  The device is full (another owner holds
+ * half, the pool 8 chunks of 2 MiB, every other one free); requests of 4 and 6 MiB in turn never fit a cached stitched block (reuse_limit
+ * 1.25) and, with one block cached, each tears the other down. */
+Test(stitch, a_device_that_cannot_grow_is_not_asked_again_at_every_miss_while_stitching_churns)
+{
+    for (int t = 0; t < 2; t++) {
+        fixture f = fx_make(64 * MiB, true, t ? gc1_nochurn : gc1);
+        gml_pool *p = f.pool;
+        gml_handle other; /* another owner holds half of the device: the pool cannot know */
+        cr_assert_eq(gml_dev_chunk_create(f.dev, 32 * MiB, &other), GMLAKE_OK);
+        uintptr_t v[16];
+        for (int i = 0; i < 16; i++)
+            v[i] = must_alloc(p, 2 * MiB, 0);
+        for (int i = 0; i < 16; i += 2)
+            must_free(p, v[i], 0);
+        int creates = 0;
+        gml_sim_hook_call(f.dev, GMLAKE_DC_CHUNK_CREATE, count_call, &creates);
+        for (int i = 0; i < 40; i++)
+            must_free(p, must_alloc(p, i % 2 ? 6 * MiB : 4 * MiB, 0), 0);
+        gml_sim_hook_call(f.dev, GMLAKE_DC_CHUNK_CREATE, NULL, NULL);
+        gmlake_stats st = stats_of(p);
+        cr_assert_eq(st.stitches, 40, "every request was stitched");
+        cr_assert_geq(st.stitch_evictions, 39, "and tore the other cached block down: churn");
+        cr_assert_eq(st.reserved_bytes, 32 * MiB);
+        cr_assert_eq(creates, t ? 0 : 1, "growth attempts on a full device: %d (churn_limit %s)",
+                      creates, t ? "0" : "32MiB");
+        for (int i = 1; i < 16; i += 2)
+            must_free(p, v[i], 0);
+        CHECK_POOL(p);
+        gml_dev_chunk_release(f.dev, other);
         fx_free(&f);
     }
 }
