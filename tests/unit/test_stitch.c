@@ -247,6 +247,19 @@ Test(stitch, a_request_that_grows_first_is_stitched_when_growth_fails_without_a_
 
 static void gc1_nochurn(gml_pool_settings *s) { s->auto_gc = 1; s->churn_limit = 0; }
 
+/* After n small allocate/free pairs, a 4 MiB miss; the pool has then made `stitches` stitches
+ * and reserves `reserved` bytes.  The miss's block. */
+static uintptr_t miss_after(gml_pool *p, int n, uint64_t stitches, uint64_t reserved)
+{
+    for (int i = 0; i < n; i++)
+        must_free(p, must_alloc(p, 4096, 0), 0);
+    uintptr_t b = must_alloc(p, 4 * MiB, 0);
+    gmlake_stats st = stats_of(p);
+    cr_assert_eq(st.stitches, stitches, "after %d more allocations: %lu stitches", n, (unsigned long)st.stitches);
+    cr_assert_eq(st.reserved_bytes, reserved);
+    return b;
+}
+
 /* Stitching churns when a new stitched block tears a cached one down (auto GC): for the next
  * 4096 allocations a miss below churn_limit grows the pool rather than stitching again, and
  * after them it stitches as before.  churn_limit=0 keeps stitching throughout. */
@@ -282,18 +295,8 @@ Test(stitch, a_miss_grows_while_stitching_churns)
             cr_assert_eq(calls_of(p), calls, "no device call");
             /* the window lasts 4096 allocations from s2's stitch (the 14th): a miss after 3,900
              * more still grows, and one after 300 more is stitched again */
-            for (int i = 0; i < 3900; i++)
-                must_free(p, must_alloc(p, 4096, 0), 0);
-            uintptr_t g = must_alloc(p, 4 * MiB, 0);
-            st = stats_of(p);
-            cr_assert_eq(st.stitches, 2, "still churning: grown");
-            cr_assert_eq(st.reserved_bytes, reserved + 8 * MiB);
-            for (int i = 0; i < 300; i++)
-                must_free(p, must_alloc(p, 4096, 0), 0);
-            uintptr_t s4 = must_alloc(p, 4 * MiB, 0);
-            st = stats_of(p);
-            cr_assert_eq(st.stitches, 3, "stitched again once the churn passed");
-            cr_assert_eq(st.reserved_bytes, reserved + 8 * MiB);
+            uintptr_t g = miss_after(p, 3900, 2, reserved + 8 * MiB); /* still churning: grown */
+            uintptr_t s4 = miss_after(p, 300, 3, reserved + 8 * MiB); /* the churn passed */
             must_free(p, s4, 0);
             must_free(p, g, 0);
         }
