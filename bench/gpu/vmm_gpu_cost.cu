@@ -196,13 +196,25 @@ int main(int argc, char **argv)
     RK(cudaSetDevice(0));
     RK(cudaFree(0));
     CK(cuCtxGetDevice(&c.dev));
-    int khz = 0;
-    RK(cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, 0));
-    c.cycles = (long long)khz * SPIN_US / 1000;
     RK(cudaStreamCreateWithFlags(&c.s, cudaStreamNonBlocking));
     RK(cudaEventCreate(&c.a));
     RK(cudaEventCreate(&c.b));
     RK(cudaMalloc(&c.sink, sizeof(int)));
+    /* calibrate the spin: the GPU time of 2^24 cycles, so that a kernel takes SPIN_US */
+    const long long probe = 1LL << 24;
+    float probe_ms = 0;
+    for (int k = 0; k < 3; k++) { /* the last of three: clocks up */
+        RK(cudaEventRecord(c.a, c.s));
+        spin_k<<<1, 32, 0, c.s>>>(probe, c.sink);
+        RK(cudaEventRecord(c.b, c.s));
+        RK(cudaStreamSynchronize(c.s));
+        RK(cudaEventElapsedTime(&probe_ms, c.a, c.b));
+    }
+    if (probe_ms <= 0) {
+        fprintf(stderr, "vmm_gpu_cost: the spin kernel took no time (%.3f ms)\n", probe_ms);
+        return 1;
+    }
+    c.cycles = (long long)(probe * (SPIN_US / 1000.0) / probe_ms);
     float *out;
     RK(cudaMalloc(&out, sizeof(float)));
     c.hbytes = (size_t)hmib << 20;
@@ -220,6 +232,7 @@ int main(int argc, char **argv)
     RK(cudaMemset((void *)c.home, 0, handles * c.hbytes));
     RK(cudaDeviceSynchronize());
     series(c, "idle", handles, &ignore, &ignore); /* warm-up */
+    printf("{\"kernels\":%d,\"spin_us\":%d,\"cycles\":%lld,\"every\":%d}\n", KERNELS, SPIN_US, c.cycles, EVERY);
     const char *kinds[] = {"map", "unmap", "interleave"};
     for (int r = 0; r < reps; r++) {
         for (const char *k : kinds) {
