@@ -59,8 +59,8 @@ const gml_option gml_options[] = {
      "making its own work wait for it on the GPU (cuStreamWaitEvent), as CUDA's pool does; off: "
      "only once that work is known complete (else the pool grows)"},
     {"churn_limit", NULL, GML_OPT_SIZE, "32MiB", 0, TiB, NULL,
-     "while stitching churns (a new stitched block tore a cached one down within the last 4096 "
-     "allocations), the smallest request stitched while the device can still grow (defrag_level "
+     "while stitching churns (a new stitched block tore a cached one down within the last "
+     GML_STR(GML_CHURN_WINDOW) " allocations), the smallest request stitched while the device can still grow (defrag_level "
      "0): a smaller miss takes a cached stitched block or grows first; 0: off"},
 };
 const int gml_option_count = (int)(sizeof gml_options / sizeof gml_options[0]);

@@ -11,6 +11,13 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+/* How many allocations stitching is said to churn after a new stitched block tore a cached one
+ * down, and a failed growth keeps requests from growing first (the pool's churn_limit rule; the
+ * option table's text names it): about one step of a training loop. */
+#define GML_CHURN_WINDOW 4096
+#define GML_STR_(x) #x
+#define GML_STR(x) GML_STR_(x)
+
 typedef struct gml_pool_settings {
     /* heap */
     size_t chunk_size;         /* physical chunk; rounded up to the granularity (0: 2 MiB) */
@@ -29,7 +36,8 @@ typedef struct gml_pool_settings {
     double reuse_limit;        /* a cached stitched block serves a request if size <= req x this */
     /* pool */
     size_t churn_limit;        /* frag_limit while stitching churns (new stitched blocks tear
-                                * cached ones down); 0: no such rule */
+                                * cached ones down, within the last GML_CHURN_WINDOW
+                                * allocations); 0: no such rule */
     int defrag_level;          /* 0 stitch before growing, 1 after growth failed, 2 after release */
     /* stitching */
     unsigned auto_gc;          /* most stitched blocks mapped at once (0 = no bound) */

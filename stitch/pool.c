@@ -187,16 +187,11 @@ static inline bool try_fit(gml_pool *p, gml_bin *bin, int space, size_t need, si
     return fit(p, bin, space, need, req, out, false);
 }
 
-/* How long stitching churns after a new stitched block tore a cached one down (auto GC), and how
- * long a failed growth keeps requests from growing first: the allocations of about one step of a
- * training loop. */
-#define CHURN_WINDOW 4096
-
 /* Whether a large miss of req bytes grows the pool before it is stitched: below frag_limit, or
  * below churn_limit while stitching churns.  Stitching churns when new stitched blocks tear
  * cached ones down: each then serves about one request for a map and an unmap, where one growth
  * would have served the pattern from then on.  A training loop's stitches are cached and reused,
- * and tear nothing down.  Never for CHURN_WINDOW allocations after such a growth failed: the
+ * and tear nothing down.  Never for GML_CHURN_WINDOW allocations after such a growth failed: the
  * device is full (or gmlake's memory_limit reached), and asking it again at every miss would
  * cost a failing driver call each. */
 static inline bool grow_first(const gml_pool *p, size_t req)
@@ -215,7 +210,7 @@ static int stitch(gml_pool *p, gml_bin *bin, size_t need, size_t req, uintptr_t 
         hand_out(p, b, out);
     if (p->st.churns != p->seen_churns) {
         p->seen_churns = p->st.churns;
-        p->churn_until = p->allocations + CHURN_WINDOW;
+        p->churn_until = p->allocations + GML_CHURN_WINDOW;
     }
     return rc;
 }
@@ -262,7 +257,7 @@ __attribute__((noinline)) static int alloc_slow(gml_pool *p, gml_bin *bin, int s
         if (rc == GMLAKE_OK && fit(p, bin, space, need, req, out, true))
             return GMLAKE_OK;
         if (rc != GMLAKE_OK && first)
-            p->no_growth_until = p->allocations + CHURN_WINDOW;
+            p->no_growth_until = p->allocations + GML_CHURN_WINDOW;
         if (after_growth && stitch(p, bin, need, req, out) == GMLAKE_OK)
             return GMLAKE_OK;
     }

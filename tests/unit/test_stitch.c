@@ -6,13 +6,19 @@
 
 /* Allocates n 2 MiB blocks (one chunk each, adjacent) and frees those whose bit is set in
  * `holes`; returns the blocks in v. */
-static void checkerboard(gml_pool *p, uintptr_t *v, int n, unsigned holes)
+/* n blocks of 2 MiB on stream s, then those whose bit is set in `holes` freed. */
+static void checkerboard_on(gml_pool *p, uintptr_t *v, int n, unsigned holes, gml_stream s)
 {
     for (int i = 0; i < n; i++)
-        v[i] = must_alloc(p, 2 * MiB, 0);
+        v[i] = must_alloc(p, 2 * MiB, s);
     for (int i = 0; i < n; i++)
         if (holes & (1u << i))
-            must_free(p, v[i], 0);
+            must_free(p, v[i], s);
+}
+
+static void checkerboard(gml_pool *p, uintptr_t *v, int n, unsigned holes)
+{
+    checkerboard_on(p, v, n, holes, 0);
 }
 
 static bool in_block(uintptr_t x, uintptr_t b, size_t n) { return x >= b && x < b + n; }
@@ -228,10 +234,7 @@ Test(stitch, a_request_that_grows_first_is_stitched_when_growth_fails_without_a_
     gml_pool *p = f.pool;
     const gml_stream st1 = 0x1000;
     uintptr_t v[8];
-    for (int i = 0; i < 8; i++)
-        v[i] = must_alloc(p, 2 * MiB, st1);
-    for (int i = 0; i < 8; i += 2)
-        must_free(p, v[i], st1);
+    checkerboard_on(p, v, 8, 0x55, st1);
     uintptr_t s = must_alloc(p, 4 * MiB, st1);
     gmlake_stats st = stats_of(p);
     cr_assert_eq(st.stitches, 1, "stitched once growth failed");
@@ -323,10 +326,7 @@ Test(stitch, a_device_that_cannot_grow_is_not_asked_again_at_every_miss_while_st
         gml_handle other; /* another owner holds half of the device: the pool cannot know */
         cr_assert_eq(gml_dev_chunk_create(f.dev, 32 * MiB, &other), GMLAKE_OK);
         uintptr_t v[16];
-        for (int i = 0; i < 16; i++)
-            v[i] = must_alloc(p, 2 * MiB, 0);
-        for (int i = 0; i < 16; i += 2)
-            must_free(p, v[i], 0);
+        checkerboard(p, v, 16, 0x5555);
         int creates = 0;
         gml_sim_hook_call(f.dev, GMLAKE_DC_CHUNK_CREATE, count_call, &creates);
         for (int i = 0; i < 40; i++)
