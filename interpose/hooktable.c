@@ -222,9 +222,10 @@ void *gml_hook_for(const char *symbol, void *real)
 
 GML_HOOK CUresult cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags)
 {
-    if (!GML_REAL(drv_get_proc_address))
+    __typeof__(gml_real.drv_get_proc_address) real = GML_REAL(drv_get_proc_address);
+    if (!real)
         return CUDA_ERROR_NOT_FOUND;
-    CUresult r = gml_real.drv_get_proc_address(symbol, pfn, cudaVersion, flags);
+    CUresult r = real(symbol, pfn, cudaVersion, flags);
     if (r == CUDA_SUCCESS && pfn)
         *pfn = gml_hook_for(symbol, *pfn);
     return r;
@@ -233,9 +234,10 @@ GML_HOOK CUresult cuGetProcAddress(const char *symbol, void **pfn, int cudaVersi
 GML_HOOK CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVersion,
                                       cuuint64_t flags, CUdriverProcAddressQueryResult *status)
 {
-    if (!GML_REAL(drv_get_proc_address_v2))
+    __typeof__(gml_real.drv_get_proc_address_v2) real = GML_REAL(drv_get_proc_address_v2);
+    if (!real)
         return CUDA_ERROR_NOT_FOUND;
-    CUresult r = gml_real.drv_get_proc_address_v2(symbol, pfn, cudaVersion, flags, status);
+    CUresult r = real(symbol, pfn, cudaVersion, flags, status);
     if (r == CUDA_SUCCESS && pfn)
         *pfn = gml_hook_for(symbol, *pfn);
     return r;
@@ -246,9 +248,10 @@ GML_HOOK cudaError_t cudaGetDriverEntryPoint(const char *symbol, void **funcPtr,
                                              enum cudaDriverEntryPointQueryResult *status)
 {
     GML_RT_ENTRY();
-    if (!GML_REAL(rt_get_driver_entry_point))
+    __typeof__(gml_real.rt_get_driver_entry_point) real = GML_REAL(rt_get_driver_entry_point);
+    if (!real)
         return cudaErrorSymbolNotFound;
-    cudaError_t r = gml_real.rt_get_driver_entry_point(symbol, funcPtr, flags, status);
+    cudaError_t r = real(symbol, funcPtr, flags, status);
     if (r == cudaSuccess && funcPtr)
         *funcPtr = gml_hook_for(symbol, *funcPtr);
     return r;
@@ -260,9 +263,11 @@ GML_HOOK cudaError_t cudaGetDriverEntryPointByVersion(const char *symbol, void *
                                                       enum cudaDriverEntryPointQueryResult *status)
 {
     GML_RT_ENTRY();
-    if (!GML_REAL(rt_get_driver_entry_point_by_version))
+    __typeof__(gml_real.rt_get_driver_entry_point_by_version) real =
+        GML_REAL(rt_get_driver_entry_point_by_version);
+    if (!real)
         return cudaErrorSymbolNotFound;
-    cudaError_t r = gml_real.rt_get_driver_entry_point_by_version(symbol, funcPtr, cudaVersion, flags, status);
+    cudaError_t r = real(symbol, funcPtr, cudaVersion, flags, status);
     if (r == cudaSuccess && funcPtr)
         *funcPtr = gml_hook_for(symbol, *funcPtr);
     return r;

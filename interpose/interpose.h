@@ -232,11 +232,16 @@ void *gml_resolve_global(void **slot, const char *name);
  * GML_RT_ENTRY() (in the exported function itself, so that it is the program's address). */
 extern __thread const void *gml_caller;
 #define GML_RT_ENTRY() (gml_caller = __builtin_return_address(0))
-/* The real function of gml_real's `field` (resolved on first use), or NULL. */
+/* The real function of gml_real's `field` (resolved on first use), or NULL.  The slot is read
+ * once: threads resolving it together each store it, and a second, plain read would race with
+ * their stores. */
 #define GML_REAL(field)                                                                           \
-    (__atomic_load_n(&gml_real.field, __ATOMIC_ACQUIRE)                                           \
-         ? gml_real.field                                                                         \
-         : (__typeof__(gml_real.field))gml_resolve_one((void **)&gml_real.field, gml_symbol_##field))
+    ({                                                                                            \
+        __typeof__(gml_real.field) real_ = __atomic_load_n(&gml_real.field, __ATOMIC_ACQUIRE);    \
+        real_ ? real_                                                                             \
+              : (__typeof__(gml_real.field))gml_resolve_one((void **)&gml_real.field,             \
+                                                            gml_symbol_##field);                  \
+    })
 /* The real function of `field` called with routing off: a hooked function it reaches passes
  * straight through (the real cudaMemGetInfo reaches the hooked cuMemGetInfo, which must not add
  * gmlake's cache a second time).  `err` where no real function exists at all. */
