@@ -33,6 +33,11 @@ EXPORT int plugin_run(char *why, size_t n)
     STEP(cudaMalloc(&p, 1024 * MiB) == cudaErrorMemoryAllocation);
     STEP(cudaGetLastError() == cudaErrorMemoryAllocation);
     STEP(cudaGetLastError() == cudaSuccess);
+    /* the entry-point resolver, found only in this library's scope: the hook called its
+     * global slot, NULL here, and crashed */
+    void *fn = NULL;
+    enum cudaDriverEntryPointQueryResult q_st;
+    STEP(cudaGetDriverEntryPoint("cuMemAlloc", &fn, cudaEnableDefault, &q_st) == cudaSuccess && fn);
     return 0;
 }
 
