@@ -85,6 +85,27 @@ def gmlake_figures(device):
             "driver_s_by_kind": s.get("device_seconds_by_call")}
 
 
+def gmlake_step_marks(device):
+    """gmlake's running totals on this rank after a step (driver seconds, device calls,
+    stitches), or None when gmlake is not loaded."""
+    s = gmlake.stats(device) if gmlake.enabled() else None
+    if s is None:
+        return None
+    return (s["device_seconds"], sum(s["device_calls"].values()), s["stitches"])
+
+
+def step_deltas(start, marks):
+    """Each step's share of the running totals gmlake_step_marks took before the first step
+    (start) and after every step; None without gmlake."""
+    if not marks or marks[0] is None:
+        return None
+    out, prev = [], start or (0.0, 0, 0)
+    for m in marks:
+        out.append([round(m[0] - prev[0], 5), m[1] - prev[1], m[2] - prev[2]])
+        prev = m
+    return out
+
+
 def run(args):
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     local_rank = int(os.environ["LOCAL_RANK"])
@@ -103,10 +124,11 @@ def run(args):
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     steps = WARMUP + STEADY
     lens = lengths(steps)
-    times, losses = [], []
+    times, losses, enqueue, per_step = [], [], [], []
     torch.cuda.synchronize()
     dist.barrier()
     setup_s = time.perf_counter() - t_start
+    setup_marks = gmlake_step_marks(local_rank)
     # PROFILE=DIR: torch.profiler over the timed steps after the first two, on every rank: the op
     # table by self CPU time and by self CUDA time, and the kernel timeline's busy time, idle gaps
     # and compute/communication overlap (bench/gpu/timeline.py), written to
@@ -126,8 +148,10 @@ def run(args):
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
+        enqueue.append(time.perf_counter() - t0)  # the host's part: the step queued, not yet run
         torch.cuda.synchronize()
         times.append(time.perf_counter() - t0)
+        per_step.append(gmlake_step_marks(local_rank))
         losses.append(loss.detach())
         del x, loss
         dist.barrier()  # outside the timed part: every rank starts the next step together
@@ -142,7 +166,8 @@ def run(args):
             f.write(ka.table(sort_by="self_cpu_time_total", row_limit=25, max_name_column_width=50))
             f.write(ka.table(sort_by="self_cuda_time_total", row_limit=15, max_name_column_width=50))
     nvml.close()
-    mine = {"rank": rank, "times": times, "nvml": nvml.ok, "nvml_why": nvml.why,
+    mine = {"rank": rank, "times": times, "enqueue": enqueue, "gmlake_steps": step_deltas(setup_marks, per_step),
+            "nvml": nvml.ok, "nvml_why": nvml.why,
             "nvml_device": str(getattr(nvml, "index", "")),
             "nvml_peak_used_mib": nvml.peak / MIB, "nvml_baseline_used_mib": nvml.baseline / MIB,
             "torch_peak_allocated_mib": torch.cuda.max_memory_allocated(dev) / MIB,
@@ -159,6 +184,10 @@ def run(args):
             "seq_lengths": lens,
             "step_times": [round(t, 5) for t in step_times],
             "rank_step_times": [[round(t, 5) for t in r["times"]] for r in everyone],
+            # each rank's host time to queue each step (before its synchronisation)
+            "rank_enqueue_times": [[round(t, 5) for t in r["enqueue"]] for r in everyone],
+            # each rank's gmlake work in each step: [driver seconds, device calls, stitches]
+            "rank_gmlake_steps": [r["gmlake_steps"] for r in everyone] if gmlake.enabled() else None,
             "median_s_per_step": statistics.median(timed) if timed else None,
             "first_s_per_step": statistics.mean(step_times[:WARMUP]) if WARMUP else None,
             "step0_s": step_times[0], "setup_s": setup_s,

@@ -141,10 +141,9 @@ static void series(ctx &c, const char *kind, size_t n, double *gpu_ms, double *h
         *host_ms = t;
         RK(cudaEventRecord(c.b, c.s));
         RK(cudaStreamSynchronize(c.s));
-        double ignore = 0;
-        drop_view(c, va, mapped, &ignore);
-        if (mapped < n)
-            CK(cuMemAddressFree(va + mapped * c.hbytes, (n - mapped) * c.hbytes));
+        if (mapped) /* a reservation is freed whole, in one call */
+            CK(cuMemUnmap(va, mapped * c.hbytes));
+        CK(cuMemAddressFree(va, n * c.hbytes));
     } else {
         queue_kernels(c, KERNELS);
         RK(cudaEventRecord(c.b, c.s));
