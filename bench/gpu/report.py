@@ -157,11 +157,36 @@ def distributed(rows):
                        if small and peak[a] else "")
                 out.append(f"\n{a}: median step {median(step[a]) / median(step[fast]):.3f} x "
                            f"{fast}'s (the fastest PyTorch allocator){mem}.")
+        for a in allocs:
+            line = driver_by_phase([r for r in runs if r["allocator"] == a])
+            if line:
+                out.append(f"\n{a}: {line}")
         for r in rows:
             if "error" in r and (r.get("mode", "?"), r.get("world_size", "?")) == m:
                 out.append(f"\n- {r['allocator']}: {r['error']}")
         out.append("")
     return out
+
+
+def driver_by_phase(runs):
+    """Where gmlake's driver time fell in these runs (dist.jsonl's rank_gmlake_steps: each rank's
+    [driver seconds, device calls, stitches] per step): the warm-up steps' and the timed steps'
+    seconds (the larger rank's, median over the runs) and the steps that made device calls on any
+    rank in any run; None without those figures."""
+    per = [r for r in runs if r.get("rank_gmlake_steps")]
+    if not per:
+        return None
+    warm, timed, busy = [], [], set()
+    for r in per:
+        w = r["warmup"]
+        ranks = [g for g in r["rank_gmlake_steps"] if g]
+        warm.append(max(sum(s[0] for s in g[:w]) for g in ranks))
+        timed.append(max(sum(s[0] for s in g[w:]) for g in ranks))
+        busy.update(i for g in ranks for i, s in enumerate(g) if s[1])
+    n = len(per[0]["step_times"])
+    return (f"driver time in the warm-up steps {median(warm):.3f} s, in the timed steps "
+            f"{median(timed):.3f} s a run (the larger rank; median of {len(per)}); steps with "
+            f"device calls: {', '.join(map(str, sorted(busy))) or 'none'} of 0..{n - 1}.")
 
 
 def growth(rows):

@@ -1,0 +1,44 @@
+"""bench/gpu/report.py's DDP/FSDP2 table: where gmlake's driver time fell, from each rank's
+per-step figures (rank_gmlake_steps), on hand-made rows.  Run: python3 tests/tools/test_report.py"""
+import os
+import sys
+import unittest
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "bench", "gpu"))
+import report  # noqa: E402
+
+
+def row(allocator, gm_steps, step_times=(0.5, 0.2, 0.1, 0.1)):
+    return {"mode": "ddp", "world_size": 2, "allocator": allocator, "warmup": 2, "steady": 2,
+            "step_times": list(step_times), "first_s_per_step": 0.35, "losses": [1.0] * 4,
+            "nvml": True, "nvml_peak_used_mib": [100.0, 101.0], "gmlake": None,
+            "rank_gmlake_steps": gm_steps, "torch": "x"}
+
+
+class DriverByPhase(unittest.TestCase):
+    def test_splits_warmup_and_timed_steps_by_the_larger_rank(self):
+        r = row("gmlake", [[[0.10, 50, 2], [0.0, 0, 0], [0.02, 9, 1], [0.0, 0, 0]],
+                           [[0.12, 50, 2], [0.01, 3, 0], [0.0, 0, 0], [0.0, 0, 0]]])
+        line = report.driver_by_phase([r])
+        self.assertIn("warm-up steps 0.130 s", line)   # rank 1: 0.12 + 0.01
+        self.assertIn("timed steps 0.020 s", line)     # rank 0: 0.02
+        self.assertIn("device calls: 0, 1, 2 of 0..3", line)
+
+    def test_median_over_runs_and_none_without_figures(self):
+        a = row("gmlake", [[[0.1, 1, 0], [0.0, 0, 0], [0.3, 1, 0], [0.0, 0, 0]]])
+        b = row("gmlake", [[[0.2, 1, 0], [0.0, 0, 0], [0.1, 1, 0], [0.0, 0, 0]]])
+        c = row("gmlake", [[[0.3, 1, 0], [0.0, 0, 0], [0.2, 1, 0], [0.0, 0, 0]]])
+        self.assertIn("timed steps 0.200 s a run (the larger rank; median of 3)",
+                      report.driver_by_phase([a, b, c]))
+        self.assertIsNone(report.driver_by_phase([row("expandable", None)]))
+
+    def test_the_table_says_it_for_gmlake_only(self):
+        g = row("gmlake", [[[0.1, 5, 1], [0.0, 0, 0], [0.0, 0, 0], [0.0, 0, 0]]])
+        e = row("expandable", None)
+        text = "\n".join(report.distributed([g, e]))
+        self.assertIn("gmlake: driver time in the warm-up steps 0.100 s", text)
+        self.assertNotIn("expandable: driver time", text)
+
+
+if __name__ == "__main__":
+    unittest.main()
