@@ -17,7 +17,8 @@
 # (seconds; runs that would start after it are skipped and recorded so; default 450),
 # TRACE_MODES (default none: e.g. "fsdp2 ddp"): after the timed runs, one more launch of each
 # under gmlake recording its trace (OUTDIR/MODE.trace.gz, GMLAKE_TRACE_FILE) and gmlake's own
-# statistics of that run (OUTDIR/trace_stats_MODE.json): bench/traces/jobs keeps such pairs.
+# statistics of that run (OUTDIR/trace_stats_MODE.json); with several processes each rank's
+# (MODE.rankR.trace.gz, trace_stats_MODE.rankR.json): bench/traces/jobs keeps such pairs.
 # PROFILE=DIR (read by dist_train.py on every rank): torch.profiler over the timed steps after the
 # first two, each rank's op tables and kernel timeline (idle gaps, compute/communication overlap:
 # bench/gpu/timeline.py) in DIR/profile_MODE_ALLOCATOR_rankR.txt, the timeline also in dist.jsonl.
@@ -81,15 +82,18 @@ for m in "${trace_modes[@]}"; do
   [ -f "$lib" ] || break
   if over_budget; then say "skip the $m trace: over the budget"; continue; fi
   say "recording the $m trace under gmlake"
-  rm -f "$out/$m.trace" "$out/$m.trace.gz"
+  rm -f "$out/$m.trace" "$out/$m.trace.gz" "$out/$m".rank*.trace "$out/$m".rank*.trace.gz
   # shellcheck disable=SC2046
   launch "$m" gmlake-tracing 0 "$out/dist_traces.jsonl" $(alloc_env gmlake) \
     GMLAKE_TRACE_FILE="$out/$m.trace" GMLAKE_STATS_FILE="$out/trace_stats_$m.json" ||
     say "the $m trace run failed (rc $?)"
-  if [ -s "$out/$m.trace" ]; then
-    gzip -9 "$out/$m.trace"
-    say "$m.trace.gz: $(stat -c %s "$out/$m.trace.gz") bytes"
-  fi
+  # one process: MODE.trace; several: each rank's own, MODE.rankR.trace (and
+  # trace_stats_MODE.rankR.json), as libgmlake names them
+  for f in "$out/$m.trace" "$out/$m".rank*.trace; do
+    [ -s "$f" ] || continue
+    gzip -9 "$f"
+    say "$(basename "$f").gz: $(stat -c %s "$f.gz") bytes"
+  done
 done
 
 python3 "$root/bench/gpu/report.py" "$out" >"$out/report.md" 2>>"$log" || say "report failed"
