@@ -15,22 +15,14 @@
  * One JSON line per measurement.
  * Build: nvcc -O2 -arch=sm_90 -o vmm_contention bench/gpu/vmm_contention.cu -lcuda -lpthread
  * Usage: vmm_contention [HANDLES (default 112)] [HANDLE_MIB (default 2)] [REPS (default 5)] */
-#include <cuda.h>
-#include <cuda_runtime.h>
-#include <algorithm>
 #include <atomic>
 #include <pthread.h>
-#include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
-#include <time.h>
-#include <unistd.h>
-#include <vector>
 
-#define CK(x) do { CUresult r_ = (x); if (r_ != CUDA_SUCCESS) { \
-    fprintf(stderr, "vmm_contention: %s: CUDA error %d\n", #x, (int)r_); exit(1); } } while (0)
-#define RK(x) do { cudaError_t r_ = (x); if (r_ != cudaSuccess) { \
-    fprintf(stderr, "vmm_contention: %s: %s\n", #x, cudaGetErrorString(r_)); exit(1); } } while (0)
+#define VMM_PROG "vmm_contention"
+#include "vmm_bench.cuh"
+#include <unistd.h>
+
 
 enum { LAUNCHES = 20000 };
 
@@ -39,13 +31,6 @@ __global__ void write_k(unsigned *x, size_t n)
 {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
         x[i] = (unsigned)i ^ 0x5a5a5a5au;
-}
-
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
 }
 
 static CUcontext ctx;
@@ -137,20 +122,12 @@ static void *watchdog(void *)
     _exit(1);
 }
 
-static double median(std::vector<double> v)
-{
-    std::sort(v.begin(), v.end());
-    return v[v.size() / 2];
-}
-
 int main(int argc, char **argv)
 {
-    long nh = argc > 1 ? atol(argv[1]) : 112, hmib = argc > 2 ? atol(argv[2]) : 2;
-    int reps = argc > 3 ? atoi(argv[3]) : 5;
-    if (nh < 1 || nh > 4096 || hmib < 2 || hmib % 2 || hmib > 256 || reps < 1 || reps > 100) {
-        fprintf(stderr, "usage: vmm_contention [HANDLES 1..4096] [HANDLE_MIB even 2..256] [REPS 1..100]\n");
+    long nh = 112, hmib = 2;
+    int reps = 5;
+    if (!vmm_args(argc, argv, &nh, &hmib, &reps, 256, 100))
         return 2;
-    }
     RK(cudaSetDevice(0));
     RK(cudaFree(0));
     CK(cuCtxGetCurrent(&ctx));

@@ -22,18 +22,11 @@
  * Build: nvcc -O2 -arch=sm_90 -o vmm_gpu_cost bench/gpu/vmm_gpu_cost.cu -lcuda
  * Usage: vmm_gpu_cost [HANDLES (default 112)] [HANDLE_MIB (default 16)] [REPS (default 5)]
  *        (112 handles of 16 MiB: DDP's stitches on 2 GPUs mapped about 112 extents each) */
-#include <cuda.h>
-#include <cuda_runtime.h>
-#include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
-#include <time.h>
-#include <vector>
 
-#define CK(x) do { CUresult r_ = (x); if (r_ != CUDA_SUCCESS) { \
-    fprintf(stderr, "vmm_gpu_cost: %s: CUDA error %d\n", #x, (int)r_); exit(1); } } while (0)
-#define RK(x) do { cudaError_t r_ = (x); if (r_ != cudaSuccess) { \
-    fprintf(stderr, "vmm_gpu_cost: %s: %s\n", #x, cudaGetErrorString(r_)); exit(1); } } while (0)
+#define VMM_PROG "vmm_gpu_cost"
+#include "vmm_bench.cuh"
+
 
 enum { KERNELS = 400, SPIN_US = 250, EVERY = 4 };
 
@@ -53,13 +46,6 @@ __global__ void read_k(const float4 *x, size_t n, float *out)
         acc += x[i].x;
     if (acc == 12345.f)
         *out = acc;
-}
-
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
 }
 
 struct ctx {
@@ -185,12 +171,10 @@ static void touch(ctx &c, size_t n, float *out, double *first, double *second, d
 
 int main(int argc, char **argv)
 {
-    long handles = argc > 1 ? atol(argv[1]) : 112, hmib = argc > 2 ? atol(argv[2]) : 16;
-    int reps = argc > 3 ? atoi(argv[3]) : 5;
-    if (handles < 1 || handles > 4096 || hmib < 2 || hmib % 2 || hmib > 1024 || reps < 1 || reps > 1000) {
-        fprintf(stderr, "usage: vmm_gpu_cost [HANDLES 1..4096] [HANDLE_MIB, even, 2..1024] [REPS 1..1000]\n");
+    long handles = 112, hmib = 16;
+    int reps = 5;
+    if (!vmm_args(argc, argv, &handles, &hmib, &reps, 1024, 1000))
         return 2;
-    }
     ctx c;
     RK(cudaSetDevice(0));
     RK(cudaFree(0));

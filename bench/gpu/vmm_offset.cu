@@ -16,19 +16,11 @@
  *    (Mapping at an offset is not timed: where it is refused, part 1 says so.)
  * Build: nvcc -O2 -arch=sm_90 -o vmm_offset bench/gpu/vmm_offset.cu -lcuda
  * Usage: vmm_offset [REPS (default 5)] */
-#include <cuda.h>
-#include <cuda_runtime.h>
-#include <algorithm>
-#include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
-#include <time.h>
-#include <vector>
 
-#define CK(x) do { CUresult r_ = (x); if (r_ != CUDA_SUCCESS) { \
-    fprintf(stderr, "vmm_offset: %s: CUDA error %d\n", #x, (int)r_); exit(1); } } while (0)
-#define RK(x) do { cudaError_t r_ = (x); if (r_ != cudaSuccess) { \
-    fprintf(stderr, "vmm_offset: %s: %s\n", #x, cudaGetErrorString(r_)); exit(1); } } while (0)
+#define VMM_PROG "vmm_offset"
+#include "vmm_bench.cuh"
+
 
 static const size_t MIB = 1 << 20;
 
@@ -46,13 +38,6 @@ __global__ void check_k(const unsigned *v, size_t n, size_t per, size_t pieces, 
         if (v[i] != (unsigned)want)
             atomicAdd(bad, 1u);
     }
-}
-
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
 }
 
 static CUmemAllocationProp prop;
@@ -95,12 +80,6 @@ static double drop(CUdeviceptr va, size_t total)
     double t = now_ms() - t0;
     CK(cuMemAddressFree(va, total));
     return t;
-}
-
-static double median(std::vector<double> v)
-{
-    std::sort(v.begin(), v.end());
-    return v[v.size() / 2];
 }
 
 int main(int argc, char **argv)
