@@ -17,7 +17,7 @@ bad input (a missing file, a trace the replay refuses, a malformed measured.json
 A change to the pool moves the replay; the GPU figures then have to be measured again (run_all.sh
 with TRACE_WORKLOADS and GMLAKE_STATS_FILE, docs/GPU-TESTS.md), since the GPU is the judge.
 
-Usage: bench/replay_vs_gpu.py [--replay PATH] [--jobs DIR] [--gmlake-tolerance PCT]
+Usage: bench/replay_vs_gpu.py [--replay PATH] [--jobs DIR] [--gpu-lag US] [--gmlake-tolerance PCT]
                               [--model-tolerance PCT]
 """
 import argparse
@@ -34,11 +34,14 @@ class Refused(Exception):
     """Bad input: the message names the file and the problem."""
 
 
-def replay(tool, trace, policies, stream_ordered):
-    """{policy: JSON object} of `gmlake replay --json` on trace."""
+def replay(tool, trace, policies, stream_ordered, gpu_lag=0):
+    """{policy: JSON object} of `gmlake replay --json` on trace (gmlake's policies on a GPU gpu_lag
+    microseconds behind the host: tools/gpu_lag.h)."""
     cmd = [tool, "--json", "--policy", ",".join(policies)]
     if stream_ordered:
         cmd.append("--stream-ordered")
+    if gpu_lag:
+        cmd += ["--gpu-lag", str(gpu_lag)]
     r = subprocess.run(cmd + [trace], capture_output=True, text=True)
     if r.returncode != 0:
         raise Refused(f"{trace}: gmlake replay failed (exit {r.returncode}): {r.stderr.strip()}")
@@ -85,7 +88,7 @@ def check(args):
         gpu = number(name, "gmlake.", "peak_reserved_bytes", g.get("peak_reserved_bytes")) / MIB
         native = number(name, "", "native_reserved_mib", job.get("native_reserved_mib"))
         expandable = number(name, "", "expandable_reserved_mib", job.get("expandable_reserved_mib"))
-        pool = replay(args.replay, trace, ["gmlake"], False)["gmlake"]
+        pool = replay(args.replay, trace, ["gmlake"], False, args.gpu_lag)["gmlake"]
         models = replay(args.replay, trace, ["pytorch", "expandable"], True)
         rep = pool["peak_reserved_bytes"] / MIB
         calls = sum(pool["device_calls"].values())
@@ -131,6 +134,9 @@ def main():
                     help="the folder of measured.json and the traces (default: bench/traces/jobs)")
     ap.add_argument("--gmlake-tolerance", type=float, default=0.5, metavar="PCT")
     ap.add_argument("--model-tolerance", type=float, default=5.0, metavar="PCT")
+    ap.add_argument("--gpu-lag", type=int, default=0, metavar="US",
+                    help="replay gmlake on a GPU this many microseconds behind the host "
+                         "(gmlake replay --gpu-lag; default 0: every stream's work completes at once)")
     args = ap.parse_args()
     if not os.access(args.replay, os.X_OK):
         print(f"replay_vs_gpu: {args.replay} is not an executable (build first: ninja -C build)",

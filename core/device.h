@@ -207,6 +207,9 @@ gml_device *gml_sim_create(const gml_sim_config *cfg);
  * completed at once). */
 int gml_sim_launch(gml_device *dev, gml_stream stream);
 void gml_sim_finish(gml_device *dev, gml_stream stream);
+/* Completes `stream`'s work up to its unit `unit` (the value gml_sim_submitted had after that
+ * unit's launch), and the work it waited for; later units stay pending. */
+void gml_sim_finish_to(gml_device *dev, gml_stream stream, uint64_t unit);
 void gml_sim_set_manual_events(gml_device *dev, bool manual);
 void gml_sim_complete_events(gml_device *dev);
 /* Tests' ordering oracle.  gml_sim_backing: the physical byte behind mapped address va (its offset

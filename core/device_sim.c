@@ -837,6 +837,16 @@ void gml_sim_finish(gml_device *dev, gml_stream stream)
     pthread_mutex_unlock(&s->mu);
 }
 
+void gml_sim_finish_to(gml_device *dev, gml_stream stream, uint64_t unit)
+{
+    sim *s = sim_of(dev);
+    pthread_mutex_lock(&s->mu);
+    sim_stream *st = stream_of(s, stream);
+    if (st)
+        complete_to(s, st, unit < st->submitted ? unit : st->submitted);
+    pthread_mutex_unlock(&s->mu);
+}
+
 void gml_sim_complete_events(gml_device *dev)
 {
     sim *s = sim_of(dev);

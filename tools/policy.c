@@ -1,6 +1,7 @@
 /* policy.c — replay policies by name, gmlake's pool as a policy, and the replay loop
  * (contract in policy.h). */
 #include "policy.h"
+#include "gpu_lag.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -219,10 +220,19 @@ int gml_policy_replay(gml_policy *p, const gml_trace *t, size_t check_every, gml
     memcpy(calls_at_start, p->calls, sizeof calls_at_start);
     double secs0 = p->device_seconds, secs_half = secs0;
     res->peak_reserved = p->reserved;
+    gml_gpu_lag lag;
+    bool lagging = p->pool && p->gpu_lag_us;
+    if (lagging && gml_gpu_lag_init(&lag, gml_pool_device(p->pool), p->gpu_lag_us, t->n) != 0) {
+        snprintf(err, errlen, "%s: out of memory", t->path);
+        free(slab);
+        return -1;
+    }
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     for (size_t i = 0; i < t->n && rc == 0; i++) {
         const gml_trace_event *e = &t->ev[i];
+        if (lagging)
+            gml_gpu_lag_before(&lag, e);
         if (i == t->n / 2) {
             for (int k = 0; k < GML_CALL_COUNT; k++)
                 res->calls_first_half[k] = p->calls[k] - calls_at_start[k];
@@ -311,6 +321,8 @@ int gml_policy_replay(gml_policy *p, const gml_trace *t, size_t check_every, gml
     res->device_seconds_second_half = p->device_seconds - secs_half;
     HASH_CLEAR(hh, live);
     free(slab);
+    if (lagging)
+        gml_gpu_lag_free(&lag);
     return rc;
 }
 

@@ -51,6 +51,8 @@ struct gml_policy {
     uint64_t stitches;
     double device_seconds;          /* estimated driver time of those calls (core/cost.h) */
     gml_pool *pool;                 /* gmlake policies: the pool replayed through */
+    uint64_t gpu_lag_us;            /* gmlake policies: the GPU's lag behind the host (gpu_lag.h;
+                                       0: every stream's work completes at once) */
 };
 
 /* Policies by name: gmlake, no-stitch, largest, bestfit (gmlake's pool with `pool` settings,

@@ -24,7 +24,8 @@ static void usage(FILE *f)
 {
     fprintf(f,
             "usage: gmlake replay [--json] [--policy LIST] [--capacity SIZE] [--plot FILE.svg] [--check N]\n"
-            "                     [--set KEY=VALUE] [--label NAME] [--stream-ordered] TRACE...\n"
+            "                     [--set KEY=VALUE] [--label NAME] [--stream-ordered] [--gpu-lag US]\n"
+            "                     TRACE...\n"
             "Replays gmlake-trace v1 files (plain or gzip) under each policy on a simulated device\n"
             "and prints, per trace, the policies side by side: peak active and reserved bytes,\n"
             "utilization (peak active / peak reserved), memory saved against pytorch, device\n"
@@ -47,6 +48,11 @@ static void usage(FILE *f)
             "                  cuMemAlloc) and their frees: in a trace recorded under PyTorch's\n"
             "                  cudaMallocAsync backend those are other libraries' own (cuBLAS\n"
             "                  workspaces), which torch.cuda.max_memory_reserved does not count\n"
+            "  --gpu-lag US    gmlake's policies on a GPU that runs US microseconds behind the host\n"
+            "                  (0, the default: every stream's work completes at once): the work\n"
+            "                  each event's stream had at its time completes US later, so another\n"
+            "                  stream's frees may still be pending when a stream misses, as on a\n"
+            "                  busy GPU (tools/gpu_lag.h)\n"
             "  --set KEY=VALUE a pool setting, as in gmlake.conf (stitch, frag_limit, reuse_limit,\n"
             "                  defrag_level, auto_gc, stitch_bytes_limit, stitch_strategy,\n"
             "                  chunk_size, small_limit, memory_limit), or a model setting:\n"
@@ -196,6 +202,7 @@ static const char *long_name(int c)
     case 'o': return "--plot";
     case 'l': return "--label";
     case 'S': return "--stream-ordered";
+    case 'g': return "--gpu-lag";
     default: return "an option";
     }
 }
@@ -227,13 +234,14 @@ int main(int argc, char **argv)
         {"capacity", required_argument, 0, 'c'}, {"check", required_argument, 0, 'k'},
         {"set", required_argument, 0, 's'},  {"plot", required_argument, 0, 'o'},
         {"label", required_argument, 0, 'l'}, {"help", no_argument, 0, 'h'},
-        {"stream-ordered", no_argument, 0, 'S'},
+        {"stream-ordered", no_argument, 0, 'S'}, {"gpu-lag", required_argument, 0, 'g'},
         {0, 0, 0, 0},
     };
     bool json = false, stream_ordered = false;
     const char *policies = "pytorch,expandable,gmlake", *plot = NULL;
     size_t capacity = (size_t)140 << 30;
     long check = 0;
+    unsigned long long gpu_lag = 0;
     int c;
     gml_config_defaults(&base);
     gml_model_options_default(&model_opt);
@@ -250,7 +258,7 @@ int main(int argc, char **argv)
     }
     opterr = 0;
     /* '-': operands come back in order (code 1), so that --label names the trace after it */
-    while ((c = getopt_long(argc, argv, "-:jp:c:k:s:o:l:h", opts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "-:jp:c:k:s:o:l:g:h", opts, NULL)) != -1) {
         switch (c) {
         case 1:
             paths[ntrace] = optarg;
@@ -311,6 +319,17 @@ int main(int argc, char **argv)
             }
             if (*end || !*optarg || check <= 0) {
                 fprintf(stderr, "gmlake replay: --check '%s' is not a positive whole number\n", optarg);
+                return 2;
+            }
+            break;
+        }
+        case 'g': {
+            char *end;
+            errno = 0;
+            gpu_lag = strtoull(optarg, &end, 10);
+            if (*end || !*optarg || *optarg == '-' || errno == ERANGE || gpu_lag > 3600000000ULL) {
+                fprintf(stderr, "gmlake replay: --gpu-lag '%s' is not a whole number of "
+                                "microseconds from 0 to 3600000000 (an hour)\n", optarg);
                 return 2;
             }
             break;
@@ -408,6 +427,7 @@ int main(int argc, char **argv)
                 free(labels);
                 return 1;
             }
+            p->gpu_lag_us = gpu_lag;
             run *x = &runs[nrun];
             memset(x, 0, sizeof *x);
             x->policy = names[k];

@@ -429,6 +429,10 @@ class ReplayCommandLine(unittest.TestCase):
         cases = [
             (["--check", "99999999999999999999", self.trace], "--check '99999999999999999999' is out of range"),
             (["--check", "-3", self.trace], "--check '-3' is not a positive"),
+            (["--gpu-lag", "-5", self.trace], "--gpu-lag '-5' is not a whole number of microseconds"),
+            (["--gpu-lag", "1e3", self.trace], "--gpu-lag '1e3' is not a whole number of microseconds"),
+            (["--gpu-lag", "3600000001", self.trace], "from 0 to 3600000000"),
+            (["--gpu-lag"], "--gpu-lag needs a value"),
             (["--capacity"], "--capacity needs a value"),
             (["--capacity", "16000000TiB", self.trace], "too large: at most 16TiB"),
             (["--plot", os.path.join(self.dir, "p.png"), self.trace], "name a file ending in .svg"),

@@ -1,10 +1,12 @@
-/* test_replay.c — the trace reader and replay: a trace generated here, and every kind of bad line. */
+/* test_replay.c — the trace reader and replay: a trace generated here, every kind of bad line,
+ * and the replay with a GPU lag (tools/gpu_lag.h). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <fcntl.h>
 #include <unistd.h>
 
+#include "tools/policy.h"
 #include "trace_text.h"
 
 /* A training-like loop: weights live throughout, activations of varying size per step. */
@@ -217,4 +219,58 @@ Test(replay, stream_ordered_leaves_out_calls_with_no_stream_and_their_frees)
     fx_free(&f);
     gml_trace_free(&t);
     unlink(path);
+}
+
+
+/* The replay's stream 0xb frees 8 MiB at 10 us; stream 0xa asks for 8 MiB at 20 us, and again at
+ * 2 s (after freeing it); a cudaFree-like free (no stream) of a third block ends it. */
+static const char *const lag_text = "A 0x1 8388608 0xb 0\n"
+                                    "A 0x9 2097152 0xffffffffffffffff 1\n"
+                                    "F 0x1 0 0xb 10\n"
+                                    "A 0x2 8388608 0xa 20\n"
+                                    "F 0x2 0 0xa 30\n"
+                                    "A 0x3 8388608 0xb 2000000\n"
+                                    "F 0x3 0 0xb 2000010\n"
+                                    "A 0x4 8388608 0xa 4000000\n"
+                                    "F 0x9 0 0xffffffffffffffff 4000010\n";
+
+/* Replays lag_text under gmlake with the GPU lag_us behind (stream_wait as given). */
+static gml_policy_result replay_lagging(uint64_t lag_us, bool stream_wait, uint64_t *waits)
+{
+    char *path = write_trace(lag_text, 0);
+    gml_trace t;
+    char err[256];
+    cr_assert_eq(gml_trace_load(path, &t, err, sizeof err), 0, "%s", err);
+    gml_pool_settings s;
+    gml_pool_settings_default(&s);
+    s.stream_wait = stream_wait;
+    gml_policy *p = gml_policy_create("gmlake", 1024 * MiB, &s, NULL, err, sizeof err);
+    cr_assert_not_null(p, "%s", err);
+    p->gpu_lag_us = lag_us;
+    gml_policy_result r;
+    cr_assert_eq(gml_policy_replay(p, &t, 1, NULL, &r, err, sizeof err), 0, "%s", err);
+    *waits = r.calls[GMLAKE_DC_STREAM_WAIT];
+    gml_policy_destroy(p);
+    gml_trace_free(&t);
+    unlink(path);
+    return r;
+}
+
+/* --gpu-lag: a block another stream freed is pending for `lag` after its free, as on a GPU that
+ * runs behind the host; without a lag it has passed at once (the replay as it always was). */
+Test(replay, a_gpu_lag_keeps_another_streams_free_pending_until_it_has_passed)
+{
+    uint64_t waits;
+    gml_policy_result r = replay_lagging(0, true, &waits);
+    cr_assert_eq(r.peak_reserved, 10 * MiB, "no lag: stream a takes b's block at once");
+    cr_assert_eq(waits, 0);
+    r = replay_lagging(1000000, true, &waits);
+    cr_assert_eq(r.peak_reserved, 10 * MiB, "1 s behind, with stream_wait: no growth");
+    cr_assert_eq(waits, 1, "a waits on the GPU for b's pending free once; at 2 s and 4 s the "
+                           "frees have passed");
+    r = replay_lagging(1000000, false, &waits);
+    cr_assert_eq(r.peak_reserved, 18 * MiB, "1 s behind, without stream_wait: a grows");
+    cr_assert_eq(waits, 0);
+    r = replay_lagging(0, false, &waits);
+    cr_assert_eq(r.peak_reserved, 10 * MiB, "no lag: nothing is pending, whatever stream_wait");
 }
