@@ -34,6 +34,17 @@ class Refused(Exception):
     """Bad input: the message names the file and the problem."""
 
 
+def lag_us(text):
+    """--gpu-lag's value: whole microseconds from 0 to an hour (gmlake replay's range)."""
+    try:
+        v = int(text)
+    except ValueError:
+        v = -1
+    if not 0 <= v <= 3600000000:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a whole number of microseconds from 0 to 3600000000")
+    return v
+
+
 def replay(tool, trace, policies, stream_ordered, gpu_lag=0):
     """{policy: JSON object} of `gmlake replay --json` on trace (gmlake's policies on a GPU gpu_lag
     microseconds behind the host: tools/gpu_lag.h)."""
@@ -134,7 +145,7 @@ def main():
                     help="the folder of measured.json and the traces (default: bench/traces/jobs)")
     ap.add_argument("--gmlake-tolerance", type=float, default=0.5, metavar="PCT")
     ap.add_argument("--model-tolerance", type=float, default=5.0, metavar="PCT")
-    ap.add_argument("--gpu-lag", type=int, default=0, metavar="US",
+    ap.add_argument("--gpu-lag", type=lag_us, default=0, metavar="US",
                     help="replay gmlake on a GPU this many microseconds behind the host "
                          "(gmlake replay --gpu-lag; default 0: every stream's work completes at once)")
     args = ap.parse_args()

@@ -28,6 +28,7 @@ typedef struct gml_gpu_lag {
     uint64_t lag_us;
     gml_lag_unit *q; /* submitted units in order of their due time (FIFO: times never decrease) */
     size_t head, n, cap;
+    bool queued; /* the event being served queued a unit (the last one) */
 } gml_gpu_lag;
 
 /* A model of lag_us microseconds on sim device dev, for a trace of `events` events; -1 on host
@@ -36,6 +37,10 @@ int gml_gpu_lag_init(gml_gpu_lag *g, gml_device *dev, uint64_t lag_us, size_t ev
 /* Before the replay serves trace event e: completes the work due by e's time, then submits e's
  * unit (or, for a free with no stream, completes all work). */
 void gml_gpu_lag_before(gml_gpu_lag *g, const gml_trace_event *e);
+/* After the replay served e: the work the pool added to e's stream while serving it (a wait on
+ * the GPU for another stream's work, which the simulated device counts as a unit of e's stream)
+ * joins e's unit, due at the same time. */
+void gml_gpu_lag_after(gml_gpu_lag *g, const gml_trace_event *e);
 void gml_gpu_lag_free(gml_gpu_lag *g);
 
 #endif /* GML_GPU_LAG_H */

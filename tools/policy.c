@@ -284,6 +284,8 @@ int gml_policy_replay(gml_policy *p, const gml_trace *t, size_t check_every, gml
                 active -= l->size;
             }
         }
+        if (lagging)
+            gml_gpu_lag_after(&lag, e);
         if (active > res->peak_active) {
             res->peak_active = active;
             if (series)

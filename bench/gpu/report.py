@@ -180,9 +180,13 @@ def driver_by_phase(runs):
     for r in per:
         w = r["warmup"]
         ranks = [g for g in r["rank_gmlake_steps"] if g]
+        if not ranks:  # gmlake loaded, but no rank's pool served anything
+            continue
         warm.append(max(sum(s[0] for s in g[:w]) for g in ranks))
         timed.append(max(sum(s[0] for s in g[w:]) for g in ranks))
         busy.update(i for g in ranks for i, s in enumerate(g) if s[1])
+    if not warm:
+        return None
     n = len(per[0]["step_times"])
     return (f"driver time in the warm-up steps {median(warm):.3f} s, in the timed steps "
             f"{median(timed):.3f} s a run (the larger rank; median of {len(per)}); steps with "

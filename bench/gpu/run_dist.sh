@@ -82,7 +82,8 @@ for m in "${trace_modes[@]}"; do
   [ -f "$lib" ] || break
   if over_budget; then say "skip the $m trace: over the budget"; continue; fi
   say "recording the $m trace under gmlake"
-  rm -f "$out/$m.trace" "$out/$m.trace.gz" "$out/$m".rank*.trace "$out/$m".rank*.trace.gz
+  rm -f "$out/$m.trace" "$out/$m.trace.gz" "$out/$m".rank*.trace "$out/$m".rank*.trace.gz \
+    "$out/trace_stats_$m.json" "$out/trace_stats_$m".rank*.json
   # shellcheck disable=SC2046
   launch "$m" gmlake-tracing 0 "$out/dist_traces.jsonl" $(alloc_env gmlake) \
     GMLAKE_TRACE_FILE="$out/$m.trace" GMLAKE_STATS_FILE="$out/trace_stats_$m.json" ||

@@ -1,6 +1,7 @@
 /* bench/gpu/vmm_bench.cuh — what the VMM micro-benchmarks (vmm_gpu_cost.cu, vmm_offset.cu,
  * vmm_contention.cu) share: error checks that name the program and exit, a monotonic clock in
- * milliseconds, the median, and the HANDLES HANDLE_MIB REPS arguments.  Each program defines
+ * milliseconds, the median (the upper one of an even count), and the HANDLES HANDLE_MIB REPS
+ * arguments (vmm_gpu_cost, vmm_contention; vmm_offset takes REPS only).  Each program defines
  * VMM_PROG (its name) before including this file. */
 #ifndef VMM_BENCH_CUH
 #define VMM_BENCH_CUH

@@ -9,9 +9,9 @@
  *     into a range reserved but not mapped is refused when it is queued: "invalid argument");
  *     stream S gets a cuLaunchHostFunc that waits until thread B has set the view's access (the
  *     expensive call), then a kernel that writes the view, then a copy back; is the copy accepted
- *     before access is set, and does it complete (no deadlock between the waiting host function
- *     and B's driver call), with the kernel's bytes right?  A watchdog ends the program after
- *     20 s if not.
+ *     before access is set (the answer is printed; a refused copy is made after the stream ran),
+ *     and does the stream complete (no deadlock between the waiting host function and B's driver
+ *     call), with the kernel's bytes right?  A watchdog ends the program after 20 s if not.
  * One JSON line per measurement.
  * Build: nvcc -O2 -arch=sm_90 -o vmm_contention bench/gpu/vmm_contention.cu -lcuda -lpthread
  * Usage: vmm_contention [HANDLES (default 112)] [HANDLE_MIB (default 2)] [REPS (default 5)] */
@@ -192,17 +192,24 @@ int main(int argc, char **argv)
         CK(cuMemMap(o.va + i * hbytes, hbytes, 0, hs[i], 0));
     CK(cuLaunchHostFunc((CUstream)s, wait_mapped, &o));
     write_k<<<1024, 256, 0, s>>>((unsigned *)o.va, n);
-    RK(cudaMemcpyAsync(host, (void *)o.va, n * 4, cudaMemcpyDeviceToHost, s));
+    /* the copy queued before access is set: refused on driver 580 ("invalid argument"); then it
+     * is made once the stream has run, so that the kernel's bytes are still checked */
+    cudaError_t copy = cudaMemcpyAsync(host, (void *)o.va, n * 4, cudaMemcpyDeviceToHost, s);
+    if (copy != cudaSuccess)
+        (void)cudaGetLastError();
     double queued = now_ms() - t0;
     pthread_create(&b, NULL, map_later, &o);
     RK(cudaStreamSynchronize(s));
     double t = now_ms() - t0;
     pthread_join(b, NULL);
+    if (copy != cudaSuccess)
+        RK(cudaMemcpy(host, (void *)o.va, n * 4, cudaMemcpyDeviceToHost));
     size_t bad = 0;
     for (size_t i = 0; i < n; i++)
         bad += host[i] != ((unsigned)i ^ 0x5a5a5a5au);
-    printf("{\"case\":\"host_func_order\",\"ok\":%s,\"mismatches\":%zu,\"queued_ms\":%.3f,"
-           "\"ms\":%.3f}\n", bad ? "false" : "true", bad, queued, t);
+    printf("{\"case\":\"host_func_order\",\"ok\":%s,\"mismatches\":%zu,\"copy_queued_before_access\":"
+           "\"%s\",\"queued_ms\":%.3f,\"ms\":%.3f}\n", bad ? "false" : "true", bad,
+           copy == cudaSuccess ? "accepted" : cudaGetErrorString(copy), queued, t);
     fflush(stdout);
     drop_view(o.va);
     drop_view(home);

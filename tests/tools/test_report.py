@@ -31,6 +31,8 @@ class DriverByPhase(unittest.TestCase):
         self.assertIn("timed steps 0.200 s a run (the larger rank; median of 3)",
                       report.driver_by_phase([a, b, c]))
         self.assertIsNone(report.driver_by_phase([row("expandable", None)]))
+        self.assertIsNone(report.driver_by_phase([row("gmlake", [None, None])]),
+                          "gmlake loaded, no pool on any rank: nothing to say, no error")
 
     def test_the_table_says_it_for_gmlake_only(self):
         g = row("gmlake", [[[0.1, 5, 1], [0.0, 0, 0], [0.0, 0, 0], [0.0, 0, 0]]])

@@ -234,10 +234,11 @@ static const char *const lag_text = "A 0x1 8388608 0xb 0\n"
                                     "A 0x4 8388608 0xa 4000000\n"
                                     "F 0x9 0 0xffffffffffffffff 4000010\n";
 
-/* Replays lag_text under gmlake with the GPU lag_us behind (stream_wait as given). */
-static gml_policy_result replay_lagging(uint64_t lag_us, bool stream_wait, uint64_t *waits)
+/* Replays `text` under gmlake with the GPU lag_us behind (stream_wait as given). */
+static gml_policy_result replay_text_lagging(const char *text, uint64_t lag_us, bool stream_wait,
+                                             uint64_t *waits)
 {
-    char *path = write_trace(lag_text, 0);
+    char *path = write_trace(text, 0);
     gml_trace t;
     char err[256];
     cr_assert_eq(gml_trace_load(path, &t, err, sizeof err), 0, "%s", err);
@@ -258,6 +259,11 @@ static gml_policy_result replay_lagging(uint64_t lag_us, bool stream_wait, uint6
 
 /* --gpu-lag: a block another stream freed is pending for `lag` after its free, as on a GPU that
  * runs behind the host; without a lag it has passed at once (the replay as it always was). */
+static gml_policy_result replay_lagging(uint64_t lag_us, bool stream_wait, uint64_t *waits)
+{
+    return replay_text_lagging(lag_text, lag_us, stream_wait, waits);
+}
+
 Test(replay, a_gpu_lag_keeps_another_streams_free_pending_until_it_has_passed)
 {
     uint64_t waits;
@@ -273,4 +279,42 @@ Test(replay, a_gpu_lag_keeps_another_streams_free_pending_until_it_has_passed)
     cr_assert_eq(waits, 0);
     r = replay_lagging(0, false, &waits);
     cr_assert_eq(r.peak_reserved, 10 * MiB, "no lag: nothing is pending, whatever stream_wait");
+}
+
+/* The lag completes a stream's work in order, unit by unit (not the whole stream at once), and a
+ * free with no stream (cudaFree waits for the device) completes everything.  With the GPU 1 s
+ * behind: at 1.2 s stream b's units of 2 to 10 us are done but the one of its free at 0.5 s is
+ * not, so stream a, taking b's freed memory, waits for it on the GPU; after the stream-less free
+ * at 1.3 s, c takes the block a freed at 1.2 s without a wait. */
+Test(replay, a_gpu_lag_completes_units_in_order_and_all_at_a_stream_less_free)
+{
+    const char *text = "A 0x9 4096 0xffffffffffffffff 1\n"
+                       "A 0x1 8388608 0xb 2\n"
+                       "A 0x5 2097152 0xb 3\n"
+                       "F 0x1 0 0xb 10\n"
+                       "F 0x5 0 0xb 500000\n"
+                       "A 0x2 8388608 0xa 1200000\n"
+                       "F 0x2 0 0xa 1200010\n"
+                       "F 0x9 0 0xffffffffffffffff 1300000\n"
+                       "A 0x3 8388608 0xc 1400000\n"
+                       "F 0x3 0 0xc 1400010\n";
+    uint64_t waits;
+    replay_text_lagging(text, 1000000, true, &waits);
+    cr_assert_eq(waits, 1, "a waits for b's pending third unit; c waits for nothing");
+}
+
+/* What the pool adds to a stream while serving an event (a wait on the GPU for another stream)
+ * completes with that event's unit: stream a, whose last event waited for b, has its work done
+ * 1 s later, so at 5 s stream c takes the 4 MiB a freed at 15 us without a wait. */
+Test(replay, a_gpu_lag_completes_the_waits_the_pool_added_with_their_event)
+{
+    const char *text = "A 0x7 4194304 0xa 0\n"
+                       "A 0x1 8388608 0xb 1\n"
+                       "F 0x7 0 0xa 15\n"
+                       "F 0x1 0 0xb 16\n"
+                       "A 0x2 8388608 0xa 20\n"
+                       "A 0x3 4194304 0xc 5000000\n";
+    uint64_t waits;
+    replay_text_lagging(text, 1000000, true, &waits);
+    cr_assert_eq(waits, 1, "only a's wait for b at 20 us");
 }
