@@ -264,6 +264,14 @@ static gml_policy_result replay_lagging(uint64_t lag_us, bool stream_wait, uint6
     return replay_text_lagging(lag_text, lag_us, stream_wait, waits);
 }
 
+/* The GPU waits gmlake makes replaying `text` with the GPU 1 s behind and stream_wait on. */
+static uint64_t waits_one_second_behind(const char *text)
+{
+    uint64_t waits;
+    replay_text_lagging(text, 1000000, true, &waits);
+    return waits;
+}
+
 Test(replay, a_gpu_lag_keeps_another_streams_free_pending_until_it_has_passed)
 {
     uint64_t waits;
@@ -298,9 +306,8 @@ Test(replay, a_gpu_lag_completes_units_in_order_and_all_at_a_stream_less_free)
                        "F 0x9 0 0xffffffffffffffff 1300000\n"
                        "A 0x3 8388608 0xc 1400000\n"
                        "F 0x3 0 0xc 1400010\n";
-    uint64_t waits;
-    replay_text_lagging(text, 1000000, true, &waits);
-    cr_assert_eq(waits, 1, "a waits for b's pending third unit; c waits for nothing");
+    cr_assert_eq(waits_one_second_behind(text), 1,
+                 "a waits for b's pending third unit; c waits for nothing");
 }
 
 /* What the pool adds to a stream while serving an event (a wait on the GPU for another stream)
@@ -314,7 +321,5 @@ Test(replay, a_gpu_lag_completes_the_waits_the_pool_added_with_their_event)
                        "F 0x1 0 0xb 16\n"
                        "A 0x2 8388608 0xa 20\n"
                        "A 0x3 4194304 0xc 5000000\n";
-    uint64_t waits;
-    replay_text_lagging(text, 1000000, true, &waits);
-    cr_assert_eq(waits, 1, "only a's wait for b at 20 us");
+    cr_assert_eq(waits_one_second_behind(text), 1, "only a's wait for b at 20 us");
 }
