@@ -338,24 +338,29 @@ static growth plan_growth(gml_heap *h, gml_bin *bin, int space, enum gml_grow_go
         g.at[g.n++].k = k_need;
         return g;
     }
+    /* what a stitch can map whole: the whole extents of the runs of free blocks (stitch.c) */
     size_t have = 0;
     gml_block *next_to = NULL;
     FOR_USABLE(h, bin, GML_SPACE_LARGE, f) {
-        uintptr_t lo, hi;
-        gml_whole_extents(h, f, &lo, &hi);
-        if (f->size >= h->chunk && hi > lo)
+        uintptr_t lo, hi, end;
+        if (!gml_run_head(h, f, bin))
+            continue;
+        gml_run_last(h, f, bin, &end);
+        gml_range_whole_extents(h, f->addr, end, &lo, &hi);
+        if (hi > lo)
             have += (hi - lo) >> h->chunk_shift;
     }
     size_t k = k_need > have ? k_need - have : 0;
     if (k == 0)
         return g;
     FOR_USABLE(h, bin, GML_SPACE_LARGE, f) {
-        uintptr_t lo, hi, end = f->addr + f->size;
-        gml_whole_extents(h, f, &lo, &hi);
-        if (next_to || f->size < h->chunk || hi <= lo || ((end - h->arena) & (h->chunk - 1)))
+        uintptr_t lo, hi, end;
+        if (next_to || !gml_run_head(h, f, bin))
             continue;
-        if (run_empty(h, gml_slot_of(h, end), k))
-            next_to = f;
+        gml_block *last = gml_run_last(h, f, bin, &end);
+        gml_range_whole_extents(h, f->addr, end, &lo, &hi);
+        if (hi > lo && !((end - h->arena) & (h->chunk - 1)) && run_empty(h, gml_slot_of(h, end), k))
+            next_to = last;
     }
     if (next_to)
         g.at[g.n++] = (struct growth_at){k, next_to};

@@ -7,6 +7,8 @@
  * stream S looks in the bins that serve S (gml_bin_serves: S's own, then the ready bin) and takes
  * the smaller fit (the earlier bin among equal sizes).
  * Split: the request is cut from the tail of the free block, so the remainder keeps its address.
+ * Runs: touching free blocks of the bins that serve one stream (gml_run_head, gml_run_last), for
+ * what maps whole extents: an extent wholly free over blocks of two bins is whole there.
  * Merge: a freed block joins free neighbours of its own bin only; the larger record survives, so
  * that re-pointing slot owners costs the size of the smaller side only.  A ready neighbour never
  * joins a stream's block: memory any stream may use never becomes memory one stream may use.
@@ -297,28 +299,50 @@ void gml_detach(gml_block *b)
     b->prev = b->next = NULL;
 }
 
-void gml_whole_chunks(const gml_heap *h, const gml_block *b, uintptr_t *lo, uintptr_t *hi)
+static void range_chunks(const gml_heap *h, uintptr_t a, uintptr_t e, uintptr_t *lo, uintptr_t *hi)
 {
-    *lo = h->arena + GML_ROUND_UP(b->addr - h->arena, h->chunk);
-    *hi = h->arena + ((b->addr + b->size - h->arena) & ~(uintptr_t)(h->chunk - 1));
+    *lo = h->arena + GML_ROUND_UP(a - h->arena, h->chunk);
+    *hi = h->arena + ((e - h->arena) & ~(uintptr_t)(h->chunk - 1));
 }
 
-void gml_whole_extents(const gml_heap *h, const gml_block *b, uintptr_t *lo, uintptr_t *hi)
+void gml_whole_chunks(const gml_heap *h, const gml_block *b, uintptr_t *lo, uintptr_t *hi)
 {
-    gml_whole_chunks(h, b, lo, hi);
+    range_chunks(h, b->addr, b->addr + b->size, lo, hi);
+}
+
+void gml_range_whole_extents(const gml_heap *h, uintptr_t a, uintptr_t e, uintptr_t *lo, uintptr_t *hi)
+{
+    range_chunks(h, a, e, lo, hi);
     if (*hi <= *lo)
         return;
     size_t s = gml_slot_of(h, *lo), hd = gml_extent_head(h, s);
     if (hd != s)
         *lo = gml_slot_addr(h, hd + gml_extent_len(h, s));
-    size_t e = gml_slot_of(h, *hi) - 1, he = gml_extent_head(h, e);
-    if (he + gml_extent_len(h, e) != e + 1)
+    size_t l = gml_slot_of(h, *hi) - 1, he = gml_extent_head(h, l);
+    if (he + gml_extent_len(h, l) != l + 1)
         *hi = gml_slot_addr(h, he);
 }
 
-bool gml_extent_bounds(const gml_heap *h, const gml_block *b, uintptr_t *b1, uintptr_t *b2)
+void gml_whole_extents(const gml_heap *h, const gml_block *b, uintptr_t *lo, uintptr_t *hi)
 {
-    uintptr_t a = b->addr, e = b->addr + b->size;
+    gml_range_whole_extents(h, b->addr, b->addr + b->size, lo, hi);
+}
+
+bool gml_run_head(const gml_heap *h, const gml_block *f, const gml_bin *to)
+{
+    return !f->prev || !gml_usable(h, f->prev, to);
+}
+
+gml_block *gml_run_last(const gml_heap *h, gml_block *f, const gml_bin *to, uintptr_t *e)
+{
+    while (f->next && gml_usable(h, f->next, to))
+        f = f->next;
+    *e = f->addr + f->size;
+    return f;
+}
+
+bool gml_extent_bounds(const gml_heap *h, uintptr_t a, uintptr_t e, uintptr_t *b1, uintptr_t *b2)
+{
     *b1 = gml_extent_lo(h, a) == a ? a : gml_extent_hi(h, a);
     *b2 = gml_extent_hi(h, e - 1) == e ? e : gml_extent_lo(h, e - 1);
     return *b1 <= *b2;

@@ -323,8 +323,19 @@ void gml_claim(gml_heap *h, gml_block *b, uintptr_t addr, size_t size);
 gml_block *gml_block_at(gml_heap *h, uintptr_t addr);
 /* The whole chunks inside block b: [*lo, *hi), empty when *hi <= *lo. */
 void gml_whole_chunks(const gml_heap *h, const gml_block *b, uintptr_t *lo, uintptr_t *hi);
-/* The whole extents inside free large block b: [*lo, *hi), empty when *hi <= *lo. */
+/* The whole extents inside [a, e) of large home blocks: [*lo, *hi), empty when *hi <= *lo. */
+void gml_range_whole_extents(const gml_heap *h, uintptr_t a, uintptr_t e, uintptr_t *lo, uintptr_t *hi);
+/* The whole extents inside free large block b. */
 void gml_whole_extents(const gml_heap *h, const gml_block *b, uintptr_t *lo, uintptr_t *hi);
+/* Runs.  Free blocks that touch but sit in different bins never merge (H4), so the free memory a
+ * stream may use (its bin's and the ready bin's, alternating) can lie in several blocks at once,
+ * and an extent can be wholly free without lying inside one block.  A run is a maximal sequence
+ * of touching free large blocks that all serve `to` (gml_usable); what may map whole extents
+ * (stitching, and the growth that counts what a stitch has) looks at runs.  Whether free block f
+ * begins its run (its lower neighbour does not serve `to`): */
+bool gml_run_head(const gml_heap *h, const gml_block *f, const gml_bin *to);
+/* The last block of the run that begins at f; *e: the byte after it. */
+gml_block *gml_run_last(const gml_heap *h, gml_block *f, const gml_bin *to, uintptr_t *e);
 /* The extent holding slot s: its first slot and its length in chunks. */
 static inline size_t gml_extent_head(const gml_heap *h, size_t s) { return h->slots[s].head; }
 static inline size_t gml_extent_len(const gml_heap *h, size_t s) { return h->slots[h->slots[s].head].len; }
@@ -339,9 +350,9 @@ static inline uintptr_t gml_extent_hi(const gml_heap *h, uintptr_t a)
     return gml_slot_addr(h, gml_extent_head(h, s) + gml_extent_len(h, s));
 }
 /* The first and the last extent boundary (an extent's first byte, or the byte after its last)
- * inside [b->addr, b->addr + b->size] of large block b; false when b lies strictly inside one
- * extent.  [*b1, *b2) are the whole extents inside b. */
-bool gml_extent_bounds(const gml_heap *h, const gml_block *b, uintptr_t *b1, uintptr_t *b2);
+ * inside [a, e] of large home blocks; false when [a, e) lies strictly inside one extent.
+ * [*b1, *b2) are the whole extents inside it. */
+bool gml_extent_bounds(const gml_heap *h, uintptr_t a, uintptr_t e, uintptr_t *b1, uintptr_t *b2);
 
 /* ---- streams.c: bins' identity, events, retirement, promotion ---- */
 gml_bin *gml_bin_get(gml_heap *p, gml_stream s); /* NULL on host OOM */

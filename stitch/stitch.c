@@ -63,8 +63,7 @@ int gml_stitch_init(gml_stitch *st, gml_heap *h, const gml_pool_settings *s, con
 }
 
 typedef struct piece {
-    gml_block *f;     /* the free block */
-    uintptr_t a, e;   /* its range */
+    uintptr_t a, e;   /* its range: one free block, or a run of them (gml_run_head) */
     uintptr_t b1, b2; /* its first and last extent boundary: [b1, b2) are whole extents */
     uintptr_t lo, hi; /* what the stitch takes: [lo, hi) (empty: not used) */
     unsigned rank;    /* its place in the stitched range */
@@ -73,21 +72,26 @@ typedef struct piece {
 
 typedef GML_VEC(piece) piece_vec;
 
-/* A block's head [a, b1) is the free tail of an extent that a live block starts: it can only
+/* A piece's head [a, b1) is the free tail of an extent that a live block starts: it can only
  * begin a stitched range (its extent is mapped whole and entered at an offset).  Its tail
  * [b2, e) can only end one.  Whole extents go anywhere. */
 static size_t head_of(const piece *p) { return p->b1 - p->a; }
 static size_t tail_of(const piece *p) { return p->e - p->b2; }
 static size_t whole_of(const piece *p) { return p->b2 - p->b1; }
 
-/* Appends the free large blocks of bin b that have an extent boundary inside; false on host out
- * of memory. */
-static bool add_pieces(gml_heap *h, gml_bin *b, piece_vec *v)
+/* Appends the pieces that begin in bin b's free large blocks and have an extent boundary
+ * inside: with `to`, the runs of free blocks that serve `to` (an extent wholly free over blocks
+ * of two bins is whole there), else each block alone; false on host out of memory. */
+static bool add_pieces(gml_heap *h, gml_bin *b, const gml_bin *to, piece_vec *v)
 {
     gml_block *f;
     RB_FOREACH(f, gml_size_tree, &b->free[GML_SPACE_LARGE]) {
-        piece p = {.f = f, .a = f->addr, .e = f->addr + f->size};
-        if (gml_extent_bounds(h, f, &p.b1, &p.b2) && !gml_vec_push(v, p))
+        if (to && !gml_run_head(h, f, to))
+            continue;
+        piece p = {.a = f->addr, .e = f->addr + f->size};
+        if (to)
+            gml_run_last(h, f, to, &p.e);
+        if (gml_extent_bounds(h, p.a, p.e, &p.b1, &p.b2) && !gml_vec_push(v, p))
             return false;
     }
     return true;
@@ -98,7 +102,7 @@ static bool collect_pieces(gml_heap *h, gml_bin *bin, piece_vec *v)
 {
     v->n = 0;
     GML_FOR_SERVING_BINS(h, bin, b)
-        if (!add_pieces(h, b, v))
+        if (!add_pieces(h, b, bin, v))
             return false;
     return true;
 }
@@ -136,7 +140,7 @@ size_t gml_stitch_end_bytes(gml_stitch *st)
     size_t bytes = 0;
     gml_bin *b;
     LIST_FOREACH(b, &st->h->holding, holding)
-        if (!add_pieces(st->h, b, &v))
+        if (!add_pieces(st->h, b, NULL, &v))
             goto out;
     if (v.n >= 2) {
         size_t fi, li;

@@ -297,3 +297,68 @@ Test(extents, a_stitch_across_proportional_extents_and_release_after_it)
     gml_release_free_chunks(&f.h);
     all_released(&f);
 }
+
+/* E1 [0, 8) wholly free but in three blocks that never merge (H4): s1's [0, 2), the ready bin's
+ * [2, 6) (freed with no stream), s1's [6, 8); a live 2 MiB extent; E2 [10, 18) free in s1; a live
+ * 2 MiB extent.  Both bins serve s1. */
+static void whole_extent_over_two_bins(hfix *f, gml_bin *s1, gml_block **live)
+{
+    grow(f, s1, 8 * MiB);
+    gml_block *x3 = hf_take(f, s1, 2 * MiB), *x2 = hf_take(f, s1, 4 * MiB), *x1 = hf_take(f, s1, 2 * MiB);
+    grow(f, s1, 2 * MiB);
+    live[0] = hf_take(f, s1, 2 * MiB);
+    grow(f, s1, 8 * MiB);
+    gml_block *e2 = hf_take(f, s1, 8 * MiB);
+    grow(f, s1, 2 * MiB);
+    live[1] = hf_take(f, s1, 2 * MiB);
+    hf_put(f, x2, f->h.ready);
+    hf_put(f, x1, s1);
+    hf_put(f, x3, s1);
+    hf_put(f, e2, s1);
+    cr_assert_eq(gml_block_at(&f->h, f->h.arena + 3 * MiB)->bin, f->h.ready);
+    cr_assert_eq(gml_block_at(&f->h, f->h.arena + 1 * MiB)->bin, s1);
+    cr_assert_eq(gml_block_at(&f->h, f->h.arena + 7 * MiB)->bin, s1);
+    hf_check(f, 0);
+}
+
+Test(extents, a_whole_extent_whose_free_blocks_are_in_two_bins_is_stitched)
+{
+    hfix f;
+    hf_make_ext(&f, 128 * MiB, 8 * MiB);
+    gml_bin *s1 = gml_bin_get(&f.h, S1);
+    gml_block *live[2];
+    whole_extent_over_two_bins(&f, s1, live);
+    uint64_t reserved = f.h.reserved, maps = hf_calls(&f, GMLAKE_DC_MAP);
+    gml_block *b = NULL;
+    cr_assert_eq(gml_stitch_alloc(&f.st, s1, 16 * MiB, 16 * MiB, false, &b), GMLAKE_OK,
+                 "E1 and E2 are free and serve s1");
+    cr_assert_eq(f.h.reserved, reserved, "no growth");
+    cr_assert_eq(b->size, 16 * MiB);
+    cr_assert_eq(hf_calls(&f, GMLAKE_DC_MAP) - maps, 2, "E1 and E2, each mapped once");
+    for (uintptr_t a = f.h.arena; a < f.h.arena + 8 * MiB; a += MiB)
+        cr_assert_eq(gml_block_at(&f.h, a)->state, GML_B_HELD, "E1 at %lu MiB carved",
+                     (unsigned long)((a - f.h.arena) / MiB));
+    hf_check(&f, 1);
+    gml_stitch_free(&f.st, b, s1);
+    hf_check(&f, 0);
+    hf_free(&f);
+}
+
+Test(extents, a_stitch_grows_only_what_the_whole_free_extents_over_two_bins_lack)
+{
+    hfix f;
+    hf_make_ext(&f, 128 * MiB, 8 * MiB);
+    gml_bin *s1 = gml_bin_get(&f.h, S1);
+    gml_block *live[2];
+    whole_extent_over_two_bins(&f, s1, live);
+    uint64_t reserved = f.h.reserved;
+    gml_block *b = NULL;
+    cr_assert_eq(gml_stitch_alloc(&f.st, s1, 20 * MiB, 20 * MiB, true, &b), GMLAKE_OK);
+    cr_assert_eq(f.h.reserved, reserved + 4 * MiB, "E1 and E2 give 16 MiB: 4 MiB grown");
+    cr_assert_eq(b->size, 20 * MiB);
+    hf_check(&f, 1);
+    gml_stitch_free(&f.st, b, s1);
+    hf_check(&f, 0);
+    hf_free(&f);
+}
+
