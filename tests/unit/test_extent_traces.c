@@ -60,7 +60,9 @@ Test(extents, the_shared_traces_keep_99_percent_on_larger_extents)
 /* bench/traces/vit_fixed.trace.gz: ViT-Large/16 training (224 px, batch 64, bf16 autocast, AdamW,
  * the same sizes every step, 15 steps) recorded by libgmlake on an H100 (issue 22).  Its
  * activations (24.62, 49.25, 98.5 MiB) are not whole chunks: a grown block's remainder left
- * between two live blocks cost 294 MiB (98.25%); kept at the frontier, 99.69%, as on the GPU. */
+ * between two live blocks cost 294 MiB (98.25%); kept at the frontier, 99.69% (16,486 MiB), as
+ * on the GPU; 16,500 MiB (99.60%) since stitching sees runs of free blocks over two bins, as on
+ * an H200 in session 16. */
 Test(extents, the_vit_trace_keeps_a_grown_block_remainder_usable)
 {
 #ifdef GML_CHECK_EVERY_OP
@@ -81,7 +83,7 @@ Test(extents, the_vit_trace_keeps_a_grown_block_remainder_usable)
     gml_replay_result r;
     cr_assert_eq(gml_replay(p, &t, 0, &r, err, sizeof err), 0, "%s", err);
     cr_assert_geq(r.stats.utilization, 0.995, "%.4f", r.stats.utilization);
-    cr_assert_leq(r.stats.peak_reserved_bytes, (size_t)16486 * MiB, "%zu MiB",
+    cr_assert_leq(r.stats.peak_reserved_bytes, (size_t)16500 * MiB, "%zu MiB",
                   (size_t)(r.stats.peak_reserved_bytes / MiB));
     cr_assert_eq(r.calls_second_half, 0, "no device call once every size has been seen");
     gml_sim_pool_destroy(p);
