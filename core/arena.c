@@ -14,8 +14,9 @@
  * its stream may use ends where empty slots begin, the fewest chunks that make it large enough are
  * mapped right after it so that the two merge (expandable-segments style); otherwise
  * ceil(need / chunk) chunks go at the lowest empty slots.  A stitch (GML_GROW_CHUNKS) gets the
- * deficit: need minus the whole free chunks its stream may use, next to the first of them that has
- * room.  New chunks go to the bin of the block they extend, or to the asking stream's bin: they
+ * deficit: need minus the whole free extents of the runs of free blocks its stream may use
+ * (gml_run_head: what a stitch maps), after the last block of the first such run that has room
+ * (which may be a ready block: a stitch maps runs over both bins alike).  New chunks go to the bin of the block they extend, or to the asking stream's bin: they
  * have no GPU history, but giving them to the ready bin would put them beside that stream's own
  * later frees, which never merge with ready blocks (blocks.c), splitting the stream's memory.
  * Release returns whole extents of the ready bin's free blocks only (memory every stream may use;

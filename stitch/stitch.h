@@ -7,10 +7,11 @@
  * carves and returns blocks, pins chunks and asks for growth through heap functions.
  *
  * Vocabulary
- *  piece           what one free home block that the request's stream may use (gml_bin_serves)
- *                  gives a stitch: whole extents anywhere in the range; at the range's start also
- *                  the block's head (the free tail of an extent a live block starts), at its end
- *                  the block's tail (the free head of an extent a live block ends), each from one
+ *  piece           what one run of touching free home blocks that the request's stream may use
+ *                  (gml_run_head: its own bin's and the ready bin's, which never merge) gives a
+ *                  stitch: whole extents anywhere in the range; at the range's start also the
+ *                  run's head (the free tail of an extent a live block starts), at its end the
+ *                  run's tail (the free head of an extent a live block ends), each from one
  *                  chunk up.  CUDA maps a handle whole, so every extent touched is mapped whole;
  *                  the bytes of it that are not the piece's are mapped but not handed out
  *                  (head_off, tail_cut).  A run of whole extents that overshoots ends the range,
@@ -167,7 +168,8 @@ bool gml_stitch_owns(gml_stitch *st, uintptr_t ptr);
  * and usable by that stream: servable without device calls). */
 size_t gml_stitch_largest_available(gml_stitch *st);
 /* The bytes a stitched range could add at its two ends to the whole free extents: the largest
- * head and the largest tail of two different free large blocks, any bin (0 on host out of memory). */
+ * head and the largest tail of two different free large blocks, any bin, each block alone (no
+ * runs: no stream is asking; 0 on host out of memory). */
 size_t gml_stitch_end_bytes(gml_stitch *st);
 /* Appends every HELD part of the live stitched blocks and of those being made to *parts (for the
  * heap checker); false on host out of memory. */

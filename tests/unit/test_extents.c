@@ -362,3 +362,33 @@ Test(extents, a_stitch_grows_only_what_the_whole_free_extents_over_two_bins_lack
     hf_free(&f);
 }
 
+
+/* Found by review: a run over two bins that is the only piece.  [0, 2) live, [2, 11) free in s1,
+ * [11, 12) free in the ready bin, the frontier after it.  The growth for a 16 MiB stitch extends
+ * the run (6 MiB): the run then covers the request, but as two blocks, and a stitch needs two
+ * pieces; joined (gml_join_for), it is one block that fits. */
+Test(extents, a_stitch_whose_only_piece_is_a_run_over_two_bins_is_served_after_its_growth)
+{
+    hfix f;
+    hf_make_ext(&f, 128 * MiB, 2 * MiB);
+    gml_bin *s1 = gml_bin_get(&f.h, S1);
+    grow(&f, s1, 12 * MiB);
+    gml_block *b = hf_take(&f, s1, 1 * MiB), *a = hf_take(&f, s1, 9 * MiB);
+    hf_take(&f, s1, 2 * MiB);
+    cr_assert_eq(b->addr, f.h.arena + 11 * MiB);
+    cr_assert_eq(a->addr, f.h.arena + 2 * MiB);
+    hf_put(&f, b, f.h.ready);
+    hf_put(&f, a, s1);
+    hf_check(&f, 0);
+    uint64_t reserved = f.h.reserved;
+    gml_block *v = NULL;
+    int rc = gml_stitch_alloc(&f.st, s1, 16 * MiB, 16 * MiB, true, &v);
+    cr_assert_eq(rc, GMLAKE_OK, "the stitch grew %lu MiB and failed",
+                 (unsigned long)((f.h.reserved - reserved) / MiB));
+    cr_assert_eq(f.h.reserved, reserved + 6 * MiB, "10 MiB free in the run: 6 MiB grown");
+    cr_assert_eq(v->state, GML_B_LIVE, "one block, at home");
+    cr_assert_eq(v->addr, f.h.arena + 2 * MiB);
+    cr_assert(gml_vec_push(&f.used, v));
+    hf_check(&f, 0);
+    hf_free(&f);
+}
