@@ -7,6 +7,10 @@
 # gmlake (LD_PRELOAD of libgmlake.so with backend:cudaMallocAsync), gmlake-native (LD_PRELOAD with
 # backend:native: PyTorch's own caching allocator over gmlake, which then sees only its segments),
 # and either gmlake one with settings: gmlake:KEY=VALUE,KEY=VALUE -> GMLAKE_KEY=VALUE ...
+# A gmlake one may name another build: gmlake@DIR (also gmlake@DIR:KEY=VALUE, gmlake-native@DIR)
+# preloads DIR/interpose/libgmlake.so, DIR a folder of the repository's root (letters, digits, '.',
+# '_', '-'), e.g. the build of the commit before a pool change, for an A/B in one lease:
+# ALLOCATORS="gmlake gmlake@build-old".
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 out=${1:-${OUT:-$root/build/gpu-bench}}
 mkdir -p "$out"
@@ -30,10 +34,20 @@ build_missing() { # [artifact under build/ ...]: builds with meson into build-gp
   [ -f "$lib" ] || lib=$root/build-gpu/interpose/libgmlake.so
 }
 
-uses_gmlake() { case ${1%%:*} in gmlake | gmlake-native) return 0 ;; esac; return 1; }
+uses_gmlake() { local b=${1%%:*}; case ${b%%@*} in gmlake | gmlake-native) return 0 ;; esac; return 1; }
+
+lib_of() { # the libgmlake.so allocator $1 preloads (gmlake@DIR: DIR's build); fails on a bad DIR
+  local b=${1%%:*}
+  case $b in
+    *@*) case ${b#*@} in '' | *[!A-Za-z0-9._-]* | . | ..) return 1 ;; esac
+      echo "$root/${b#*@}/interpose/libgmlake.so" ;;
+    *) echo "$lib" ;;
+  esac
+}
 
 alloc_env() { # the environment of allocator $1 (words for env); fails on an unknown allocator
-  local base=${1%%:*} kv env_list="" IFS=,
+  local base=${1%%:*} kv env_list="" IFS=, l
+  l=$(lib_of "$1") || return 1
   if [ "$base" != "$1" ]; then # settings: gmlake:extent_share=0,extent_size=64MiB -> GMLAKE_EXTENT_SHARE=0 ...
     uses_gmlake "$base" || return 1
     for kv in ${1#*:}; do
@@ -43,13 +57,15 @@ alloc_env() { # the environment of allocator $1 (words for env); fails on an unk
       esac
     done
   fi
-  case $base in
+  # another build (@DIR) for gmlake's allocators only
+  [ "$base" = "${base%%@*}" ] || uses_gmlake "$base" || return 1
+  case ${base%%@*} in
     native) echo "PYTORCH_CUDA_ALLOC_CONF=backend:native" ;;
     expandable) echo "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True" ;;
     cudaMallocAsync) echo "PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync" ;;
-    gmlake) echo "PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync LD_PRELOAD=$lib GMLAKE_LOG_LEVEL=info$env_list" ;;
+    gmlake) echo "PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync LD_PRELOAD=$l GMLAKE_LOG_LEVEL=info$env_list" ;;
     # an explicit backend:native is kept by libgmlake (interpose/pytorch_env.c, gml_torch_plan)
-    gmlake-native) echo "PYTORCH_CUDA_ALLOC_CONF=backend:native LD_PRELOAD=$lib GMLAKE_LOG_LEVEL=info$env_list" ;;
+    gmlake-native) echo "PYTORCH_CUDA_ALLOC_CONF=backend:native LD_PRELOAD=$l GMLAKE_LOG_LEVEL=info$env_list" ;;
     *) return 1 ;;
   esac
 }
@@ -65,7 +81,7 @@ run_env() { # what allocator: prints the allocator's environment, or records why
   # start (unknown allocator, no libgmlake.so, over the budget) and fails
   local envs
   if ! envs=$(alloc_env "$2"); then record_error "$1" "$2" "unknown allocator"; return 1; fi
-  if uses_gmlake "$2" && [ ! -f "$lib" ]; then record_error "$1" "$2" "no libgmlake.so"; return 1; fi
+  if uses_gmlake "$2" && [ ! -f "$(lib_of "$2")" ]; then record_error "$1" "$2" "no $(lib_of "$2")"; return 1; fi
   if over_budget; then
     say "skip $1/$2: over the budget of ${budget}s"
     record_error "$1" "$2" "skipped: time budget"
