@@ -81,7 +81,10 @@ typedef struct gmlake_stats {
     uint64_t stitchable_bytes;      /* free bytes in whole free extents, which stitching can
                                        combine into one block without device memory growth, and
                                        the free ends of partly used extents one stitched block
-                                       can begin and end with (the largest two) */
+                                       can begin and end with (the largest two); counted block by
+                                       block, so an extent wholly free over two blocks (one
+                                       stream's and one any stream may use), which that stream's
+                                       stitches map whole, counts at most as an end */
     double device_seconds;          /* driver time of the device calls: on a GPU the wall time
                                        the calling threads spent inside them, measured around
                                        each; on the simulated device its cost model's estimate */
