@@ -277,14 +277,15 @@ static void add_extents(const gml_heap *h, uintptr_t lo, uintptr_t hi, uint32_t 
 
 /* Takes a free block that fits as a LIVE block: the caller's best fit missed, but a growth (ours,
  * or one whose failed run dropped the caller's lock while another thread freed) may have made
- * one, also as a run of the stream's block and ready ones, which growth may have extended to
- * cover the request and a stitch cannot take as one piece (joined: gml_join_for).  Also what
- * keeps choose_pieces' head below need.  False when none fits. */
+ * one; after our growth also as a run of the stream's block and ready ones, which the growth
+ * extended to cover the request and a stitch cannot take as one piece (joined: gml_join_for; the
+ * pool tried that join before stitching).  Also what keeps choose_pieces' head below need.  False
+ * when none fits. */
 static bool take_fit(gml_heap *h, gml_bin *bin, size_t need, size_t req, gml_block **out, int *rc,
                      bool grown)
 {
     gml_block *f = gml_best_fit(h, bin, GML_SPACE_LARGE, need);
-    if (!f && gml_join_for(h, bin, GML_SPACE_LARGE, need))
+    if (!f && grown && gml_join_for(h, bin, GML_SPACE_LARGE, need))
         f = gml_best_fit(h, bin, GML_SPACE_LARGE, need);
     if (!f)
         return false;

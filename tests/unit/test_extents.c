@@ -21,6 +21,28 @@ static void grow_taken(hfix *f, gml_bin *bin, const size_t *sizes, int n, gml_bl
     }
 }
 
+/* A stitch of exactly `need` bytes on bin that grows the pool by `grown` bytes (growth allowed
+ * only when grown > 0); the checkers agree. */
+static gml_block *stitched(hfix *f, gml_bin *bin, size_t need, size_t grown)
+{
+    uint64_t reserved = f->h.reserved;
+    gml_block *b = NULL;
+    cr_assert_eq(gml_stitch_alloc(&f->st, bin, need, need, grown > 0, &b), GMLAKE_OK,
+                 "a stitch of %zu MiB", need / MiB);
+    cr_assert_eq(f->h.reserved, reserved + grown, "grown %lu MiB, expected %zu",
+                 (unsigned long)((f->h.reserved - reserved) / MiB), grown / MiB);
+    cr_assert_eq(b->size, need);
+    hf_check(f, 1);
+    return b;
+}
+
+/* Frees stitched block b into bin; the checkers agree. */
+static void unstitched(hfix *f, gml_block *b, gml_bin *bin)
+{
+    gml_stitch_free(&f->st, b, bin);
+    hf_check(f, 0);
+}
+
 /* Nothing is reserved or held on the device any more; the checkers agree; the fixture goes. */
 static void all_released(hfix *f)
 {
@@ -123,15 +145,8 @@ Test(extents, free_ends_below_a_chunk_serve_too)
     gml_bin *s1 = gml_bin_get(&f.h, S1);
     gml_block *live[3];
     partly_used_extents(&f, s1, live, 1 * MiB); /* E1's free tail: 1 MiB, below a chunk */
-    gml_block *b = NULL;
-    uint64_t reserved = f.h.reserved;
-    cr_assert_eq(gml_stitch_alloc(&f.st, s1, 6 * MiB, 6 * MiB, false, &b), GMLAKE_OK,
-                 "1 MiB of E1 and 5 of E2: a fragment no contiguous fit could use");
-    cr_assert_eq(f.h.reserved, reserved, "no growth");
-    cr_assert_eq(b->size, 6 * MiB);
-    hf_check(&f, 1);
-    gml_stitch_free(&f.st, b, s1);
-    hf_check(&f, 0);
+    /* 1 MiB of E1 and 5 of E2, without growth: a fragment no contiguous fit could use */
+    unstitched(&f, stitched(&f, s1, 6 * MiB, 0), s1);
     hf_free(&f);
 }
 
@@ -328,19 +343,13 @@ Test(extents, a_whole_extent_whose_free_blocks_are_in_two_bins_is_stitched)
     gml_bin *s1 = gml_bin_get(&f.h, S1);
     gml_block *live[2];
     whole_extent_over_two_bins(&f, s1, live);
-    uint64_t reserved = f.h.reserved, maps = hf_calls(&f, GMLAKE_DC_MAP);
-    gml_block *b = NULL;
-    cr_assert_eq(gml_stitch_alloc(&f.st, s1, 16 * MiB, 16 * MiB, false, &b), GMLAKE_OK,
-                 "E1 and E2 are free and serve s1");
-    cr_assert_eq(f.h.reserved, reserved, "no growth");
-    cr_assert_eq(b->size, 16 * MiB);
+    uint64_t maps = hf_calls(&f, GMLAKE_DC_MAP);
+    gml_block *b = stitched(&f, s1, 16 * MiB, 0); /* E1 and E2 are free and serve s1 */
     cr_assert_eq(hf_calls(&f, GMLAKE_DC_MAP) - maps, 2, "E1 and E2, each mapped once");
     for (uintptr_t a = f.h.arena; a < f.h.arena + 8 * MiB; a += MiB)
         cr_assert_eq(gml_block_at(&f.h, a)->state, GML_B_HELD, "E1 at %lu MiB carved",
                      (unsigned long)((a - f.h.arena) / MiB));
-    hf_check(&f, 1);
-    gml_stitch_free(&f.st, b, s1);
-    hf_check(&f, 0);
+    unstitched(&f, b, s1);
     hf_free(&f);
 }
 
@@ -351,17 +360,9 @@ Test(extents, a_stitch_grows_only_what_the_whole_free_extents_over_two_bins_lack
     gml_bin *s1 = gml_bin_get(&f.h, S1);
     gml_block *live[2];
     whole_extent_over_two_bins(&f, s1, live);
-    uint64_t reserved = f.h.reserved;
-    gml_block *b = NULL;
-    cr_assert_eq(gml_stitch_alloc(&f.st, s1, 20 * MiB, 20 * MiB, true, &b), GMLAKE_OK);
-    cr_assert_eq(f.h.reserved, reserved + 4 * MiB, "E1 and E2 give 16 MiB: 4 MiB grown");
-    cr_assert_eq(b->size, 20 * MiB);
-    hf_check(&f, 1);
-    gml_stitch_free(&f.st, b, s1);
-    hf_check(&f, 0);
+    unstitched(&f, stitched(&f, s1, 20 * MiB, 4 * MiB), s1); /* E1 and E2 give 16 MiB: 4 grown */
     hf_free(&f);
 }
-
 
 /* Found by review: a run over two bins that is the only piece.  [0, 2) live, [2, 11) free in s1,
  * [11, 12) free in the ready bin, the frontier after it.  The growth for a 16 MiB stitch extends
