@@ -33,6 +33,19 @@ uint64_t gml_dev_now_ns(void)
     return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
 }
 
+gml_ticks_clock gml_ticks_clock_start(void)
+{
+    return (gml_ticks_clock){.ticks0 = gml_dev_ticks(), .ns0 = gml_dev_now_ns()};
+}
+
+double gml_ticks_seconds(const gml_ticks_clock *c, uint64_t ticks)
+{
+    uint64_t dt = gml_dev_ticks() - c->ticks0, dns = gml_dev_now_ns() - c->ns0;
+    if (dt == 0 || dns == 0) /* asked at once: too little elapsed to measure the rate */
+        return 0.0;
+    return (double)ticks * ((double)dns / (double)dt) * 1e-9;
+}
+
 double gml_dev_seconds(gml_device *d, int kind)
 {
     if (d->ops->modeled_seconds)

@@ -93,6 +93,13 @@ typedef struct gmlake_stats {
 
 /* Fill *out with the pool of `device`. */
 GMLAKE_API int gmlake_get_stats(int device, gmlake_stats *out);
+/* The wall time the calling threads have spent in the pool of `device` allocating (*alloc_seconds)
+ * and freeing (*free_seconds): waiting for its lock, its own work and the device calls they make
+ * (growth, stitching: device_seconds tells those apart), without the preload layer's work around
+ * them (finding the device and stream) or a synchronous free's wait for the device.  Either
+ * output may be NULL.  Kept out of gmlake_stats so that its layout stays what programs built
+ * against earlier headers pass in. */
+GMLAKE_API int gmlake_get_host_seconds(int device, double *alloc_seconds, double *free_seconds);
 /* Return every cached free chunk of `device` to the GPU (waits for the device first). */
 GMLAKE_API int gmlake_empty_cache(int device);
 /* Set the peaks to the current values. */

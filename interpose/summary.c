@@ -1,7 +1,8 @@
 /*
  * summary.c — what a process that gmlake served leaves at exit: one info line per device (peak
  * active, peak reserved, utilization, stitches), the stats file (stats_file: one JSON object a
- * line per device, gmlake_stats' fields, device calls and their driver time by kind), the count of log lines not
+ * line per device, gmlake_stats' fields, device calls and their driver time by kind, the host
+ * time of the pool's allocations and frees), the count of log lines not
  * printed, and the trace flushed.  A process that served no allocation writes no stats file; a
  * forked child writes nothing (the summary is the parent's).
  */
@@ -14,7 +15,7 @@
 
 static char stats_path[GML_PATH_MAX];
 
-static void write_stats(FILE *f, int d, const gmlake_stats *s)
+static void write_stats(FILE *f, int d, gml_pool *p, const gmlake_stats *s)
 {
     fprintf(f, "{\"device\":%d,\"peak_active_bytes\":%lu,\"peak_reserved_bytes\":%lu,"
                "\"active_bytes\":%lu,\"reserved_bytes\":%lu,\"utilization\":%.6f,"
@@ -32,7 +33,9 @@ static void write_stats(FILE *f, int d, const gmlake_stats *s)
     for (int i = 0; i < GMLAKE_DC_COUNT; i++)
         fprintf(f, "%s\"%s\":%.6f", i ? "," : "", gmlake_devcall_name(i),
                 s->device_seconds_by_call[i]);
-    fprintf(f, "}}\n");
+    double alloc_s, free_s;
+    gml_pool_host_seconds(p, &alloc_s, &free_s);
+    fprintf(f, "},\"host_seconds_alloc\":%.9f,\"host_seconds_free\":%.9f}\n", alloc_s, free_s);
 }
 
 static void at_exit(void)
@@ -60,7 +63,7 @@ static void at_exit(void)
                 100.0 * s.utilization, (unsigned long)s.allocations, (unsigned long)s.stitches,
                 (unsigned long)s.stitch_reuses);
         if (stats)
-            write_stats(stats, d, &s);
+            write_stats(stats, d, p, &s);
     }
     if (stats)
         fclose(stats);

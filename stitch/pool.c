@@ -45,6 +45,9 @@ struct gml_pool {
     gml_block *live;                 /* hash by addr: LIVE heap blocks and VIEW stitched blocks */
     uint64_t active, peak_active;
     uint64_t allocations, frees, nlive, failed, cache_releases;
+    uint64_t alloc_ticks, free_ticks; /* wall time of gml_pool_alloc / gml_pool_free, lock waits
+                                        included, in gml_dev_ticks */
+    gml_ticks_clock clock;           /* converts them */
     uint64_t seen_churns;            /* st.churns when last looked at */
     uint64_t churn_until;            /* stitching churns until this many allocations */
     uint64_t no_growth_until;        /* a growth failed: nothing grows first until this many */
@@ -94,6 +97,7 @@ gml_pool *gml_pool_create(gml_device *dev, const gml_pool_settings *settings, co
     p->set.chunk_size = p->heap.chunk;
     p->set.round = p->heap.round;
     p->last_bin = p->heap.ready;
+    p->clock = gml_ticks_clock_start();
     pthread_mutex_init(&p->mu, NULL);
     gml_heap_set_lock(&p->heap, &p->mu); /* growth's driver calls run without it */
     return p;
@@ -300,6 +304,7 @@ int gml_pool_alloc(gml_pool *p, size_t size, gml_stream stream, uintptr_t *out)
     int space = size < p->heap.small_limit ? GML_SPACE_SMALL : GML_SPACE_LARGE;
     size_t need = GML_ROUND_UP(size, p->heap.round);
     int rc = GMLAKE_OK;
+    uint64_t t0 = gml_dev_ticks();
     pthread_mutex_lock(&p->mu);
     gml_bin *bin = bin_for(p, stream);
     if (__builtin_expect(!bin, 0))
@@ -327,12 +332,14 @@ int gml_pool_alloc(gml_pool *p, size_t size, gml_stream stream, uintptr_t *out)
         p->failed++;
     }
     debug_check(p);
+    p->alloc_ticks += gml_dev_ticks() - t0;
     pthread_mutex_unlock(&p->mu);
     return rc;
 }
 
 int gml_pool_free(gml_pool *p, uintptr_t ptr, gml_stream stream)
 {
+    uint64_t t0 = gml_dev_ticks();
     pthread_mutex_lock(&p->mu);
     gml_block *b = NULL;
     HASH_FIND(hh, p->live, &ptr, sizeof ptr, b);
@@ -352,6 +359,7 @@ int gml_pool_free(gml_pool *p, uintptr_t ptr, gml_stream stream)
     if (__builtin_expect(bin->want_record, 0))
         gml_bin_record(&p->heap, bin);
     debug_check(p);
+    p->free_ticks += gml_dev_ticks() - t0;
     pthread_mutex_unlock(&p->mu);
     return GMLAKE_OK;
 }
@@ -564,6 +572,15 @@ void gml_pool_stats(gml_pool *p, gmlake_stats *o)
     o->free_bytes = hf.free_bytes;
     o->largest_free_bytes = hf.largest_free_bytes > cached ? hf.largest_free_bytes : cached;
     o->stitchable_bytes = hf.whole_extent_bytes + ends;
+}
+
+void gml_pool_host_seconds(gml_pool *p, double *alloc_s, double *free_s)
+{
+    pthread_mutex_lock(&p->mu);
+    uint64_t a = p->alloc_ticks, f = p->free_ticks;
+    pthread_mutex_unlock(&p->mu);
+    *alloc_s = gml_ticks_seconds(&p->clock, a);
+    *free_s = gml_ticks_seconds(&p->clock, f);
 }
 
 void gml_pool_reset_peaks(gml_pool *p)

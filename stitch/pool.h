@@ -111,6 +111,9 @@ void gml_pool_stats(gml_pool *p, gmlake_stats *out);
 /* The same without the free-memory figures (free_bytes, largest_free_bytes, stitchable_bytes are
  * 0): constant time, for callers that read the counters after every operation (replay). */
 void gml_pool_counters(gml_pool *p, gmlake_stats *out);
+/* The wall time threads have spent in gml_pool_alloc and gml_pool_free, lock waits and their
+ * device calls included (gmlake_get_host_seconds). */
+void gml_pool_host_seconds(gml_pool *p, double *alloc_s, double *free_s);
 void gml_pool_reset_peaks(gml_pool *p);
 /* Whole-pool consistency check; GMLAKE_OK or GMLAKE_ERR_CORRUPT with a message in *why. */
 int gml_pool_check(gml_pool *p, char *why, size_t whylen);

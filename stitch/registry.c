@@ -41,6 +41,20 @@ int gmlake_get_stats(int device, gmlake_stats *out)
     return GMLAKE_OK;
 }
 
+int gmlake_get_host_seconds(int device, double *alloc_seconds, double *free_seconds)
+{
+    gml_pool *p = gml_registry_get(device);
+    if (!p)
+        return GMLAKE_ERR_NO_POOL;
+    double a, f;
+    gml_pool_host_seconds(p, &a, &f);
+    if (alloc_seconds)
+        *alloc_seconds = a;
+    if (free_seconds)
+        *free_seconds = f;
+    return GMLAKE_OK;
+}
+
 int gmlake_empty_cache(int device)
 {
     gml_pool *p = gml_registry_get(device);

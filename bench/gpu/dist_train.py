@@ -82,16 +82,18 @@ def gmlake_figures(device):
             "utilization": s["utilization"], "allocations": s["allocations"],
             "stitches": s["stitches"], "device_calls": sum(s["device_calls"].values()),
             "driver_s": s["device_seconds"], "calls_by_kind": s["device_calls"],
-            "driver_s_by_kind": s.get("device_seconds_by_call")}
+            "driver_s_by_kind": s.get("device_seconds_by_call"),
+            "pool_host_s": s.get("host_seconds_alloc", 0.0) + s.get("host_seconds_free", 0.0)}
 
 
 def gmlake_step_marks(device):
     """gmlake's running totals on this rank after a step (driver seconds, device calls,
-    stitches), or None when gmlake is not loaded."""
+    stitches, seconds in the pool's allocations and frees), or None when gmlake is not loaded."""
     s = gmlake.stats(device) if gmlake.enabled() else None
     if s is None:
         return None
-    return (s["device_seconds"], sum(s["device_calls"].values()), s["stitches"])
+    return (s["device_seconds"], sum(s["device_calls"].values()), s["stitches"],
+            s.get("host_seconds_alloc", 0.0) + s.get("host_seconds_free", 0.0))
 
 
 def step_deltas(start, marks):
@@ -99,9 +101,9 @@ def step_deltas(start, marks):
     (start) and after every step; None without gmlake."""
     if not marks or marks[0] is None:
         return None
-    out, prev = [], start or (0.0, 0, 0)
+    out, prev = [], start or (0.0, 0, 0, 0.0)
     for m in marks:
-        out.append([round(m[0] - prev[0], 5), m[1] - prev[1], m[2] - prev[2]])
+        out.append([round(m[0] - prev[0], 5), m[1] - prev[1], m[2] - prev[2], round(m[3] - prev[3], 5)])
         prev = m
     return out
 

@@ -170,13 +170,13 @@ def distributed(rows):
 
 def driver_by_phase(runs):
     """Where gmlake's driver time fell in these runs (dist.jsonl's rank_gmlake_steps: each rank's
-    [driver seconds, device calls, stitches] per step): the warm-up steps' and the timed steps'
+    [driver seconds, device calls, stitches, seconds in the pool's allocations and frees] per step): the warm-up steps' and the timed steps'
     seconds (the larger rank's, median over the runs) and the steps that made device calls on any
     rank in any run; None without those figures."""
     per = [r for r in runs if r.get("rank_gmlake_steps")]
     if not per:
         return None
-    warm, timed, busy = [], [], set()
+    warm, timed, busy, host_warm, host_timed = [], [], set(), [], []
     for r in per:
         w = r["warmup"]
         ranks = [g for g in r["rank_gmlake_steps"] if g]
@@ -185,11 +185,17 @@ def driver_by_phase(runs):
         warm.append(max(sum(s[0] for s in g[:w]) for g in ranks))
         timed.append(max(sum(s[0] for s in g[w:]) for g in ranks))
         busy.update(i for g in ranks for i, s in enumerate(g) if s[1])
+        if all(len(s) > 3 for g in ranks for s in g):  # rows before the pool's host time have 3
+            host_warm.append(max(sum(s[3] for s in g[:w]) for g in ranks))
+            host_timed.append(max(sum(s[3] for s in g[w:]) for g in ranks))
     if not warm:
         return None
     n = len(per[0]["step_times"])
+    host = (f"; time in the pool's allocations and frees (driver time included) "
+            f"{median(host_warm):.3f} s in the warm-up steps, {median(host_timed):.3f} s in the "
+            f"timed steps" if host_timed else "")
     return (f"driver time in the warm-up steps {median(warm):.3f} s, in the timed steps "
-            f"{median(timed):.3f} s a run (the larger rank; median of {len(per)}); steps with "
+            f"{median(timed):.3f} s a run (the larger rank; median of {len(per)}){host}; steps with "
             f"device calls: {', '.join(map(str, sorted(busy))) or 'none'} of 0..{n - 1}.")
 
 

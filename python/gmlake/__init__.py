@@ -73,6 +73,10 @@ def _lib():
         proc.gmlake_strerror.restype = ctypes.c_char_p
         proc.gmlake_devcall_name.argtypes = [ctypes.c_int]
         proc.gmlake_devcall_name.restype = ctypes.c_char_p
+        host = getattr(proc, "gmlake_get_host_seconds", None)  # absent from libraries before it
+        if host is not None:
+            host.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_double), ctypes.POINTER(ctypes.c_double)]
+            host.restype = ctypes.c_int
         _api = proc
     return _api or None
 
@@ -91,7 +95,9 @@ def stats(device=0):
     """gmlake's figures for `device` as a dict, or None when gmlake is not loaded or has served
     nothing on that device yet.  Sizes are in bytes; device_calls maps each kind of driver call
     (chunk_create, map, set_access, ...) to its count, device_seconds_by_call to the time spent
-    in those calls (device_seconds: all of them), in seconds."""
+    in those calls (device_seconds: all of them), in seconds; host_seconds_alloc and
+    host_seconds_free the wall time the calling threads spent in the pool's allocations and frees
+    (lock waits and their device calls included), in seconds."""
     lib = _lib()
     if lib is None:
         return None
@@ -108,6 +114,10 @@ def stats(device=0):
     out["device_seconds"] = float(s.device_seconds)
     out["device_seconds_by_call"] = {n: float(s.device_seconds_by_call[i])
                                      for i, n in enumerate(names)}
+    host = getattr(lib, "gmlake_get_host_seconds", None)
+    a, f = ctypes.c_double(), ctypes.c_double()
+    if host is not None and host(int(device), ctypes.byref(a), ctypes.byref(f)) == GMLAKE_OK:
+        out["host_seconds_alloc"], out["host_seconds_free"] = a.value, f.value
     out["device"] = int(device)
     return out
 

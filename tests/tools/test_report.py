@@ -1,5 +1,5 @@
 """bench/gpu/report.py's DDP/FSDP2 table: where gmlake's driver time fell, from each rank's
-per-step figures (rank_gmlake_steps), on hand-made rows.  Run: python3 tests/tools/test_report.py"""
+per-step figures (rank_gmlake_steps) and the time in its pool, on hand-made rows.  Run: python3 tests/tools/test_report.py"""
 import os
 import sys
 import unittest
@@ -33,6 +33,16 @@ class DriverByPhase(unittest.TestCase):
         self.assertIsNone(report.driver_by_phase([row("expandable", None)]))
         self.assertIsNone(report.driver_by_phase([row("gmlake", [None, None])]),
                           "gmlake loaded, no pool on any rank: nothing to say, no error")
+
+    def test_the_pools_host_time_by_phase_when_every_step_has_it(self):
+        r = row("gmlake", [[[0.10, 50, 2, 0.15], [0.0, 0, 0, 0.01], [0.0, 0, 0, 0.004], [0.0, 0, 0, 0.003]],
+                           [[0.12, 50, 2, 0.13], [0.0, 0, 0, 0.01], [0.0, 0, 0, 0.002], [0.0, 0, 0, 0.009]]])
+        line = report.driver_by_phase([r])
+        self.assertIn("allocations and frees (driver time included) 0.160 s in the warm-up steps, "
+                      "0.011 s in the timed steps", line)  # the larger rank of each phase
+        old = row("gmlake", [[[0.1, 1, 0], [0.0, 0, 0], [0.3, 1, 0], [0.0, 0, 0]]])
+        self.assertNotIn("allocations and frees", report.driver_by_phase([old]),
+                         "rows recorded before the host time: nothing said of it")
 
     def test_the_table_says_it_for_gmlake_only(self):
         g = row("gmlake", [[[0.1, 5, 1], [0.0, 0, 0], [0.0, 0, 0], [0.0, 0, 0]]])

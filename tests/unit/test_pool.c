@@ -415,3 +415,23 @@ Test(pool, growth_remainder_stays_where_the_next_growth_extends_it)
     cr_assert_eq(must_alloc(p, 3 * MiB, 0), b, "a hit between two live blocks is still a best fit");
     fx_free(&f);
 }
+
+Test(pool, host_seconds_count_the_time_spent_allocating_and_freeing)
+{
+    fixture f = fx_make(64 * MiB, false, NULL);
+    gml_pool *p = f.pool;
+    double a0 = -1, f0 = -1, a1 = -1, f1 = -1, a2 = -1, f2 = -1;
+    gml_pool_host_seconds(p, &a0, &f0);
+    cr_assert(a0 == 0 && f0 == 0, "nothing done yet: %g %g", a0, f0);
+    uintptr_t x[64];
+    for (int i = 0; i < 64; i++)
+        x[i] = must_alloc(p, (size_t)(i % 7 + 1) * 64 * 1024, 0);
+    gml_pool_host_seconds(p, &a1, &f1);
+    cr_assert(a1 > 0 && a1 < 10 && f1 == 0, "after 64 allocations: %g %g", a1, f1);
+    for (int i = 0; i < 64; i++)
+        must_free(p, x[i], 0);
+    gml_pool_host_seconds(p, &a2, &f2);
+    /* the allocations' ticks did not move; their conversion is measured again at each read */
+    cr_assert(a2 > a1 * 0.9 && a2 < a1 * 1.1 && f2 > 0 && f2 < 10, "after 64 frees: %g (%g) %g", a2, a1, f2);
+    fx_free(&f);
+}
