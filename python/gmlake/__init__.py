@@ -158,8 +158,11 @@ def memory_summary(device=0):
               " stitches %d, reused %d, evicted %d; cache releases %d" % (
                   s["stitches"], s["stitch_reuses"], s["stitch_evictions"], s["cache_releases"]),
               " device calls: " + ", ".join("%s %d" % kv for kv in s["device_calls"].items() if kv[1]),
-              " driver time in them: %.1f ms" % (1e3 * s["device_seconds"]),
-              "=" * width]
+              " driver time in them: %.1f ms" % (1e3 * s["device_seconds"])]
+    if "host_seconds_alloc" in s:
+        lines.append(" time in the pool: allocating %.1f ms, freeing %.1f ms (driver time included)" % (
+            1e3 * s["host_seconds_alloc"], 1e3 * s["host_seconds_free"]))
+    lines.append("=" * width)
     return "\n".join(lines) + "\n"
 
 

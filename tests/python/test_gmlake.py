@@ -8,6 +8,7 @@ answer "not enabled"), once with LD_PRELOAD=LIBGMLAKE over the fake CUDA runtime
 Prints "N passed, M failed"; exit status 1 on any failure.
 """
 import ctypes
+import re
 import os
 import shutil
 import subprocess
@@ -83,6 +84,7 @@ def preloaded(cudart_path):
     summary = gmlake.memory_summary(0)
     check("gmlake memory summary, device 0" in summary and "utilization" in summary and
           "stitches" in summary, summary)
+    check(re.search(r"time in the pool: allocating [0-9.]+ ms, freeing [0-9.]+ ms", summary), summary)
     check(rt.cudaFreeAsync(big, ctypes.c_void_p(0x10)) == 0 and rt.cudaFree(ptrs[1]) == 0 and
           rt.cudaFree(ptrs[2]) == 0, "frees")
     gmlake.check(0)
