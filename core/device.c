@@ -2,6 +2,7 @@
 #include "device.h"
 
 #include <stdlib.h>
+#include <stdint.h>
 #include <time.h>
 
 static const char *const devcall_names[GMLAKE_DC_COUNT] = {
@@ -33,17 +34,38 @@ uint64_t gml_dev_now_ns(void)
     return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
 }
 
+/* A tick count and the nanosecond clock read together: the tick counter read on both sides of
+ * the clock, the narrowest of three tries kept (a thread preempted between two reads would
+ * otherwise pair them wrongly, and every conversion after would carry the error). */
+static void read_together(uint64_t *ticks, uint64_t *ns)
+{
+    uint64_t best = UINT64_MAX;
+    for (int i = 0; i < 3; i++) {
+        uint64_t a = gml_dev_ticks(), n = gml_dev_now_ns(), b = gml_dev_ticks();
+        if (b >= a && b - a < best) {
+            best = b - a;
+            *ticks = a + (b - a) / 2;
+            *ns = n;
+        }
+    }
+    if (best == UINT64_MAX) /* the counter went backwards each time: pair the last reads */
+        *ticks = gml_dev_ticks(), *ns = gml_dev_now_ns();
+}
+
 gml_ticks_clock gml_ticks_clock_start(void)
 {
-    return (gml_ticks_clock){.ticks0 = gml_dev_ticks(), .ns0 = gml_dev_now_ns()};
+    gml_ticks_clock c;
+    read_together(&c.ticks0, &c.ns0);
+    return c;
 }
 
 double gml_ticks_seconds(const gml_ticks_clock *c, uint64_t ticks)
 {
-    uint64_t dt = gml_dev_ticks() - c->ticks0, dns = gml_dev_now_ns() - c->ns0;
-    if (dt == 0 || dns == 0) /* asked at once: too little elapsed to measure the rate */
+    uint64_t t, n;
+    read_together(&t, &n);
+    if (t <= c->ticks0 || n <= c->ns0) /* asked at once: too little elapsed to measure the rate */
         return 0.0;
-    return (double)ticks * ((double)dns / (double)dt) * 1e-9;
+    return (double)ticks * ((double)(n - c->ns0) / (double)(t - c->ticks0)) * 1e-9;
 }
 
 double gml_dev_seconds(gml_device *d, int kind)

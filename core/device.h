@@ -133,6 +133,13 @@ static inline uint64_t gml_dev_ticks(void)
     return gml_dev_now_ns();
 #endif
 }
+/* The ticks since t0, a gml_dev_ticks reading of this thread: 0 where the counter reads lower
+ * (a thread moved to a CPU whose counter lags), never a wrapped-around count. */
+static inline uint64_t gml_dev_ticks_since(uint64_t t0)
+{
+    uint64_t t = gml_dev_ticks();
+    return t > t0 ? t - t0 : 0;
+}
 /* Ticks to seconds: the ratio of nanoseconds to ticks since `start` was taken, measured when
  * asked (a counter that runs at a constant rate, as modern CPUs' do, converts exactly). */
 typedef struct gml_ticks_clock {

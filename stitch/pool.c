@@ -332,7 +332,7 @@ int gml_pool_alloc(gml_pool *p, size_t size, gml_stream stream, uintptr_t *out)
         p->failed++;
     }
     debug_check(p);
-    p->alloc_ticks += gml_dev_ticks() - t0;
+    p->alloc_ticks += gml_dev_ticks_since(t0);
     pthread_mutex_unlock(&p->mu);
     return rc;
 }
@@ -359,7 +359,7 @@ int gml_pool_free(gml_pool *p, uintptr_t ptr, gml_stream stream)
     if (__builtin_expect(bin->want_record, 0))
         gml_bin_record(&p->heap, bin);
     debug_check(p);
-    p->free_ticks += gml_dev_ticks() - t0;
+    p->free_ticks += gml_dev_ticks_since(t0);
     pthread_mutex_unlock(&p->mu);
     return GMLAKE_OK;
 }

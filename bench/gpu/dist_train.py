@@ -83,7 +83,8 @@ def gmlake_figures(device):
             "stitches": s["stitches"], "device_calls": sum(s["device_calls"].values()),
             "driver_s": s["device_seconds"], "calls_by_kind": s["device_calls"],
             "driver_s_by_kind": s.get("device_seconds_by_call"),
-            "pool_host_s": s.get("host_seconds_alloc", 0.0) + s.get("host_seconds_free", 0.0)}
+            "pool_host_s": (s["host_seconds_alloc"] + s["host_seconds_free"])
+            if "host_seconds_alloc" in s else None}
 
 
 def gmlake_step_marks(device):
@@ -92,8 +93,8 @@ def gmlake_step_marks(device):
     s = gmlake.stats(device) if gmlake.enabled() else None
     if s is None:
         return None
-    return (s["device_seconds"], sum(s["device_calls"].values()), s["stitches"],
-            s.get("host_seconds_alloc", 0.0) + s.get("host_seconds_free", 0.0))
+    host = (s["host_seconds_alloc"] + s["host_seconds_free"]) if "host_seconds_alloc" in s else None
+    return (s["device_seconds"], sum(s["device_calls"].values()), s["stitches"], host)
 
 
 def step_deltas(start, marks):
@@ -103,7 +104,9 @@ def step_deltas(start, marks):
         return None
     out, prev = [], start or (0.0, 0, 0, 0.0)
     for m in marks:
-        out.append([round(m[0] - prev[0], 5), m[1] - prev[1], m[2] - prev[2], round(m[3] - prev[3], 5)])
+        # the pool's host time: None from a library without it (an older build, gmlake@DIR)
+        host = None if m[3] is None or prev[3] is None else round(m[3] - prev[3], 5)
+        out.append([round(m[0] - prev[0], 5), m[1] - prev[1], m[2] - prev[2], host])
         prev = m
     return out
 

@@ -185,15 +185,16 @@ def driver_by_phase(runs):
         warm.append(max(sum(s[0] for s in g[:w]) for g in ranks))
         timed.append(max(sum(s[0] for s in g[w:]) for g in ranks))
         busy.update(i for g in ranks for i, s in enumerate(g) if s[1])
-        if all(len(s) > 3 for g in ranks for s in g):  # rows before the pool's host time have 3
+        # rows recorded before the pool's host time have 3 figures a step; a library without it, None
+        if all(len(s) > 3 and s[3] is not None for g in ranks for s in g):
             host_warm.append(max(sum(s[3] for s in g[:w]) for g in ranks))
             host_timed.append(max(sum(s[3] for s in g[w:]) for g in ranks))
     if not warm:
         return None
     n = len(per[0]["step_times"])
-    host = (f"; time in the pool's allocations and frees (driver time included) "
+    host = (f"; time in the pool's allocations and frees (the device calls made in them included) "
             f"{median(host_warm):.3f} s in the warm-up steps, {median(host_timed):.3f} s in the "
-            f"timed steps" if host_timed else "")
+            f"timed steps (median of the {len(host_timed)} runs that give it)" if host_timed else "")
     return (f"driver time in the warm-up steps {median(warm):.3f} s, in the timed steps "
             f"{median(timed):.3f} s a run (the larger rank; median of {len(per)}){host}; steps with "
             f"device calls: {', '.join(map(str, sorted(busy))) or 'none'} of 0..{n - 1}.")

@@ -38,11 +38,15 @@ class DriverByPhase(unittest.TestCase):
         r = row("gmlake", [[[0.10, 50, 2, 0.15], [0.0, 0, 0, 0.01], [0.0, 0, 0, 0.004], [0.0, 0, 0, 0.003]],
                            [[0.12, 50, 2, 0.13], [0.0, 0, 0, 0.01], [0.0, 0, 0, 0.002], [0.0, 0, 0, 0.009]]])
         line = report.driver_by_phase([r])
-        self.assertIn("allocations and frees (driver time included) 0.160 s in the warm-up steps, "
-                      "0.011 s in the timed steps", line)  # the larger rank of each phase
+        self.assertIn("allocations and frees (the device calls made in them included) 0.160 s in the "
+                      "warm-up steps, 0.011 s in the timed steps (median of the 1 runs", line)  # larger rank
         old = row("gmlake", [[[0.1, 1, 0], [0.0, 0, 0], [0.3, 1, 0], [0.0, 0, 0]]])
         self.assertNotIn("allocations and frees", report.driver_by_phase([old]),
                          "rows recorded before the host time: nothing said of it")
+        older_lib = row("gmlake", [[[0.1, 1, 0, None], [0.0, 0, 0, None], [0.3, 1, 0, None], [0.0, 0, 0, None]]])
+        self.assertNotIn("allocations and frees", report.driver_by_phase([older_lib]),
+                         "a library without the host time (gmlake@DIR of an older build): not 0.000 s")
+        self.assertIn("(median of the 1 runs that give it)", report.driver_by_phase([r, older_lib, old]))
 
     def test_the_table_says_it_for_gmlake_only(self):
         g = row("gmlake", [[[0.1, 5, 1], [0.0, 0, 0], [0.0, 0, 0], [0.0, 0, 0]]])
