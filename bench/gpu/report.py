@@ -148,6 +148,7 @@ def distributed(rows):
             out.append(f"| {a} | {len(step[a])} | {spread(step[a], '{:.4f}')} | {rel_step} | "
                        f"{spread(first[a], '{:.4f}')} | {spread(peak[a], '{:,.0f}')} | {rel_peak} | {gm} | "
                        f"{dl} |")
+        out += steps_by_length(runs, allocs)
         base = [a for a in allocs if pytorch(a)]
         fast = min(base, key=lambda a: median(step[a]), default=None)
         small = min((a for a in base if peak[a]), key=lambda a: median(peak[a]), default=None)
@@ -165,6 +166,33 @@ def distributed(rows):
             if "error" in r and (r.get("mode", "?"), r.get("world_size", "?")) == m:
                 out.append(f"\n- {r['allocator']}: {r['error']}")
         out.append("")
+    return out
+
+
+def steps_by_length(runs, allocs):
+    """The timed steps split by their sequence length: a length's first step (the host builds
+    that shape's kernels and plans then; the first appearance counted from step 0, warm-up
+    included) and the steps of lengths seen before, summed per run; with each run's median step.
+    Median (min-max) over the runs; [] where the rows lack seq_lengths."""
+    def split(r):
+        seen, new, old = set(r["seq_lengths"][:r["warmup"]]), 0.0, 0.0
+        for n, t in zip(r["seq_lengths"][r["warmup"]:], r["step_times"][r["warmup"]:]):
+            if n in seen:
+                old += t
+            else:
+                new += t
+                seen.add(n)
+        return new, old
+    if not runs or not all(r.get("seq_lengths") and len(r["seq_lengths"]) == len(r["step_times"])
+                           for r in runs):
+        return []
+    out = ["", "| allocator | a run's median timed step, s | timed steps of a new length, s a run "
+               "| timed steps of a length seen before, s a run |", "|---|---|---|---|"]
+    for a in allocs:
+        mine = [r for r in runs if r["allocator"] == a]
+        parts = [split(r) for r in mine]
+        out.append(f"| {a} | {spread([median(r['step_times'][r['warmup']:]) for r in mine], '{:.4f}')} | "
+                   f"{spread([p[0] for p in parts], '{:.3f}')} | {spread([p[1] for p in parts], '{:.3f}')} |")
     return out
 
 

@@ -15,6 +15,18 @@ def row(allocator, gm_steps, step_times=(0.5, 0.2, 0.1, 0.1)):
             "rank_gmlake_steps": gm_steps, "torch": "x"}
 
 
+class StepsByLength(unittest.TestCase):
+    def test_new_and_repeated_lengths_of_the_timed_steps(self):
+        r = row("gmlake", None, step_times=(0.5, 0.2, 0.3, 0.1, 0.4, 0.05))
+        r["steady"], r["seq_lengths"] = 4, [128, 256, 512, 128, 1024, 512]
+        lines = report.steps_by_length([r], ["gmlake"])
+        # timed: 512 (new) 0.3, 128 (seen in warm-up) 0.1, 1024 (new) 0.4, 512 (seen) 0.05
+        self.assertIn("| gmlake | 0.2000 (0.2000-0.2000) | 0.700 (0.700-0.700) | 0.150 (0.150-0.150) |", lines)
+
+    def test_nothing_without_lengths(self):
+        self.assertEqual(report.steps_by_length([row("gmlake", None)], ["gmlake"]), [])
+
+
 class DriverByPhase(unittest.TestCase):
     def test_splits_warmup_and_timed_steps_by_the_larger_rank(self):
         r = row("gmlake", [[[0.10, 50, 2], [0.0, 0, 0], [0.02, 9, 1], [0.0, 0, 0]],
