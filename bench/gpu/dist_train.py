@@ -72,6 +72,12 @@ def wrap(model, mode, local_rank):
     return model
 
 
+def pool_host_seconds(s):
+    """The time gmlake's pool spent allocating and freeing (gmlake.stats' figures), or None from
+    a library without it (an older build, gmlake@DIR)."""
+    return s["host_seconds_alloc"] + s["host_seconds_free"] if "host_seconds_alloc" in s else None
+
+
 def gmlake_figures(device):
     """gmlake's own figures for this rank's device, or None when gmlake is not loaded."""
     s = gmlake.stats(device) if gmlake.enabled() else None
@@ -83,8 +89,7 @@ def gmlake_figures(device):
             "stitches": s["stitches"], "device_calls": sum(s["device_calls"].values()),
             "driver_s": s["device_seconds"], "calls_by_kind": s["device_calls"],
             "driver_s_by_kind": s.get("device_seconds_by_call"),
-            "pool_host_s": (s["host_seconds_alloc"] + s["host_seconds_free"])
-            if "host_seconds_alloc" in s else None}
+            "pool_host_s": pool_host_seconds(s)}
 
 
 def gmlake_step_marks(device):
@@ -93,8 +98,7 @@ def gmlake_step_marks(device):
     s = gmlake.stats(device) if gmlake.enabled() else None
     if s is None:
         return None
-    host = (s["host_seconds_alloc"] + s["host_seconds_free"]) if "host_seconds_alloc" in s else None
-    return (s["device_seconds"], sum(s["device_calls"].values()), s["stitches"], host)
+    return (s["device_seconds"], sum(s["device_calls"].values()), s["stitches"], pool_host_seconds(s))
 
 
 def step_deltas(start, marks):

@@ -1,14 +1,8 @@
 #!/usr/bin/env bash
 # tests/tools/gpu_lib.sh SRCDIR — bench/gpu/lib.sh's allocators (what run_all.sh and run_dist.sh
 # launch): each allocator's environment, settings, another build (gmlake@DIR), and the refusals.
-set -uo pipefail
-src=$1
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fail=0
-check() { # what expected actual
-  if [ "$2" = "$3" ]; then echo "ok: $1"; else echo "FAIL: $1: expected '$2', got '$3'"; fail=1; fi
-}
+# shellcheck source=tests/tools/checks.sh
+. "$(dirname "$0")/checks.sh"
 refused() { # allocator: alloc_env must fail
   if alloc_env "$1" >/dev/null; then echo "FAIL: '$1' accepted"; fail=1; else echo "ok: '$1' refused"; fi
 }

@@ -3,14 +3,8 @@
 # on PATH answers for route_cost.py (its allocator's us/pair, from the environment the runner
 # gave it); checks the rotation of the allocators over rounds, that each run got its allocator's
 # environment, the summary's medians, and the lines of runs that could not run.
-set -uo pipefail
-src=$1
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fail=0
-check() { # what expected actual
-  if [ "$2" = "$3" ]; then echo "ok: $1"; else echo "FAIL: $1: expected '$2', got '$3'"; fail=1; fi
-}
+# shellcheck source=tests/tools/checks.sh
+. "$(dirname "$0")/checks.sh"
 mkdir -p "$tmp/bin"
 cat >"$tmp/bin/python3" <<'PY'
 #!/usr/bin/env bash
