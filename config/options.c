@@ -59,9 +59,13 @@ const gml_option gml_options[] = {
      "making its own work wait for it on the GPU (cuStreamWaitEvent), as CUDA's pool does; off: "
      "only once that work is known complete (else the pool grows)"},
     {"churn_limit", NULL, GML_OPT_SIZE, "32MiB", 0, TiB, NULL,
-     "while stitching churns (a new stitched block tore a cached one down within the last "
+     "while stitching churns (a new stitched block tore a cached one down, or patched one, within the last "
      GML_STR(GML_CHURN_WINDOW) " allocations), the smallest request stitched while the device can still grow (defrag_level "
      "0): a smaller miss takes a cached stitched block or grows first; 0: off"},
+    {"stitch_patch", NULL, GML_OPT_BOOL, "on", 0, 0, NULL,
+     "a stitch may keep the free extents of a stale cached stitched block mapped where they are "
+     "and map only what they lack after them (fewer device calls); off: every stitch maps a "
+     "fresh range"},
 };
 const int gml_option_count = (int)(sizeof gml_options / sizeof gml_options[0]);
 _Static_assert(sizeof gml_options / sizeof gml_options[0] <= GML_OPTION_MAX, "GML_OPTION_MAX rows at most");
@@ -90,6 +94,7 @@ static void *field_of(gml_config *c, int i)
     case 17: return &c->pool.extent_share;
     case 18: return &c->pool.stream_wait;
     case 19: return &c->pool.churn_limit;
+    case 20: return &c->pool.stitch_patch;
     default: return NULL;
     }
 }

@@ -34,6 +34,7 @@ typedef struct gml_pool_settings {
     bool vmm_defragment;       /* stitching on */
     size_t frag_limit;         /* smallest request stitched while the pool may still grow */
     double reuse_limit;        /* a cached stitched block serves a request if size <= req x this */
+    bool stitch_patch;         /* a stitch may keep a stale cached block's free window mapped */
     /* pool */
     size_t churn_limit;        /* frag_limit while stitching churns (new stitched blocks tear
                                 * cached ones down, within the last GML_CHURN_WINDOW

@@ -7,6 +7,9 @@
  * Reuse: the smallest cached block with need <= size <= need x reuse_limit whose chunks are all
  * free at home and may serve the request's stream (the most recently used among equal sizes);
  * its chunks are carved out of their home blocks again (no device call).
+ * Windows: which stale cached block a patch keeps part of (gml_stitch_window), by the driver time
+ * it saves (core/cost.h's estimates: the window's maps and set access, less the unmaps of the
+ * block's other extents).
  * Teardown (StitchFree) happens here only: when the bounds are exceeded by a new stitch, or
  * when the pool must release chunks.  Stale blocks go first, least recently used first, then any
  * cached block.  A block is unmapped only after the work given to the stream of its last free
@@ -22,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "../core/cost.h"
 #include "stitch.h"
 
 static int cached_cmp(const gml_sblock *a, const gml_sblock *b)
@@ -215,7 +219,7 @@ static bool over_bounds(const gml_stitch *st)
 /* Takes cached block sb out of reach for its teardown: out of the LRU, the size index and the
  * counters, onto st->evicting; its bin is let go.  It keeps its pins until gml_stitch_evict_done,
  * so that release never returns an extent its range still maps. */
-static void unlink_victim(gml_stitch *st, gml_sblock *sb)
+static void unlink_cached(gml_stitch *st, gml_sblock *sb)
 {
     TAILQ_REMOVE(&st->lru, sb, lru);
     RB_REMOVE(gml_sblock_tree, &st->cached, sb);
@@ -223,8 +227,95 @@ static void unlink_victim(gml_stitch *st, gml_sblock *sb)
     sb->bin = NULL;
     st->count--;
     st->bytes -= va_bytes(st, sb);
-    st->evictions++;
     TAILQ_INSERT_TAIL(&st->evicting, sb, lru);
+}
+
+static void unlink_victim(gml_stitch *st, gml_sblock *sb)
+{
+    unlink_cached(st, sb);
+    st->evictions++;
+}
+
+void gml_stitch_unlink_for_patch(gml_stitch *st, gml_sblock *sb) { unlink_cached(st, sb); }
+
+/* Whether the bytes sb hands out of its extent at chunk i (len chunks) are all free at home and
+ * may serve bin (an extent handing out none of them is not: a window keeps what it hands out). */
+static bool extent_available(gml_stitch *st, const gml_sblock *sb, uint32_t i, uint32_t len,
+                             const gml_bin *bin)
+{
+    gml_heap *h = st->h;
+    size_t vlo = sb->head_off, vhi = va_bytes(st, sb) - sb->tail_cut;
+    size_t r0 = (size_t)i << h->chunk_shift, r1 = (size_t)(i + len) << h->chunk_shift;
+    size_t lo = r0 > vlo ? r0 : vlo, hi = r1 < vhi ? r1 : vhi;
+    if (lo >= hi)
+        return false;
+    uintptr_t a = gml_slot_addr(h, sb->slots[i]) + (lo - r0);
+    part_walk w = {usable_part, (void *)bin};
+    return range_parts(st, sb, a, a + (hi - lo), &w);
+}
+
+/* The driver time an extent of `len` chunks costs a stitch (its map and its share of the set
+ * access) and a patch that unmaps it (core/cost.h: the estimates the replay charges). */
+static double extent_map_cost(const gml_heap *h, uint32_t len)
+{
+    size_t bytes = (size_t)len << h->chunk_shift;
+    return gml_cost_call(GMLAKE_DC_MAP, bytes) + gml_cost_call(GMLAKE_DC_SET_ACCESS, bytes);
+}
+static double extent_unmap_cost(const gml_heap *h, uint32_t len)
+{
+    return gml_cost_call(GMLAKE_DC_UNMAP, (size_t)len << h->chunk_shift);
+}
+
+/* The window of sb for need (see gml_stitch_window): its runs of available extents, each cut to
+ * the fewest extents that cover need; the one that saves the most driver time (its extents'
+ * maps and set access, less the unmaps of sb's other extents).  The last extent counts only
+ * without a tail cut (a window that a patch extends ends on an extent boundary). */
+static void best_window(gml_stitch *st, gml_sblock *sb, const gml_bin *bin, size_t need,
+                        gml_window *w)
+{
+    gml_heap *h = st->h;
+    double unmap_all = 0;
+    for (uint32_t i = 0; i < sb->nchunks; i += (uint32_t)gml_extent_len(h, sb->slots[i]))
+        unmap_all += extent_unmap_cost(h, (uint32_t)gml_extent_len(h, sb->slots[i]));
+    uint32_t start = 0;
+    size_t bytes = 0; /* handed-out bytes of the current run [start, i) */
+    double gain = 0;  /* what keeping [start, i) mapped saves, before the unmaps of the rest */
+    for (uint32_t i = 0; i < sb->nchunks;) {
+        uint32_t len = (uint32_t)gml_extent_len(h, sb->slots[i]);
+        bool last = i + len == sb->nchunks;
+        if (!extent_available(st, sb, i, len, bin) || (last && sb->tail_cut)) {
+            start = i + len;
+            bytes = 0;
+            gain = 0;
+            i += len;
+            continue;
+        }
+        bytes += ((size_t)len << h->chunk_shift) - (i == 0 ? sb->head_off : 0);
+        gain += extent_map_cost(h, len) + extent_unmap_cost(h, len);
+        i += len;
+        /* drop extents from the run's start while it still covers need without them */
+        while (start < i) {
+            uint32_t l0 = (uint32_t)gml_extent_len(h, sb->slots[start]);
+            size_t b0 = ((size_t)l0 << h->chunk_shift) - (start == 0 ? sb->head_off : 0);
+            if (bytes - b0 < need)
+                break;
+            bytes -= b0;
+            gain -= extent_map_cost(h, l0) + extent_unmap_cost(h, l0);
+            start += l0;
+        }
+        if (gain - unmap_all > w->saved)
+            *w = (gml_window){.sb = sb, .lo = start, .hi = i, .bytes = bytes, .saved = gain - unmap_all};
+    }
+}
+
+bool gml_stitch_window(gml_stitch *st, const gml_bin *bin, size_t need, gml_window *w)
+{
+    *w = (gml_window){0};
+    gml_sblock *sb;
+    RB_FOREACH(sb, gml_sblock_tree, &st->cached)
+        if (gml_bin_passed(st->h, sb->bin, sb->free_seq) && !available(st, sb, bin))
+            best_window(st, sb, bin, need, w);
+    return w->sb != NULL;
 }
 
 size_t gml_stitch_evict_pick(gml_stitch *st, bool all, gml_sblock_vec *v)
@@ -254,10 +345,10 @@ void gml_stitch_evict_calls(gml_stitch *st, const gml_sblock_vec *v)
         const gml_sblock *sb = v->v[i];
         uintptr_t va = sb->b.addr - sb->head_off;
         if (!gml_stitch_unmap(h, va, sb->slots, sb->nchunks) ||
-            gml_dev_va_free(h->dev, va, va_bytes(st, sb)))
+            gml_dev_va_free(h->dev, sb->res_va, sb->res_bytes))
             fprintf(stderr, "gmlake: warning: tearing down a stitched range at %#lx failed; "
                             "its %zu virtual bytes stay reserved\n",
-                    (unsigned long)va, va_bytes(st, sb));
+                    (unsigned long)sb->res_va, sb->res_bytes);
     }
 }
 

@@ -1,6 +1,7 @@
 /*
  * map.c — the device calls of a stitched range: reserving and mapping it, extent by extent, and
- * unmapping it.  Mechanism only: what to map is stitch.c's decision (a new stitched block), when to
+ * unmapping it.  A range reserves twice what it maps first: the room a patch maps into after the
+ * window it keeps (stitch.h).  Mechanism only: what to map is stitch.c's decision (a new stitched block), when to
  * unmap cache.c's (StitchFree); both call down into this file, which calls neither, so that the
  * two never call each other (tests/calls.py checks it).  Tier 2, on the heap's API (stitch.h).
  */
@@ -18,12 +19,8 @@ bool gml_stitch_unmap(gml_heap *h, uintptr_t va, const uint32_t *slots, size_t m
     return ok;
 }
 
-int gml_stitch_map(gml_heap *h, const uint32_t *slots, size_t n, uintptr_t *va_out)
+int gml_stitch_map_at(gml_heap *h, uintptr_t va, const uint32_t *slots, size_t n)
 {
-    uintptr_t va;
-    size_t bytes = n << h->chunk_shift;
-    if (gml_dev_va_reserve(h->dev, bytes, h->chunk, &va) != GMLAKE_OK)
-        return GMLAKE_ERR_DEVICE;
     size_t i = 0; /* one map per extent: slots holds whole extents, heads first */
     while (i < n) {
         size_t len = gml_extent_len(h, slots[i]);
@@ -32,11 +29,24 @@ int gml_stitch_map(gml_heap *h, const uint32_t *slots, size_t n, uintptr_t *va_o
             break;
         i += len;
     }
-    if (i == n && gml_dev_set_access(h->dev, va, bytes) == GMLAKE_OK) {
+    if (i == n && gml_dev_set_access(h->dev, va, n << h->chunk_shift) == GMLAKE_OK)
+        return GMLAKE_OK;
+    gml_stitch_unmap(h, va, slots, i);
+    return GMLAKE_ERR_DEVICE;
+}
+
+size_t gml_stitch_reserve_bytes(const gml_heap *h, size_t n) { return 2 * (n << h->chunk_shift); }
+
+int gml_stitch_map(gml_heap *h, const uint32_t *slots, size_t n, uintptr_t *va_out)
+{
+    uintptr_t va;
+    size_t res = gml_stitch_reserve_bytes(h, n);
+    if (gml_dev_va_reserve(h->dev, res, h->chunk, &va) != GMLAKE_OK)
+        return GMLAKE_ERR_DEVICE;
+    if (gml_stitch_map_at(h, va, slots, n) == GMLAKE_OK) {
         *va_out = va;
         return GMLAKE_OK;
     }
-    gml_stitch_unmap(h, va, slots, i);
-    gml_dev_va_free(h->dev, va, bytes);
+    gml_dev_va_free(h->dev, va, res);
     return GMLAKE_ERR_DEVICE;
 }

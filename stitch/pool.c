@@ -193,7 +193,7 @@ static inline bool try_fit(gml_pool *p, gml_bin *bin, int space, size_t need, si
 
 /* Whether a large miss of req bytes grows the pool before it is stitched: below frag_limit, or
  * below churn_limit while stitching churns.  Stitching churns when new stitched blocks tear
- * cached ones down: each then serves about one request for a map and an unmap, where one growth
+ * cached ones down or use them up (a patch, stitch.h): each then serves about one request for a map and an unmap, where one growth
  * would have served the pattern from then on.  A training loop's stitches are cached and reused,
  * and tear nothing down.  Never for GML_CHURN_WINDOW allocations after such a growth failed: the
  * device is full (or gmlake's memory_limit reached), and asking it again at every miss would

@@ -17,6 +17,11 @@
  *
  * Cost: reserving a range, one map per extent and one set_access over the range (~25 us a
  * handle on an H200), which is why stitched blocks are cached (cache.c) and never made on a steady path.
+ * Patches (stitch.h): before a new range, the window of a stale cached block that saves the most
+ * driver time (gml_stitch_window, cache.c) is kept where it is mapped; its block's other extents
+ * are unmapped and what the window lacks is chosen as a stitch chooses (choose_after: the range
+ * begins on the window's end, so no head; one piece may do) and mapped after it.  A patch uses a
+ * cached block up, so it counts as churn, as a teardown does (the pool's churn_limit rule).
  * Those driver calls run without the pool lock: the parts are carved (HELD) first, the block
  * waits on st->making, and it is published, or its parts go home, once the lock is back.  The
  * auto GC's teardowns for it run in the same unlocked window (cache.c).
@@ -24,6 +29,7 @@
  * Tier 2: only the heap's API below (contract in stitch.h).
  */
 #include <limits.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -52,6 +58,7 @@ int gml_stitch_init(gml_stitch *st, gml_heap *h, const gml_pool_settings *s, con
     st->h = h;
     st->enabled = s->vmm_defragment;
     st->reuse_limit = s->reuse_limit;
+    st->patch = s->stitch_patch;
     st->auto_gc = s->auto_gc;
     st->bytes_limit = s->stitch_bytes_limit;
     st->strategy = (gml_stitch_strategy)s->strategy;
@@ -189,7 +196,8 @@ static int by_rank(const void *a, const void *b)
  * *lack the bytes v cannot cover (0 when it is another reason).  *partial: the bytes of the head
  * and tail, which growth (counting whole extents) does not see. */
 static size_t choose_pieces(const gml_heap *h, piece *v, size_t n, size_t need,
-                            gml_stitch_strategy strategy, bool ends, size_t *lack, size_t *partial)
+                            gml_stitch_strategy strategy, bool ends, bool head_ok, size_t min_used,
+                            size_t *lack, size_t *partial)
 {
     *lack = need;
     *partial = 0;
@@ -198,7 +206,7 @@ static size_t choose_pieces(const gml_heap *h, piece *v, size_t n, size_t need,
     size_t fi, li;
     pick_ends(v, n, &fi, &li);
     piece *F = &v[fi], *L = &v[li];
-    size_t head = ends ? head_of(F) : 0, tail = ends ? tail_of(L) : 0;
+    size_t head = ends && head_ok ? head_of(F) : 0, tail = ends ? tail_of(L) : 0;
     size_t left = need - head; /* no block fits (take_fit): head < need */
     *partial = head + tail;
     for (size_t i = 0; i < n; i++) {
@@ -256,7 +264,7 @@ static size_t choose_pieces(const gml_heap *h, piece *v, size_t n, size_t need,
     size_t used = 0;
     while (used < n && v[used].rank != UINT_MAX && v[used].hi > v[used].lo)
         used++;
-    return used >= 2 ? used : 0;
+    return used >= min_used ? used : 0;
 }
 
 /* Whole extents alone first (as few partly used extents mapped as can be); the free ends of
@@ -264,8 +272,39 @@ static size_t choose_pieces(const gml_heap *h, piece *v, size_t n, size_t need,
 static size_t choose(const gml_heap *h, piece_vec *v, size_t need, gml_stitch_strategy strategy,
                      size_t *lack, size_t *partial)
 {
-    size_t used = choose_pieces(h, v->v, v->n, need, strategy, false, lack, partial);
-    return used ? used : choose_pieces(h, v->v, v->n, need, strategy, true, lack, partial);
+    size_t used = choose_pieces(h, v->v, v->n, need, strategy, false, true, 2, lack, partial);
+    return used ? used : choose_pieces(h, v->v, v->n, need, strategy, true, true, 2, lack, partial);
+}
+
+/* One piece alone for `need` bytes from its first extent boundary up: its whole extents, with
+ * `ends` its tail too (giving exactly need), else whole extents only (the overshoot below one
+ * extent); 1 with the piece's [lo, hi) set, or 0. */
+static size_t choose_one(const gml_heap *h, piece *p, size_t need, bool ends)
+{
+    uintptr_t top = ends ? p->e : p->b2;
+    if (top - p->b1 < need)
+        return 0;
+    p->lo = p->b1;
+    p->hi = p->b1 + need;
+    if (!ends)
+        p->hi = gml_extent_hi(h, p->hi - 1);
+    return 1;
+}
+
+/* What a patch maps after its window for `need` bytes: as choose, but the range begins on an
+ * extent boundary (no head) and one piece may do. */
+static size_t choose_after(const gml_heap *h, piece_vec *v, size_t need,
+                           gml_stitch_strategy strategy)
+{
+    size_t lack, partial;
+    for (int ends = 0; ends < 2; ends++) {
+        size_t used = v->n == 1 ? choose_one(h, &v->v[0], need, ends)
+                                : choose_pieces(h, v->v, v->n, need, strategy, ends, false, 1,
+                                                &lack, &partial);
+        if (used)
+            return used;
+    }
+    return 0;
 }
 
 /* The chunks of the extents covering [lo, hi) appended to slots at *k. */
@@ -294,6 +333,122 @@ static bool take_fit(gml_heap *h, gml_bin *bin, size_t need, size_t req, gml_blo
     return true;
 }
 
+/* The stitched block a patch makes from window w and the pieces after it (used of v, in order):
+ * its chunks, head_off, tail_cut and size; NULL on host out of memory. */
+static gml_sblock *patched_record(gml_heap *h, const gml_window *w, const piece_vec *v, size_t used)
+{
+    size_t chunks = w->hi - w->lo;
+    for (size_t i = 0; i < used; i++)
+        chunks += (gml_extent_hi(h, v->v[i].hi - 1) - gml_extent_lo(h, v->v[i].lo)) >> h->chunk_shift;
+    gml_sblock *nb = calloc(1, sizeof *nb);
+    uint32_t *slots = nb ? malloc(chunks * sizeof *slots) : NULL;
+    if (!slots) {
+        free(nb);
+        return NULL;
+    }
+    STAILQ_INIT(&nb->parts);
+    memcpy(slots, w->sb->slots + w->lo, (w->hi - w->lo) * sizeof *slots);
+    size_t k = w->hi - w->lo;
+    for (size_t i = 0; i < used; i++)
+        add_extents(h, v->v[i].lo, v->v[i].hi, slots, &k);
+    nb->slots = slots;
+    nb->nchunks = (uint32_t)chunks;
+    nb->head_off = w->lo ? 0 : w->sb->head_off;
+    nb->tail_cut = used ? gml_extent_hi(h, v->v[used - 1].hi - 1) - v->v[used - 1].hi : 0;
+    nb->b.size = w->bytes;
+    for (size_t i = 0; i < used; i++)
+        nb->b.size += v->v[i].hi - v->v[i].lo;
+    nb->res_va = w->sb->res_va;
+    nb->res_bytes = w->sb->res_bytes;
+    return nb;
+}
+
+/* The window's part of its block, as a record of its own to carve it with (parts on its list). */
+static void window_record(const gml_window *w, gml_sblock *wb)
+{
+    *wb = (gml_sblock){.slots = w->sb->slots + w->lo, .nchunks = w->hi - w->lo,
+                       .head_off = w->lo ? 0 : w->sb->head_off};
+    STAILQ_INIT(&wb->parts);
+}
+
+/* A patch (stitch.h): GMLAKE_OK with *out, GMLAKE_ERR_NOMEM when the window cannot be completed
+ * (nothing changed: a stitch follows), GMLAKE_ERR_DEVICE when the driver failed (the block the
+ * window was in is gone, its parts home). */
+static int patch(gml_stitch *st, gml_bin *bin, size_t need, size_t req, const gml_window *w,
+                 gml_block **out)
+{
+    gml_heap *h = st->h;
+    gml_sblock *sb = w->sb, wb;
+    window_record(w, &wb);
+    uintptr_t va = sb->b.addr - sb->head_off; /* where sb's mapping begins */
+    piece_vec v = {0};
+    size_t used = 0;
+    if (w->bytes < need) { /* what the window lacks, from the free memory outside it */
+        if (!gml_stitch_carve(st, &wb))
+            return GMLAKE_ERR_NOMEM;
+        bool ok = collect_pieces(h, bin, &v);
+        used = ok ? choose_after(h, &v, need - w->bytes, st->strategy) : 0;
+        gml_stitch_parts_home(st, &wb, NULL);
+        if (!used) {
+            gml_vec_free(&v);
+            return GMLAKE_ERR_NOMEM;
+        }
+    }
+    gml_sblock *nb = patched_record(h, w, &v, used);
+    gml_vec_free(&v);
+    uintptr_t nva = va + ((size_t)w->lo << h->chunk_shift);
+    if (!nb || nva + ((size_t)nb->nchunks << h->chunk_shift) > sb->res_va + sb->res_bytes ||
+        !gml_stitch_carve(st, nb)) { /* no room after the window, or host out of memory */
+        if (nb)
+            free(nb->slots);
+        free(nb);
+        return GMLAKE_ERR_NOMEM;
+    }
+    gml_stitch_unlink_for_patch(st, sb);
+    TAILQ_INSERT_TAIL(&st->making, nb, lru);
+    size_t win = w->hi - w->lo, after = nb->nchunks - win;
+    gml_heap_unlock(h);
+    /* sb's extents outside the window leave its range (its last free's work has passed); then
+     * what the window lacks is mapped after it */
+    bool unmapped = gml_stitch_unmap(h, va, sb->slots, w->lo) &&
+                    gml_stitch_unmap(h, nva + (win << h->chunk_shift), sb->slots + w->hi,
+                                     sb->nchunks - w->hi);
+    int rc = after ? gml_stitch_map_at(h, nva + (win << h->chunk_shift), nb->slots + win, after)
+                   : GMLAKE_OK;
+    if (rc != GMLAKE_OK && (!gml_stitch_unmap(h, nva, nb->slots, win) ||
+                            gml_dev_va_free(h->dev, nb->res_va, nb->res_bytes)))
+        unmapped = false;
+    if (!unmapped)
+        fprintf(stderr, "gmlake: warning: unmapping part of a stitched range at %#lx failed; "
+                        "its %zu virtual bytes stay reserved\n",
+                (unsigned long)sb->res_va, sb->res_bytes);
+    gml_heap_relock(h);
+    TAILQ_REMOVE(&st->evicting, sb, lru);
+    for (uint32_t k = 0; k < sb->nchunks; k++)
+        gml_chunk_unpin(h, sb->slots[k]);
+    free(sb->slots);
+    free(sb);
+    TAILQ_REMOVE(&st->making, nb, lru);
+    if (rc != GMLAKE_OK) {
+        gml_stitch_parts_home(st, nb, NULL);
+        free(nb->slots);
+        free(nb);
+        return rc;
+    }
+    nb->b.addr = nva + nb->head_off;
+    nb->b.req = req;
+    nb->b.state = GML_B_VIEW;
+    nb->live = true;
+    for (uint32_t k = 0; k < nb->nchunks; k++)
+        gml_chunk_pin(h, nb->slots[k]);
+    gml_stitch_link_new(st, nb);
+    st->stitches++;
+    st->patches++;
+    st->churns++; /* a cached block used up for a new one: churn, as a teardown is */
+    *out = &nb->b;
+    return GMLAKE_OK;
+}
+
 int gml_stitch_alloc(gml_stitch *st, gml_bin *bin, size_t need, size_t req, bool may_grow,
                      gml_block **out)
 {
@@ -307,6 +462,11 @@ int gml_stitch_alloc(gml_stitch *st, gml_bin *bin, size_t need, size_t req, bool
     size_t lack, partial, used = 0;
     if (take_fit(h, bin, need, req, out, &rc, false))
         return rc;
+    gml_window w; /* a stale cached block's window, completed, costs less than a new stitch */
+    if (st->patch && gml_stitch_window(st, bin, need, &w) &&
+        (rc = patch(st, bin, need, req, &w, out)) != GMLAKE_ERR_NOMEM)
+        return rc;
+    rc = GMLAKE_ERR_NOMEM;
     if (!collect_pieces(h, bin, &v))
         goto out;
     used = choose(h, &v, need, st->strategy, &lack, &partial);
@@ -373,6 +533,8 @@ int gml_stitch_alloc(gml_stitch *st, gml_bin *bin, size_t need, size_t req, bool
         goto out;
     }
     sb->b.addr = va + sb->head_off;
+    sb->res_va = va;
+    sb->res_bytes = gml_stitch_reserve_bytes(h, chunks);
     sb->b.req = req;
     sb->b.state = GML_B_VIEW;
     sb->live = true;

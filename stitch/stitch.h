@@ -31,6 +31,13 @@
  *                  blocks first, least recently used first, and only once the GPU has finished
  *                  the work given before its last free.  Auto GC keeps the stitched blocks under
  *                  auto_gc blocks and stitch_bytes_limit virtual bytes.
+ *  patch          a stitch that keeps a window of a stale cached block: its longest run of extents
+ *                  whose bytes are free at home and may serve the request's stream stays mapped
+ *                  where it is, the block's other extents are unmapped, and only what the window
+ *                  lacks is mapped after it, in the room its reservation keeps (a stitched range
+ *                  reserves twice its size); the window's own extents cost no device call.  Only
+ *                  a block whose last free's work has passed (its other extents are unmapped),
+ *                  and only when the window gives at least a quarter of the request.
  *  being torn down a block StitchFree picked: unlinked under the lock (off the LRU and the size
  *                  index, not counted, its bin let go, on st->evicting), so no one takes, counts,
  *                  claims (gml_stitch_owns) or picks it again; it keeps its pins while its unmaps
@@ -79,6 +86,10 @@ typedef struct gml_sblock {
     uint32_t nchunks;
     size_t head_off;                 /* bytes of the first extent mapped before b.addr */
     size_t tail_cut;                 /* bytes of the last extent mapped after b.addr + b.size */
+    uintptr_t res_va;                /* the virtual range reserved for it (its mapping lies
+                                        inside, from b.addr - head_off; the rest is room for a
+                                        patch to map more extents after a window it keeps) */
+    size_t res_bytes;
     bool live;
     STAILQ_HEAD(gml_part_list, gml_block) parts; /* live: home parts carved for it */
     gml_bin *bin;                    /* cached: bin of the last free (held: gml_bin_hold) */
@@ -95,6 +106,7 @@ RB_PROTOTYPE(gml_sblock_tree, gml_sblock, cnode, cached_cmp)
 typedef struct gml_stitch {
     gml_heap *h;
     bool enabled;
+    bool patch;                      /* stitch_patch: patches allowed */
     double reuse_limit;
     unsigned auto_gc;
     size_t bytes_limit;
@@ -109,6 +121,8 @@ typedef struct gml_stitch {
     size_t count, bytes;             /* stitched blocks mapped now and their virtual bytes */
     uint64_t clock;
     uint64_t stitches, reuses, evictions; /* evictions: counted when unlinked */
+    uint64_t patches;                /* stitches made by patching a stale cached block (of
+                                        `stitches`) */
     uint64_t churns;                 /* new stitched blocks whose auto GC tore cached ones down */
 } gml_stitch;
 
@@ -126,6 +140,22 @@ int gml_stitch_strategy_from_name(const char *name);
 
 int gml_stitch_alloc(gml_stitch *st, gml_bin *bin, size_t need, size_t req, bool may_grow,
                      gml_block **out);
+/* A window of a stale cached block that a patch keeps: sb's chunks [lo, hi) (whole extents),
+ * handing out `bytes` (from head_off when lo is 0). */
+typedef struct gml_window {
+    gml_sblock *sb;
+    uint32_t lo, hi;
+    size_t bytes;
+    double saved; /* estimated driver seconds it saves against a stitch of its bytes */
+} gml_window;
+/* The window a patch for `need` bytes on bin's stream would keep: among the stale cached blocks
+ * whose last free's work has passed, the run of extents whose handed-out bytes are all free at
+ * home and may serve bin, cut to the fewest extents that cover need, giving the most of need
+ * (the fewest chunks on ties); false when none gives at least need / 4. */
+bool gml_stitch_window(gml_stitch *st, const gml_bin *bin, size_t need, gml_window *w);
+/* Takes cached block sb off the LRU, the size index and the counters for a patch, onto
+ * st->evicting (pinned, holding no parts, its bin let go), as for a teardown; not an eviction. */
+void gml_stitch_unlink_for_patch(gml_stitch *st, gml_sblock *sb);
 /* Takes a cached stitched block for the request (no device call); GMLAKE_ERR_NOMEM if none fits. */
 int gml_stitch_cache_take(gml_stitch *st, gml_bin *bin, size_t need, size_t req, gml_block **out);
 /* Carves what sb hands out (its range through its chunks) out of the free home blocks as its HELD
@@ -154,10 +184,17 @@ size_t gml_stitch_evict_pick(gml_stitch *st, bool all, gml_sblock_vec *v);
 void gml_stitch_evict_calls(gml_stitch *st, const gml_sblock_vec *v);
 void gml_stitch_evict_done(gml_stitch *st, gml_sblock_vec *v);
 /* ---- map.c: the device calls of a stitched range (under stitch.c and cache.c) ---- */
-/* Reserves a range for the chunks `slots` (n of them, whole extents, heads first), maps each
- * extent and sets access over it: GMLAKE_OK with *va_out, or GMLAKE_ERR_DEVICE with nothing left
- * mapped or reserved.  Reads only slot fields that HELD parts or pins keep fixed (no lock needed). */
+/* Reserves a range of twice the bytes of the chunks `slots` (n of them, whole extents, heads
+ * first; the second half is room for a patch), maps each extent from its start and sets access
+ * over them: GMLAKE_OK with *va_out (the reservation's start), or GMLAKE_ERR_DEVICE with nothing
+ * left mapped or reserved.  Reads only slot fields that HELD parts or pins keep fixed (no lock
+ * needed). */
 int gml_stitch_map(gml_heap *h, const uint32_t *slots, size_t n, uintptr_t *va_out);
+/* The bytes gml_stitch_map reserves for n chunks. */
+size_t gml_stitch_reserve_bytes(const gml_heap *h, size_t n);
+/* Maps the extents of `slots` (n chunks) at va, inside a reserved range, and sets access over
+ * them: GMLAKE_OK, or GMLAKE_ERR_DEVICE with none of them left mapped. */
+int gml_stitch_map_at(gml_heap *h, uintptr_t va, const uint32_t *slots, size_t n);
 /* Unmaps the first `mapped` chunks of a stitched range over `slots` (whole extents), one call per
  * extent; false if the device refused one. */
 bool gml_stitch_unmap(gml_heap *h, uintptr_t va, const uint32_t *slots, size_t mapped);

@@ -102,7 +102,13 @@ Test(stitch, stale_blocks_are_evicted_lru_first)
     fx_free(&f);
 }
 
-static void gc1(gml_pool_settings *s) { s->auto_gc = 1; }
+/* The tests of teardowns and churn make stale cached blocks on purpose: patches off, so that a
+ * miss tears one down (test_stitch_patch.c has the patches). */
+static void gc1(gml_pool_settings *s)
+{
+    s->auto_gc = 1;
+    s->stitch_patch = false;
+}
 
 Test(stitch, blocks_in_use_or_pending_are_never_evicted)
 {
@@ -134,7 +140,11 @@ Test(stitch, blocks_in_use_or_pending_are_never_evicted)
     fx_free(&f);
 }
 
-static void bytes8(gml_pool_settings *s) { s->stitch_bytes_limit = 8 * MiB; }
+static void bytes8(gml_pool_settings *s)
+{
+    s->stitch_bytes_limit = 8 * MiB;
+    s->stitch_patch = false;
+}
 
 Test(stitch, auto_gc_bounds_stitched_bytes)
 {
@@ -248,7 +258,11 @@ Test(stitch, a_request_that_grows_first_is_stitched_when_growth_fails_without_a_
     fx_free(&f);
 }
 
-static void gc1_nochurn(gml_pool_settings *s) { s->auto_gc = 1; s->churn_limit = 0; }
+static void gc1_nochurn(gml_pool_settings *s)
+{
+    gc1(s);
+    s->churn_limit = 0;
+}
 
 /* After n small allocate/free pairs, a 4 MiB miss; the pool has then made `stitches` stitches
  * and reserves `reserved` bytes.  The miss's block. */

@@ -1,0 +1,201 @@
+/* test_stitch_patch.c — patches (stitch.h): a stale cached stitched block keeps the window of its
+ * extents that are free at home mapped where they are, its other extents are unmapped, and only
+ * what the window lacks is mapped after it, in the room its reservation keeps.  The data written
+ * through the window stays where it was, a patched range hands out exactly its home parts, the
+ * device calls are the lacking extents' only, a block whose last free's work may still run is
+ * not patched, a failed map gives everything back, and `stitch_patch=off` maps a fresh range.
+ * Host memory backs the simulated device; both checkers run after every step. */
+#include <string.h>
+
+#include "heap_helpers.h"
+#include "helpers.h"
+
+static const gml_stream S1 = 0x1000;
+
+static gml_sblock *sb_of(gml_block *b) { return (gml_sblock *)((char *)b - offsetof(gml_sblock, b)); }
+
+/* The home address of the chunk at index i of stitched block sb. */
+static uintptr_t home_of(hfix *f, const gml_sblock *sb, uint32_t i)
+{
+    return gml_slot_addr(&f->h, sb->slots[i]);
+}
+
+/* 8 one-chunk extents; the odd blocks freed: four 2 MiB holes between live blocks (v[0] on top). */
+static void four_holes(hfix *f, gml_bin *bin, gml_block *v[8])
+{
+    cr_assert_eq(gml_grow(&f->h, bin, GML_SPACE_LARGE, GML_GROW_BLOCK, 16 * MiB), GMLAKE_OK);
+    for (int i = 0; i < 8; i++)
+        v[i] = hf_take(f, bin, 2 * MiB);
+    for (int i = 1; i < 8; i += 2)
+        hf_put(f, v[i], bin);
+    hf_check(f, 0);
+}
+
+/* Every home part of live stitched block b holds `byte`, in b's virtual order. */
+static void parts_hold(gml_block *b, unsigned char byte)
+{
+    size_t off = 0;
+    gml_block *q;
+    STAILQ_FOREACH(q, &sb_of(b)->parts, held) {
+        for (size_t i = 0; i < q->size; i += 4096)
+            cr_assert_eq(((const unsigned char *)q->addr)[i], byte, "home part %#lx at +%zu",
+                         (unsigned long)q->addr, i);
+        off += q->size;
+    }
+    cr_assert_eq(off, b->size, "the parts tile what it hands out");
+}
+
+typedef struct stale {
+    hfix f;
+    gml_bin *s1;
+    gml_block *v[8], *taken;
+    uintptr_t home[4]; /* the first stitched block's chunks, in its virtual order */
+    uintptr_t va;      /* where its mapping began */
+    int k;             /* the index of its chunk that `taken` took */
+} stale;
+
+/* Four holes stitched into one 8 MiB block, written through (chunk i holds 0x10 + i), freed
+ * (cached), then one of its chunks taken at home (0xee) and the top live block freed: the cached
+ * block is stale, and 8 MiB are free again in pieces. */
+static void make_stale(stale *s, bool patch)
+{
+    hf_make_dev(&s->f, 64 * MiB, 2 * MiB, 0, true);
+    s->f.st.patch = patch;
+    s->s1 = gml_bin_get(&s->f.h, S1);
+    four_holes(&s->f, s->s1, s->v);
+    gml_block *b = NULL;
+    cr_assert_eq(gml_stitch_alloc(&s->f.st, s->s1, 8 * MiB, 8 * MiB, false, &b), GMLAKE_OK);
+    gml_sblock *sb = sb_of(b);
+    cr_assert_eq(sb->nchunks, 4);
+    s->va = b->addr;
+    for (uint32_t i = 0; i < 4; i++) {
+        s->home[i] = home_of(&s->f, sb, i);
+        memset((void *)(b->addr + i * 2 * MiB), 0x10 + (int)i, 2 * MiB);
+    }
+    hf_check(&s->f, 1);
+    gml_stitch_free(&s->f.st, b, s->s1);
+    s->taken = hf_take(&s->f, s->s1, 2 * MiB);
+    memset((void *)s->taken->addr, 0xee, 2 * MiB);
+    s->k = -1;
+    for (int i = 0; i < 4; i++)
+        if (s->home[i] == s->taken->addr)
+            s->k = i;
+    cr_assert_geq(s->k, 0, "the block taken is one of the stitched block's chunks");
+    hf_put(&s->f, s->v[0], s->s1);
+    hf_check(&s->f, 0);
+}
+
+Test(stitch_patch, a_stale_block_keeps_its_free_window_and_maps_only_what_it_lacks)
+{
+    stale s;
+    make_stale(&s, true);
+    hfix *f = &s.f;
+    /* the window: the longer run of the block's chunks besides k */
+    int lo = s.k >= 2 ? 0 : s.k + 1, hi = s.k >= 2 ? s.k : 4, win = hi - lo;
+    uint64_t maps = hf_calls(f, GMLAKE_DC_MAP), unmaps = hf_calls(f, GMLAKE_DC_UNMAP);
+    uint64_t reserves = hf_calls(f, GMLAKE_DC_VA_RESERVE), access = hf_calls(f, GMLAKE_DC_SET_ACCESS);
+    uint64_t churns = f->st.churns;
+    gml_block *b = NULL;
+    cr_assert_eq(gml_stitch_alloc(&f->st, s.s1, 8 * MiB, 8 * MiB, false, &b), GMLAKE_OK);
+    cr_assert_eq(f->st.patches, 1, "chunk %d taken: a patch", s.k);
+    cr_assert_eq(f->st.stitches, 2);
+    cr_assert_eq(f->st.churns, churns + 1, "a cached block used up: stitching churns");
+    cr_assert_eq(b->size, 8 * MiB);
+    cr_assert_eq(b->addr, s.va + (size_t)lo * 2 * MiB, "the window stays where it was mapped");
+    cr_assert_eq(hf_calls(f, GMLAKE_DC_VA_RESERVE), reserves, "no new range");
+    cr_assert_eq(hf_calls(f, GMLAKE_DC_MAP) - maps, (uint64_t)(4 - win), "only what it lacks");
+    cr_assert_eq(hf_calls(f, GMLAKE_DC_UNMAP) - unmaps, (uint64_t)(4 - win), "the rest unmapped");
+    cr_assert_eq(hf_calls(f, GMLAKE_DC_SET_ACCESS) - access, 1);
+    hf_check(f, 1);
+    /* the window's bytes are still the first block's, read through the patched range */
+    for (int i = lo; i < hi; i++)
+        for (size_t off = 0; off < 2 * MiB; off += 4096)
+            cr_assert_eq(((const unsigned char *)b->addr)[(size_t)(i - lo) * 2 * MiB + off],
+                         0x10 + i, "window chunk %d at +%zu", i, off);
+    /* written through, the bytes land in its parts at home and nowhere else */
+    memset((void *)b->addr, 0x5c, b->size);
+    parts_hold(b, 0x5c);
+    for (size_t off = 0; off < 2 * MiB; off += 4096)
+        cr_assert_eq(((const unsigned char *)s.taken->addr)[off], 0xee, "the taken chunk");
+    /* freed, torn down: nothing of the range stays mapped or reserved */
+    gml_stitch_free(&f->st, b, s.s1);
+    hf_check(f, 0);
+    cr_assert_eq(gml_stitch_gc(&f->st, true), 1);
+    hf_check(f, 0);
+    cr_assert_eq(gml_sim_reservation_count(f->dev), 1, "only the arena is reserved");
+    cr_assert_eq(gml_sim_mapping_count(f->dev), 8, "the home mappings only");
+    hf_free(f);
+}
+
+Test(stitch_patch, off_maps_a_fresh_range)
+{
+    stale s;
+    make_stale(&s, false);
+    hfix *f = &s.f;
+    uint64_t maps = hf_calls(f, GMLAKE_DC_MAP), reserves = hf_calls(f, GMLAKE_DC_VA_RESERVE);
+    gml_block *b = NULL;
+    cr_assert_eq(gml_stitch_alloc(&f->st, s.s1, 8 * MiB, 8 * MiB, false, &b), GMLAKE_OK);
+    cr_assert_eq(f->st.patches, 0);
+    cr_assert_eq(hf_calls(f, GMLAKE_DC_VA_RESERVE) - reserves, 1);
+    cr_assert_eq(hf_calls(f, GMLAKE_DC_MAP) - maps, 4, "every extent mapped again");
+    cr_assert_eq(f->st.count, 2, "the stale block stays cached");
+    hf_check(f, 1);
+    hf_free(f);
+}
+
+Test(stitch_patch, a_failed_map_gives_everything_back)
+{
+    stale s;
+    make_stale(&s, true);
+    hfix *f = &s.f;
+    gml_sim_fail_call(f->dev, GMLAKE_DC_MAP, 1);
+    gml_block *b = NULL;
+    cr_assert_eq(gml_stitch_alloc(&f->st, s.s1, 8 * MiB, 8 * MiB, false, &b), GMLAKE_ERR_DEVICE);
+    cr_assert_eq(f->st.count, 0, "the stale block went with the failed patch");
+    hf_check(f, 0);
+    cr_assert_eq(gml_sim_reservation_count(f->dev), 1, "its range was freed");
+    cr_assert_eq(gml_sim_mapping_count(f->dev), 8, "the home mappings only");
+    /* the memory is all there: a stitch after it serves the request */
+    cr_assert_eq(gml_stitch_alloc(&f->st, s.s1, 8 * MiB, 8 * MiB, false, &b), GMLAKE_OK);
+    hf_check(f, 1);
+    hf_free(f);
+}
+
+/* Through the pool: a cached block freed on a stream whose work may still run is not patched (a
+ * patch unmaps its other extents, which that work may still read); once the work is done it is. */
+static const gml_stream pa = 0x1000;
+
+Test(stitch_patch, not_while_the_last_free_of_the_block_may_still_run)
+{
+    for (int done = 0; done < 2; done++) {
+        fixture f = fx_make(64 * MiB, false, NULL);
+        gml_pool *p = f.pool;
+        gml_sim_set_manual_events(f.dev, true);
+        uintptr_t v[8];
+        for (int i = 0; i < 8; i++)
+            v[i] = must_alloc(p, 2 * MiB, pa);
+        for (int i = 1; i < 8; i += 2)
+            must_free(p, v[i], pa);
+        uintptr_t s = must_alloc(p, 8 * MiB, pa); /* the four holes, stitched */
+        cr_assert_eq(gml_sim_launch(f.dev, pa), GMLAKE_OK, "work on pa, pending");
+        must_free(p, s, pa);
+        uintptr_t h = must_alloc(p, 2 * MiB, pa); /* one of its chunks: s is stale */
+        must_free(p, v[0], pa);
+        if (done) { /* the work ends; an event recorded now completes at once */
+            gml_sim_finish(f.dev, pa);
+            gml_sim_set_manual_events(f.dev, false);
+        }
+        uint64_t reserves = stats_of(p).device_calls[GMLAKE_DC_VA_RESERVE];
+        uintptr_t t = must_alloc(p, 8 * MiB, pa);
+        gmlake_stats st = stats_of(p);
+        cr_assert_eq(st.stitches, 2);
+        cr_assert_eq(st.device_calls[GMLAKE_DC_VA_RESERVE] - reserves, done ? 0 : 1, "%s",
+                     done ? "patched: no new range" : "its work may run: a fresh range");
+        cr_assert_eq(gml_pool_owns(p, s), !done || (t <= s && s < t + 8 * MiB),
+                     "the stale block stays cached unless patched");
+        must_free(p, t, pa);
+        must_free(p, h, pa);
+        gml_sim_complete_events(f.dev);
+        fx_free(&f);
+    }
+}
