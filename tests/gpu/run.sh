@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # tests/gpu/run.sh — the GPU tests: builds the C/CUDA tests with nvcc (if build/gpu lacks them),
 # runs gpu_hooks under libgmlake (shared and static cudart), multi_gpu, streams_gpu (streams,
-# cudaFree, empty_cache, fork), stitch_ends (stitched ranges entering partly used extents), then
+# cudaFree, empty_cache, fork), stitch_ends (stitched ranges entering partly used extents),
+# stitch_patch (a stale cached range patched, and with patches off), then
 # the pytest suite (test_gpu.py, test_pytorch_route.py, test_torch_features.py).  Skips where no GPU is present.
 # Usage: [GPU_C=0] [GPU_PYTEST='test_gpu.py ...'] tests/gpu/run.sh [OUTDIR]  (GPU_C=0: the pytest part only)   (logs go to OUTDIR, default build/gpu)
 set -uo pipefail
@@ -35,6 +36,9 @@ fi
 if [ ! -x "$g/stitch_ends" ]; then
   nvcc -O2 -arch=sm_90 -I "$root/include" -cudart shared -o "$g/stitch_ends" "$root/tests/gpu/stitch_ends.cu" -ldl || exit 1
 fi
+if [ ! -x "$g/stitch_patch" ]; then
+  nvcc -O2 -arch=sm_90 -I "$root/include" -cudart shared -o "$g/stitch_patch" "$root/tests/gpu/stitch_patch.cu" -ldl || exit 1
+fi
 if [ ! -x "$g/ipc_gpu" ]; then
   nvcc -O2 -arch=sm_90 -I "$root/include" -cudart shared -o "$g/ipc_gpu" "$root/tests/gpu/ipc_gpu.cu" -lcuda -ldl || exit 1
 fi
@@ -53,6 +57,8 @@ run streams_gpu LD_PRELOAD=$lib "$g/streams_gpu"
 run streams_gpu_events_only LD_PRELOAD=$lib GMLAKE_STREAM_WAIT=off "$g/streams_gpu"
 run ipc_gpu LD_PRELOAD=$lib GMLAKE_EXTENT_SIZE=2MiB "$g/ipc_gpu"
 run stitch_ends LD_PRELOAD=$lib GMLAKE_EXTENT_SHARE=0 GMLAKE_EXTENT_SIZE=8MiB "$g/stitch_ends"
+run stitch_patch LD_PRELOAD=$lib GMLAKE_EXTENT_SHARE=0 GMLAKE_EXTENT_SIZE=2MiB "$g/stitch_patch"
+run stitch_patch_off LD_PRELOAD=$lib GMLAKE_EXTENT_SHARE=0 GMLAKE_EXTENT_SIZE=2MiB GMLAKE_STITCH_PATCH=off "$g/stitch_patch"
 fi
 echo "== pytest"
 # GPU_PYTEST: the pytest files to run (default: all four; a subset splits a run in two)
