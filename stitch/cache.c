@@ -311,10 +311,22 @@ static void best_window(gml_stitch *st, gml_sblock *sb, const gml_bin *bin, size
 bool gml_stitch_window(gml_stitch *st, const gml_bin *bin, size_t need, gml_window *w)
 {
     *w = (gml_window){0};
+    gml_bin *running[8]; /* bins just found with work running: what is known of them is current */
+    size_t nrunning = 0;
     gml_sblock *sb;
-    RB_FOREACH(sb, gml_sblock_tree, &st->cached)
-        if (gml_bin_passed(st->h, sb->bin, sb->free_seq) && !available(st, sb, bin))
+    RB_FOREACH(sb, gml_sblock_tree, &st->cached) {
+        if (available(st, sb, bin))
+            continue; /* not stale: the cache serves it as it is */
+        bool asked = false;
+        for (size_t i = 0; i < nrunning && !asked; i++)
+            asked = running[i] == sb->bin;
+        bool passed = asked ? gml_bin_known_done(st->h, sb->bin) >= sb->free_seq
+                            : gml_bin_passed(st->h, sb->bin, sb->free_seq);
+        if (passed)
             best_window(st, sb, bin, need, w);
+        else if (!asked && nrunning < sizeof running / sizeof running[0])
+            running[nrunning++] = sb->bin;
+    }
     return w->sb != NULL;
 }
 

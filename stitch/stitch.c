@@ -406,23 +406,31 @@ static int patch(gml_stitch *st, gml_bin *bin, size_t need, size_t req, const gm
     }
     gml_stitch_unlink_for_patch(st, sb);
     TAILQ_INSERT_TAIL(&st->making, nb, lru);
+    gml_sblock_vec evict = {0}; /* the auto GC's bounds, with nb counted, as for a new stitch */
+    if (gml_stitch_evict_pick(st, false, &evict))
+        st->churns++;
     size_t win = w->hi - w->lo, after = nb->nchunks - win;
     gml_heap_unlock(h);
-    /* sb's extents outside the window leave its range (its last free's work has passed); then
-     * what the window lacks is mapped after it */
-    bool unmapped = gml_stitch_unmap(h, va, sb->slots, w->lo) &&
-                    gml_stitch_unmap(h, nva + (win << h->chunk_shift), sb->slots + w->hi,
-                                     sb->nchunks - w->hi);
-    int rc = after ? gml_stitch_map_at(h, nva + (win << h->chunk_shift), nb->slots + win, after)
-                   : GMLAKE_OK;
-    if (rc != GMLAKE_OK && (!gml_stitch_unmap(h, nva, nb->slots, win) ||
+    /* sb's extents outside the window leave its range (its last free's work has passed), each
+     * tried; then what the window lacks is mapped after it, unless an extent stayed mapped where
+     * it would go (the patch fails, and the range is left reserved, as a failed teardown's) */
+    bool front = gml_stitch_unmap(h, va, sb->slots, w->lo);
+    bool back = gml_stitch_unmap(h, nva + (win << h->chunk_shift), sb->slots + w->hi,
+                                 sb->nchunks - w->hi);
+    bool unmapped = front && back;
+    int rc = !unmapped ? GMLAKE_ERR_DEVICE
+             : after   ? gml_stitch_map_at(h, nva + (win << h->chunk_shift), nb->slots + win, after)
+                       : GMLAKE_OK;
+    if (rc != GMLAKE_OK && (!gml_stitch_unmap(h, nva, nb->slots, win) || !unmapped ||
                             gml_dev_va_free(h->dev, nb->res_va, nb->res_bytes)))
         unmapped = false;
     if (!unmapped)
         fprintf(stderr, "gmlake: warning: unmapping part of a stitched range at %#lx failed; "
                         "its %zu virtual bytes stay reserved\n",
                 (unsigned long)sb->res_va, sb->res_bytes);
+    gml_stitch_evict_calls(st, &evict);
     gml_heap_relock(h);
+    gml_stitch_evict_done(st, &evict);
     TAILQ_REMOVE(&st->evicting, sb, lru);
     for (uint32_t k = 0; k < sb->nchunks; k++)
         gml_chunk_unpin(h, sb->slots[k]);

@@ -31,13 +31,16 @@
  *                  blocks first, least recently used first, and only once the GPU has finished
  *                  the work given before its last free.  Auto GC keeps the stitched blocks under
  *                  auto_gc blocks and stitch_bytes_limit virtual bytes.
- *  patch          a stitch that keeps a window of a stale cached block: its longest run of extents
+ *  patch          a stitch that keeps a window of a stale cached block: a run of its extents
  *                  whose bytes are free at home and may serve the request's stream stays mapped
  *                  where it is, the block's other extents are unmapped, and only what the window
  *                  lacks is mapped after it, in the room its reservation keeps (a stitched range
  *                  reserves twice its size); the window's own extents cost no device call.  Only
  *                  a block whose last free's work has passed (its other extents are unmapped),
- *                  and only when the window gives at least a quarter of the request.
+ *                  and only a window whose estimated saving (its maps and set access, less the
+ *                  unmaps) is positive.  Its auto GC runs as a new stitch's; it counts as churn.
+ *                  A failed unmap fails it with nothing mapped into the range (left reserved, as
+ *                  a failed teardown's); a failed map or set access frees the whole range.
  *  being torn down a block StitchFree picked: unlinked under the lock (off the LRU and the size
  *                  index, not counted, its bin let go, on st->evicting), so no one takes, counts,
  *                  claims (gml_stitch_owns) or picks it again; it keeps its pins while its unmaps
@@ -149,9 +152,11 @@ typedef struct gml_window {
     double saved; /* estimated driver seconds it saves against a stitch of its bytes */
 } gml_window;
 /* The window a patch for `need` bytes on bin's stream would keep: among the stale cached blocks
- * whose last free's work has passed, the run of extents whose handed-out bytes are all free at
- * home and may serve bin, cut to the fewest extents that cover need, giving the most of need
- * (the fewest chunks on ties); false when none gives at least need / 4. */
+ * whose last free's work has passed, a run of extents whose handed-out bytes are all free at
+ * home and may serve bin, cut to the fewest extents that cover need, the one whose estimated
+ * saving (core/cost.h: its maps and set access, less the unmaps of its block's other extents) is
+ * the largest; false when none saves anything.  A stale block's stream is asked about its work
+ * (an event query) at most once a call. */
 bool gml_stitch_window(gml_stitch *st, const gml_bin *bin, size_t need, gml_window *w);
 /* Takes cached block sb off the LRU, the size index and the counters for a patch, onto
  * st->evicting (pinned, holding no parts, its bin let go), as for a teardown; not an eviction. */

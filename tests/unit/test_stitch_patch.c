@@ -199,3 +199,115 @@ Test(stitch_patch, not_while_the_last_free_of_the_block_may_still_run)
         fx_free(&f);
     }
 }
+
+/* A patch whose unmap of the block's other extents fails maps nothing into that range (a range
+ * still mapped there would be mapped over) and fails: nothing is published, the checkers agree.
+ * (make_stale's layout takes the block's first chunk: the window is the other three, one unmap.) */
+Test(stitch_patch, a_failed_unmap_fails_the_patch_and_maps_nothing)
+{
+    for (int nth = 1; nth <= 1; nth++) {
+        stale s;
+        make_stale(&s, true);
+        hfix *f = &s.f;
+        uint64_t maps = hf_calls(f, GMLAKE_DC_MAP), stitches = f->st.stitches;
+        gml_sim_fail_call(f->dev, GMLAKE_DC_UNMAP, nth);
+        gml_block *b = NULL;
+        int rc = gml_stitch_alloc(&f->st, s.s1, 8 * MiB, 8 * MiB, false, &b);
+        cr_assert_eq(rc, GMLAKE_ERR_DEVICE, "unmap %d failed (chunk %d taken): %d", nth, s.k, rc);
+        cr_assert_eq(hf_calls(f, GMLAKE_DC_MAP), maps, "nothing mapped after a failed unmap");
+        cr_assert_eq(f->st.stitches, stitches);
+        cr_assert_eq(f->st.count, 0);
+        hf_check(f, 0);
+        hf_free(f);
+    }
+}
+
+/* Takes the free 2 MiB hole at home address a (live, held by the test). */
+static gml_block *take_at(hfix *f, uintptr_t a)
+{
+    gml_block *fb = gml_block_at(&f->h, a);
+    cr_assert(fb && fb->state == GML_B_FREE && fb->addr == a && fb->size == 2 * MiB, "hole at %#lx",
+              (unsigned long)a);
+    gml_block *b = gml_take(&f->h, fb, 2 * MiB, 2 * MiB);
+    cr_assert_not_null(b);
+    cr_assert(gml_vec_push(&f->used, b));
+    return b;
+}
+
+/* Two 8 MiB stitched blocks cached under stitch_bytes_limit 16 MiB; the first made stale and 2
+ * MiB freed elsewhere; a 10 MiB request: the stitched bytes afterwards. */
+static size_t bytes_after_10(bool patch)
+{
+    hfix f;
+    hf_make_dev(&f, 64 * MiB, 2 * MiB, 0, false);
+    f.st.patch = patch;
+    f.st.bytes_limit = 16 * MiB;
+    gml_bin *s1 = gml_bin_get(&f.h, S1);
+    cr_assert_eq(gml_grow(&f.h, s1, GML_SPACE_LARGE, GML_GROW_BLOCK, 32 * MiB), GMLAKE_OK);
+    gml_block *v[16];
+    for (int i = 0; i < 16; i++)
+        v[i] = hf_take(&f, s1, 2 * MiB);
+    for (int i = 1; i < 16; i += 2)
+        hf_put(&f, v[i], s1); /* eight 2 MiB holes */
+    gml_block *a = NULL, *b = NULL;
+    cr_assert_eq(gml_stitch_alloc(&f.st, s1, 8 * MiB, 8 * MiB, false, &a), GMLAKE_OK);
+    cr_assert_eq(gml_stitch_alloc(&f.st, s1, 8 * MiB, 8 * MiB, false, &b), GMLAKE_OK);
+    uintptr_t a0 = home_of(&f, sb_of(a), 0);
+    gml_stitch_free(&f.st, a, s1);
+    gml_stitch_free(&f.st, b, s1);
+    cr_assert_eq(f.st.bytes, 16 * MiB);
+    take_at(&f, a0); /* a goes stale: its chunks 1..3 stay free */
+    hf_put(&f, v[0], s1);
+    gml_block *c = NULL;
+    cr_assert_eq(gml_stitch_alloc(&f.st, s1, 10 * MiB, 10 * MiB, false, &c), GMLAKE_OK);
+    cr_assert_eq(f.st.patches, patch ? 1 : 0);
+    hf_check(&f, 1);
+    size_t bytes = f.st.bytes;
+    hf_free(&f);
+    return bytes;
+}
+
+/* The auto GC's bounds hold for a patch as for a new stitch: a patched block larger than the one
+ * it replaces tears other cached blocks down when the stitched bytes would exceed the bound. */
+Test(stitch_patch, a_patch_keeps_the_stitched_bytes_bound)
+{
+    cr_assert_leq(bytes_after_10(false), 16 * MiB, "a new stitch runs the auto GC");
+    size_t on = bytes_after_10(true);
+    cr_assert_leq(on, 16 * MiB, "a patch leaves %zu MiB stitched, over stitch_bytes_limit", on / MiB);
+}
+
+static bool patch_setting;
+static void with_patch(gml_pool_settings *s) { s->stitch_patch = patch_setting; }
+
+/* Looking for a window asks about the GPU's progress (an event query) once per stream at a miss,
+ * not once per cached block: sixteen cached blocks of one stream, its work pending, and ten large
+ * misses (which make some of them stale) make at most two queries a miss (bin_passed's two). */Test(stitch_patch, event_queries_once_per_stream_at_a_miss)
+{
+    uint64_t queries[2];
+    for (int on = 0; on < 2; on++) {
+        patch_setting = on;
+        fixture f = fx_make(256 * MiB, false, with_patch);
+        gml_pool *p = f.pool;
+        gml_sim_set_manual_events(f.dev, true);
+        enum { K = 16 };
+        uintptr_t v[4 * K], s[K];
+        for (int i = 0; i < 4 * K; i++)
+            v[i] = must_alloc(p, 2 * MiB, pa);
+        for (int i = 1; i < 4 * K; i += 2)
+            must_free(p, v[i], pa);
+        for (int k = 0; k < K; k++)
+            s[k] = must_alloc(p, 4 * MiB, pa); /* two holes each, stitched */
+        cr_assert_eq(gml_sim_launch(f.dev, pa), GMLAKE_OK);
+        for (int k = 0; k < K; k++)
+            must_free(p, s[k], pa);
+        gmlake_stats a = stats_of(p);
+        for (int r = 0; r < 10; r++)
+            must_alloc(p, 6 * MiB + (size_t)r * 512, pa);
+        gmlake_stats b = stats_of(p);
+        queries[on] = b.device_calls[GMLAKE_DC_EVENT_QUERY] - a.device_calls[GMLAKE_DC_EVENT_QUERY];
+        gml_sim_complete_events(f.dev);
+        fx_free(&f);
+    }
+    cr_assert_leq(queries[1], queries[0] + 2 * 10, "event queries with patches %lu, without %lu",
+                  (unsigned long)queries[1], (unsigned long)queries[0]);
+}
