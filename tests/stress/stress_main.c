@@ -2,7 +2,9 @@
  * backed sim pool; exit 0 when no error was seen and the pool is consistent and empty after.
  * `stress_threads N` bounds the stitched-block cache to N blocks (auto_gc), so that evictions,
  * whose driver calls run without the pool lock, happen on several threads at once; it then fails
- * when none happened.  `stress_threads N E` (N may be - for the default
+ * when none happened (patches off: a patch would use a stale block up instead, stitch.h).
+ * Otherwise it reports the patches made (a stitch without a new range: stitches less the range
+ * reservations after the arena's); `stress_threads - - P` fails when fewer than P were made.  `stress_threads N E` (N may be - for the default
  * bound) also gives the pool uniform extents of E MiB (several
  * chunks each from the start), so that blocks share extents and stitched ranges enter partly
  * used ones. */
@@ -18,9 +20,11 @@ int main(int argc, char **argv)
     gml_pool_settings s;
     gml_pool_settings_default(&s);
     bool gc = argc > 1 && strcmp(argv[1], "-") != 0; /* "-": the default auto_gc */
-    if (gc)
+    if (gc) {
         s.auto_gc = (unsigned)strtoul(argv[1], NULL, 10);
-    if (argc > 2) {
+        s.stitch_patch = false;
+    }
+    if (argc > 2 && strcmp(argv[2], "-") != 0) {
         s.extent_share = 0;
         s.extent_size = (size_t)strtoul(argv[2], NULL, 10) << 20;
     }
@@ -35,13 +39,17 @@ int main(int argc, char **argv)
     gmlake_stats st;
     gml_pool_stats(p, &st);
     gml_sim_pool_destroy(p);
-    if (errors || rc || st.active_bytes || (gc && !st.stitch_evictions)) {
-        fprintf(stderr, "stress: %d errors, check: %s, %lu bytes still active, %lu evictions\n",
-                errors, why, (unsigned long)st.active_bytes, (unsigned long)st.stitch_evictions);
+    uint64_t ranges = st.device_calls[GMLAKE_DC_VA_RESERVE] - 1; /* the arena's is the first */
+    uint64_t patches = st.stitches > ranges ? st.stitches - ranges : 0;
+    uint64_t want = argc > 3 ? strtoull(argv[3], NULL, 10) : 0;
+    if (errors || rc || st.active_bytes || (gc && !st.stitch_evictions) || patches < want) {
+        fprintf(stderr, "stress: %d errors, check: %s, %lu bytes still active, %lu evictions, %lu patches\n",
+                errors, why, (unsigned long)st.active_bytes, (unsigned long)st.stitch_evictions,
+                (unsigned long)patches);
         printf("0 passed, 1 failed\n");
         return 1;
     }
-    printf("stress: %lu allocations, %lu evictions on 8 threads\n1 passed, 0 failed\n",
-           (unsigned long)st.allocations, (unsigned long)st.stitch_evictions);
+    printf("stress: %lu allocations, %lu evictions, %lu patches on 8 threads\n1 passed, 0 failed\n",
+           (unsigned long)st.allocations, (unsigned long)st.stitch_evictions, (unsigned long)patches);
     return 0;
 }
