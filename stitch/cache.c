@@ -364,16 +364,19 @@ void gml_stitch_evict_calls(gml_stitch *st, const gml_sblock_vec *v)
     }
 }
 
+void gml_stitch_unlinked_done(gml_stitch *st, gml_sblock *sb)
+{
+    TAILQ_REMOVE(&st->evicting, sb, lru);
+    for (uint32_t k = 0; k < sb->nchunks; k++)
+        gml_chunk_unpin(st->h, sb->slots[k]);
+    free(sb->slots);
+    free(sb);
+}
+
 void gml_stitch_evict_done(gml_stitch *st, gml_sblock_vec *v)
 {
-    for (size_t i = 0; i < v->n; i++) {
-        gml_sblock *sb = v->v[i];
-        TAILQ_REMOVE(&st->evicting, sb, lru);
-        for (uint32_t k = 0; k < sb->nchunks; k++)
-            gml_chunk_unpin(st->h, sb->slots[k]);
-        free(sb->slots);
-        free(sb);
-    }
+    for (size_t i = 0; i < v->n; i++)
+        gml_stitch_unlinked_done(st, v->v[i]);
     gml_vec_free(v);
 }
 

@@ -333,31 +333,68 @@ static bool take_fit(gml_heap *h, gml_bin *bin, size_t need, size_t req, gml_blo
     return true;
 }
 
-/* The stitched block a patch makes from window w and the pieces after it (used of v, in order):
- * its chunks, head_off, tail_cut and size; NULL on host out of memory. */
-static gml_sblock *patched_record(gml_heap *h, const gml_window *w, const piece_vec *v, size_t used)
+/* Frees a record that was never published (its parts already home). */
+static void drop_record(gml_sblock *sb)
 {
-    size_t chunks = w->hi - w->lo;
+    free(sb->slots);
+    free(sb);
+}
+
+/* Publishes stitched block sb, mapped from va on, as the live block for req: pinned, on the LRU,
+ * counted. */
+static void publish(gml_stitch *st, gml_sblock *sb, uintptr_t va, size_t req, gml_block **out)
+{
+    sb->b.addr = va + sb->head_off;
+    sb->b.req = req;
+    sb->b.state = GML_B_VIEW;
+    sb->live = true;
+    for (uint32_t k = 0; k < sb->nchunks; k++)
+        gml_chunk_pin(st->h, sb->slots[k]);
+    gml_stitch_link_new(st, sb);
+    st->stitches++;
+    *out = &sb->b;
+}
+
+/* A stitched block's record over `nkeep` chunks kept from another (`keep`, whole extents; none
+ * for a new stitch) followed by the extents of pieces v[0..used): its chunks, its tail cut (the
+ * last piece's) and the bytes the pieces hand out as its size; NULL on host out of memory. */
+static gml_sblock *new_record(const gml_heap *h, const uint32_t *keep, size_t nkeep,
+                              const piece_vec *v, size_t used)
+{
+    size_t chunks = nkeep;
     for (size_t i = 0; i < used; i++)
         chunks += (gml_extent_hi(h, v->v[i].hi - 1) - gml_extent_lo(h, v->v[i].lo)) >> h->chunk_shift;
-    gml_sblock *nb = calloc(1, sizeof *nb);
-    uint32_t *slots = nb ? malloc(chunks * sizeof *slots) : NULL;
+    gml_sblock *sb = calloc(1, sizeof *sb);
+    uint32_t *slots = sb ? malloc(chunks * sizeof *slots) : NULL;
     if (!slots) {
-        free(nb);
+        free(sb);
         return NULL;
     }
-    STAILQ_INIT(&nb->parts);
-    memcpy(slots, w->sb->slots + w->lo, (w->hi - w->lo) * sizeof *slots);
-    size_t k = w->hi - w->lo;
-    for (size_t i = 0; i < used; i++)
+    STAILQ_INIT(&sb->parts);
+    if (nkeep)
+        memcpy(slots, keep, nkeep * sizeof *slots);
+    size_t k = nkeep;
+    for (size_t i = 0; i < used; i++) {
         add_extents(h, v->v[i].lo, v->v[i].hi, slots, &k);
-    nb->slots = slots;
-    nb->nchunks = (uint32_t)chunks;
+        sb->b.size += v->v[i].hi - v->v[i].lo;
+    }
+    sb->slots = slots;
+    sb->nchunks = (uint32_t)chunks;
+    if (used)
+        sb->tail_cut = gml_extent_hi(h, v->v[used - 1].hi - 1) - v->v[used - 1].hi;
+    return sb;
+}
+
+/* The stitched block a patch makes from window w and the pieces after it (used of v, in order),
+ * in w's block's reservation; NULL on host out of memory. */
+static gml_sblock *patched_record(const gml_heap *h, const gml_window *w, const piece_vec *v,
+                                  size_t used)
+{
+    gml_sblock *nb = new_record(h, w->sb->slots + w->lo, w->hi - w->lo, v, used);
+    if (!nb)
+        return NULL;
     nb->head_off = w->lo ? 0 : w->sb->head_off;
-    nb->tail_cut = used ? gml_extent_hi(h, v->v[used - 1].hi - 1) - v->v[used - 1].hi : 0;
-    nb->b.size = w->bytes;
-    for (size_t i = 0; i < used; i++)
-        nb->b.size += v->v[i].hi - v->v[i].lo;
+    nb->b.size += w->bytes;
     nb->res_va = w->sb->res_va;
     nb->res_bytes = w->sb->res_bytes;
     return nb;
@@ -397,11 +434,11 @@ static int patch(gml_stitch *st, gml_bin *bin, size_t need, size_t req, const gm
     gml_sblock *nb = patched_record(h, w, &v, used);
     gml_vec_free(&v);
     uintptr_t nva = va + ((size_t)w->lo << h->chunk_shift);
-    if (!nb || nva + ((size_t)nb->nchunks << h->chunk_shift) > sb->res_va + sb->res_bytes ||
+    if (!nb)
+        return GMLAKE_ERR_NOMEM;
+    if (nva + ((size_t)nb->nchunks << h->chunk_shift) > sb->res_va + sb->res_bytes ||
         !gml_stitch_carve(st, nb)) { /* no room after the window, or host out of memory */
-        if (nb)
-            free(nb->slots);
-        free(nb);
+        drop_record(nb);
         return GMLAKE_ERR_NOMEM;
     }
     gml_stitch_unlink_for_patch(st, sb);
@@ -431,29 +468,16 @@ static int patch(gml_stitch *st, gml_bin *bin, size_t need, size_t req, const gm
     gml_stitch_evict_calls(st, &evict);
     gml_heap_relock(h);
     gml_stitch_evict_done(st, &evict);
-    TAILQ_REMOVE(&st->evicting, sb, lru);
-    for (uint32_t k = 0; k < sb->nchunks; k++)
-        gml_chunk_unpin(h, sb->slots[k]);
-    free(sb->slots);
-    free(sb);
+    gml_stitch_unlinked_done(st, sb);
     TAILQ_REMOVE(&st->making, nb, lru);
     if (rc != GMLAKE_OK) {
         gml_stitch_parts_home(st, nb, NULL);
-        free(nb->slots);
-        free(nb);
+        drop_record(nb);
         return rc;
     }
-    nb->b.addr = nva + nb->head_off;
-    nb->b.req = req;
-    nb->b.state = GML_B_VIEW;
-    nb->live = true;
-    for (uint32_t k = 0; k < nb->nchunks; k++)
-        gml_chunk_pin(h, nb->slots[k]);
-    gml_stitch_link_new(st, nb);
-    st->stitches++;
+    publish(st, nb, nva, req, out);
     st->patches++;
     st->churns++; /* a cached block used up for a new one: churn, as a teardown is */
-    *out = &nb->b;
     return GMLAKE_OK;
 }
 
@@ -496,26 +520,10 @@ int gml_stitch_alloc(gml_stitch *st, gml_bin *bin, size_t need, size_t req, bool
     }
     if (!used)
         goto out;
-    size_t chunks = 0;
-    for (size_t i = 0; i < used; i++)
-        chunks += (gml_extent_hi(h, v.v[i].hi - 1) - gml_extent_lo(h, v.v[i].lo)) >> h->chunk_shift;
-    gml_sblock *sb = calloc(1, sizeof *sb);
-    uint32_t *slots = sb ? malloc(chunks * sizeof *slots) : NULL;
-    if (!slots) {
-        free(sb);
+    gml_sblock *sb = new_record(h, NULL, 0, &v, used);
+    if (!sb)
         goto out;
-    }
-    STAILQ_INIT(&sb->parts);
-    size_t k = 0;
-    for (size_t i = 0; i < used; i++)
-        add_extents(h, v.v[i].lo, v.v[i].hi, slots, &k);
-    sb->slots = slots;
-    sb->nchunks = (uint32_t)chunks;
     sb->head_off = v.v[0].lo - gml_extent_lo(h, v.v[0].lo);
-    sb->tail_cut = gml_extent_hi(h, v.v[used - 1].hi - 1) - v.v[used - 1].hi;
-    sb->b.size = 0;
-    for (size_t i = 0; i < used; i++)
-        sb->b.size += v.v[i].hi - v.v[i].lo;
     uintptr_t va;
     rc = gml_stitch_carve(st, sb) ? GMLAKE_OK : GMLAKE_ERR_NOMEM;
     if (rc == GMLAKE_OK) {
@@ -527,7 +535,7 @@ int gml_stitch_alloc(gml_stitch *st, gml_bin *bin, size_t need, size_t req, bool
         if (gml_stitch_evict_pick(st, false, &evict))
             st->churns++;
         gml_heap_unlock(h);
-        rc = gml_stitch_map(h, slots, chunks, &va);
+        rc = gml_stitch_map(h, sb->slots, sb->nchunks, &va);
         gml_stitch_evict_calls(st, &evict);
         gml_heap_relock(h);
         gml_stitch_evict_done(st, &evict);
@@ -536,21 +544,12 @@ int gml_stitch_alloc(gml_stitch *st, gml_bin *bin, size_t need, size_t req, bool
             gml_stitch_parts_home(st, sb, NULL);
     }
     if (rc != GMLAKE_OK) {
-        free(slots);
-        free(sb);
+        drop_record(sb);
         goto out;
     }
-    sb->b.addr = va + sb->head_off;
     sb->res_va = va;
-    sb->res_bytes = gml_stitch_reserve_bytes(h, chunks);
-    sb->b.req = req;
-    sb->b.state = GML_B_VIEW;
-    sb->live = true;
-    for (size_t i = 0; i < chunks; i++)
-        gml_chunk_pin(h, slots[i]);
-    gml_stitch_link_new(st, sb);
-    st->stitches++;
-    *out = &sb->b;
+    sb->res_bytes = gml_stitch_reserve_bytes(h, sb->nchunks);
+    publish(st, sb, va, req, out);
 out:
     gml_vec_free(&v);
     return rc;

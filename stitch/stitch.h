@@ -188,6 +188,9 @@ size_t gml_stitch_gc(gml_stitch *st, bool all);
 size_t gml_stitch_evict_pick(gml_stitch *st, bool all, gml_sblock_vec *v);
 void gml_stitch_evict_calls(gml_stitch *st, const gml_sblock_vec *v);
 void gml_stitch_evict_done(gml_stitch *st, gml_sblock_vec *v);
+/* done for one block on st->evicting (a teardown's or a patch's; lock held): off the list, its
+ * chunks unpinned, its record freed (its range is the caller's concern). */
+void gml_stitch_unlinked_done(gml_stitch *st, gml_sblock *sb);
 /* ---- map.c: the device calls of a stitched range (under stitch.c and cache.c) ---- */
 /* Reserves a range of twice the bytes of the chunks `slots` (n of them, whole extents, heads
  * first; the second half is room for a patch), maps each extent from its start and sets access

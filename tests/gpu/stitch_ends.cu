@@ -6,31 +6,15 @@
 // 8 MiB extents: tests/gpu/run.sh sets them); prints "N passed, M failed", exits non-zero on a
 // failure.
 #include <cuda_runtime.h>
-#include <dlfcn.h>
 #include <stdint.h>
 #include <stdio.h>
-#include <string.h>
-#include "gmlake.h"
-#include "gpu_check.cuh"
+#include "gpu_stats.cuh"
 
 #define MiB ((size_t)1 << 20)
 
-static void put(void *p, size_t bytes, uint32_t seed) {
-    fill<<<256, 256>>>((uint32_t *)p, bytes / 4, seed);
-    cudaDeviceSynchronize();
-}
-
-typedef int (*stats_fn)(int, gmlake_stats *);
-static stats_fn get_stats;
-static gmlake_stats st() { gmlake_stats s; memset(&s, 0, sizeof s); if (get_stats) get_stats(0, &s); return s; }
-static uint64_t calls() { gmlake_stats x = st(); uint64_t c = 0; for (int k = 0; k < GMLAKE_DC_COUNT; k++) c += x.device_calls[k]; return c; }
-
 int main() {
-    get_stats = (stats_fn)dlsym(RTLD_DEFAULT, "gmlake_get_stats");
-    int (*empty)(int) = (int (*)(int))dlsym(RTLD_DEFAULT, "gmlake_empty_cache");
-    int (*check)(int) = (int (*)(int))dlsym(RTLD_DEFAULT, "gmlake_check");
-    CHECK(get_stats && empty && check, "libgmlake is preloaded");
-    if (!get_stats || !empty || !check) { printf("%d passed, %d failed\n", passed, failed); return 1; }
+    device_fn empty, check;
+    if (!preloaded(&empty, &check)) { printf("%d passed, %d failed\n", passed, failed); return 1; }
     CHECK(cudaMalloc(&bad, sizeof *bad) == cudaSuccess, "cudaMalloc small");
     CHECK(empty(0) == 0, "empty cache");
     // E1 (8 MiB): live [0, 3), free [3, 8); a live 2 MiB extent; E2 (8 MiB): free [0, 5), live [5, 8)

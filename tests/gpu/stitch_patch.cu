@@ -7,24 +7,12 @@
 // GMLAKE_EXTENT_SIZE=2MiB (one chunk per extent: tests/gpu/run.sh sets them); prints
 // "N passed, M failed", exits non-zero on a failure.
 #include <cuda_runtime.h>
-#include <dlfcn.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
-#include "gmlake.h"
-#include "gpu_check.cuh"
+#include "gpu_stats.cuh"
 
 #define MiB ((size_t)1 << 20)
-
-static void put(void *p, size_t bytes, uint32_t seed) {
-    fill<<<256, 256>>>((uint32_t *)p, bytes / 4, seed);
-    cudaDeviceSynchronize();
-}
-
-typedef int (*stats_fn)(int, gmlake_stats *);
-static stats_fn get_stats;
-static gmlake_stats st() { gmlake_stats s; memset(&s, 0, sizeof s); if (get_stats) get_stats(0, &s); return s; }
 
 // The word at byte `off` of a range filled with `seed` from its start.
 static uint32_t want(uint32_t seed, size_t off) { return seed ^ (uint32_t)((off / 4) * 2654435761u); }
@@ -32,11 +20,8 @@ static uint32_t want(uint32_t seed, size_t off) { return seed ^ (uint32_t)((off 
 int main() {
     const char *mode = getenv("GMLAKE_STITCH_PATCH");
     bool patch = !(mode && strcmp(mode, "off") == 0);
-    get_stats = (stats_fn)dlsym(RTLD_DEFAULT, "gmlake_get_stats");
-    int (*empty)(int) = (int (*)(int))dlsym(RTLD_DEFAULT, "gmlake_empty_cache");
-    int (*check)(int) = (int (*)(int))dlsym(RTLD_DEFAULT, "gmlake_check");
-    CHECK(get_stats && empty && check, "libgmlake is preloaded");
-    if (!get_stats || !empty || !check) { printf("%d passed, %d failed\n", passed, failed); return 1; }
+    device_fn empty, check;
+    if (!preloaded(&empty, &check)) { printf("%d passed, %d failed\n", passed, failed); return 1; }
     CHECK(cudaMalloc(&bad, sizeof *bad) == cudaSuccess, "cudaMalloc small");
     CHECK(empty(0) == 0, "empty cache");
     // eight one-chunk extents; every other one freed: four 2 MiB holes between live blocks
