@@ -158,6 +158,8 @@ def distributed(rows):
                        if small and peak[a] else "")
                 out.append(f"\n{a}: median step {median(step[a]) / median(step[fast]):.3f} x "
                            f"{fast}'s (the fastest PyTorch allocator){mem}.")
+        if fast:
+            out += paired_rounds(runs, allocs, fast)
         for a in allocs:
             line = driver_by_phase([r for r in runs if r["allocator"] == a])
             if line:
@@ -166,6 +168,31 @@ def distributed(rows):
             if "error" in r and (r.get("mode", "?"), r.get("world_size", "?")) == m:
                 out.append(f"\n- {r['allocator']}: {r['error']}")
         out.append("")
+    return out
+
+
+def paired_rounds(runs, allocs, ref):
+    """Each other allocator's mean timed step over ref's in the same round (run_dist.sh runs every
+    allocator once a round, back to back, so a round's ratio leaves out the machine's drift between
+    rounds, 10-15%): median (min-max) over the rounds that have both, and in how many the allocator
+    was the faster.  A round is a run's order // the number of allocators; [] with under two rounds."""
+    n = len(allocs)
+
+    def by_round(a):
+        return {r["order"] // n: mean(r["step_times"][r["warmup"]:]) for r in runs
+                if r["allocator"] == a and "order" in r}
+    base, out = by_round(ref), []
+    for a in allocs:
+        if a == ref:
+            continue
+        mine = by_round(a)
+        ratios = [mine[k] / base[k] for k in sorted(mine) if k in base and base[k] > 0]
+        if len(ratios) < 2:
+            continue
+        faster = sum(x < 1 for x in ratios)
+        out.append(f"\n{a}: mean timed step over {ref}'s in the same round {spread(ratios, '{:.3f}')}, "
+                   f"{len(ratios)} rounds ({', '.join(f'{x:.3f}' for x in ratios)}); the faster in "
+                   f"{faster} of {len(ratios)}.")
     return out
 
 
@@ -198,7 +225,7 @@ def steps_by_length(runs, allocs):
 
 def driver_by_phase(runs):
     """Where gmlake's driver time fell in these runs (dist.jsonl's rank_gmlake_steps: each rank's
-    [driver seconds, device calls, stitches, seconds in the pool's allocations and frees] per step): the warm-up steps' and the timed steps'
+    [driver seconds, device calls, stitches, seconds in the pool's allocations and frees, stream waits] per step): the warm-up steps' and the timed steps'
     seconds (the larger rank's, median over the runs) and the steps that made device calls on any
     rank in any run; None without those figures."""
     per = [r for r in runs if r.get("rank_gmlake_steps")]

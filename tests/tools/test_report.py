@@ -68,5 +68,23 @@ class DriverByPhase(unittest.TestCase):
         self.assertNotIn("expandable: driver time", text)
 
 
+
+class PairedRounds(unittest.TestCase):
+    def test_ratio_to_the_reference_within_each_round(self):
+        rows = []
+        # round 0: expandable 0.1, gmlake 0.11; round 1 (drift: everything slower): 0.2 and 0.19
+        for order, a, t in [(0, "expandable", 0.1), (1, "gmlake", 0.11), (2, "gmlake", 0.19), (3, "expandable", 0.2)]:
+            r = row(a, None, step_times=(0.5, 0.5, t, t))
+            r["order"] = order
+            rows.append(r)
+        lines = report.paired_rounds(rows, ["expandable", "gmlake"], "expandable")
+        self.assertEqual(len(lines), 1)
+        self.assertIn("1.025 (0.950-1.100), 2 rounds (1.100, 0.950)", lines[0])
+        self.assertIn("the faster in 1 of 2", lines[0])
+
+    def test_nothing_with_one_round(self):
+        rows = [dict(row(a, None), order=i) for i, a in enumerate(["expandable", "gmlake"])]
+        self.assertEqual(report.paired_rounds(rows, ["expandable", "gmlake"], "expandable"), [])
+
 if __name__ == "__main__":
     unittest.main()

@@ -1,0 +1,215 @@
+/*
+ * access_cost.c — what cuMemSetAccess, cuMemMap and cuMemUnmap cost by the allocation's handle
+ * type, on the raw driver (no gmlake layer): whether gmlake's exportable handles (POSIX file
+ * descriptors, for CUDA IPC) or the GPUs the process sees make a stitched range's device calls
+ * dearer.  Needs a GPU.
+ *
+ * For each handle type (none: plain; fd: CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, as gmlake
+ * creates its chunks where the device supports it) and handle size (2, 20, 64 MiB, or those
+ * given), REPS times over the whole handles that fit in TOTAL bytes (1 GiB) of device 0: create
+ * the handles once, then map them into a fresh range, one cuMemSetAccess over the range, unmap,
+ * free the range (a stitched range's life); the median ms per GiB of map, set access and unmap.
+ * The devices the process sees (cuDeviceGetCount) are printed with each line, so that runs with
+ * CUDA_VISIBLE_DEVICES set can be told apart.
+ *
+ * Output: JSON lines on stdout.  Exit status 1 with a message when the driver or a GPU is missing
+ * or a call fails.
+ *   gpu_access [--reps N] [--total-mib M] [HANDLE_MIB...]
+ */
+#include <cuda.h>
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define MIB ((size_t)1 << 20)
+#define MAX_HANDLES 4096
+
+static struct {
+    CUresult (*init)(unsigned int);
+    CUresult (*device_get)(CUdevice *, int);
+    CUresult (*device_get_count)(int *);
+    CUresult (*device_get_attribute)(int *, CUdevice_attribute, CUdevice);
+    CUresult (*primary_ctx_retain)(CUcontext *, CUdevice);
+    CUresult (*ctx_set_current)(CUcontext);
+    CUresult (*granularity)(size_t *, const CUmemAllocationProp *, CUmemAllocationGranularity_flags);
+    CUresult (*create)(CUmemGenericAllocationHandle *, size_t, const CUmemAllocationProp *,
+                       unsigned long long);
+    CUresult (*release)(CUmemGenericAllocationHandle);
+    CUresult (*reserve)(CUdeviceptr *, size_t, size_t, CUdeviceptr, unsigned long long);
+    CUresult (*va_free)(CUdeviceptr, size_t);
+    CUresult (*map)(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle, unsigned long long);
+    CUresult (*set_access)(CUdeviceptr, size_t, const CUmemAccessDesc *, size_t);
+    CUresult (*unmap)(CUdeviceptr, size_t);
+} cu;
+
+static double now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
+}
+
+#define CHECK(call)                                                                               \
+    do {                                                                                          \
+        CUresult r_ = (call);                                                                     \
+        if (r_ != CUDA_SUCCESS) {                                                                 \
+            fprintf(stderr, "gpu_access: %s failed: CUresult %d (line %d)\n", #call, (int)r_,     \
+                    __LINE__);                                                                    \
+            exit(1);                                                                              \
+        }                                                                                         \
+    } while (0)
+
+static int resolve_all(void)
+{
+    void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (!lib) {
+        fprintf(stderr, "gpu_access: cannot open libcuda.so.1 (no NVIDIA driver here): %s\n", dlerror());
+        return -1;
+    }
+    struct { void **slot; const char *name; } want[] = {
+        {(void **)&cu.init, "cuInit"},
+        {(void **)&cu.device_get, "cuDeviceGet"},
+        {(void **)&cu.device_get_count, "cuDeviceGetCount"},
+        {(void **)&cu.device_get_attribute, "cuDeviceGetAttribute"},
+        {(void **)&cu.primary_ctx_retain, "cuDevicePrimaryCtxRetain"},
+        {(void **)&cu.ctx_set_current, "cuCtxSetCurrent"},
+        {(void **)&cu.granularity, "cuMemGetAllocationGranularity"},
+        {(void **)&cu.create, "cuMemCreate"},
+        {(void **)&cu.release, "cuMemRelease"},
+        {(void **)&cu.reserve, "cuMemAddressReserve"},
+        {(void **)&cu.va_free, "cuMemAddressFree"},
+        {(void **)&cu.map, "cuMemMap"},
+        {(void **)&cu.set_access, "cuMemSetAccess"},
+        {(void **)&cu.unmap, "cuMemUnmap"},
+    };
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
+        if (!(*want[i].slot = dlsym(lib, want[i].name))) {
+            fprintf(stderr, "gpu_access: libcuda.so.1 lacks %s\n", want[i].name);
+            return -1;
+        }
+    return 0;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+/* REPS stitched-range lives over n handles of hsize: medians of map, set access, unmap in ms. */
+static void lives(const CUmemGenericAllocationHandle *hs, size_t n, size_t hsize, size_t gran,
+                  int dev, int reps, double out[3])
+{
+    double t[3][64];
+    CUmemAccessDesc a = {.location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = dev},
+                         .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+    for (int r = 0; r < reps; r++) {
+        CUdeviceptr va;
+        CHECK(cu.reserve(&va, n * hsize, gran, 0, 0));
+        double t0 = now_ms();
+        for (size_t i = 0; i < n; i++)
+            CHECK(cu.map(va + i * hsize, hsize, 0, hs[i], 0));
+        double t1 = now_ms();
+        CHECK(cu.set_access(va, n * hsize, &a, 1));
+        double t2 = now_ms();
+        for (size_t i = 0; i < n; i++)
+            CHECK(cu.unmap(va + i * hsize, hsize));
+        double t3 = now_ms();
+        CHECK(cu.va_free(va, n * hsize));
+        t[0][r] = t1 - t0;
+        t[1][r] = t2 - t1;
+        t[2][r] = t3 - t2;
+    }
+    for (int k = 0; k < 3; k++)
+        out[k] = median(t[k], reps);
+}
+
+int main(int argc, char **argv)
+{
+    int reps = 5;
+    size_t total = 1024 * MIB, sizes[16];
+    int nsizes = 0;
+    for (int i = 1; i < argc; i++) {
+        char *end;
+        if (strcmp(argv[i], "--reps") == 0 && i + 1 < argc) {
+            reps = (int)strtol(argv[++i], &end, 10);
+            if (*end || reps < 1 || reps > 64) {
+                fprintf(stderr, "gpu_access: --reps wants 1..64\n");
+                return 2;
+            }
+        } else if (strcmp(argv[i], "--total-mib") == 0 && i + 1 < argc) {
+            long m = strtol(argv[++i], &end, 10);
+            if (*end || m < 2 || m > 65536) {
+                fprintf(stderr, "gpu_access: --total-mib wants 2..65536\n");
+                return 2;
+            }
+            total = (size_t)m * MIB;
+        } else {
+            long m = strtol(argv[i], &end, 10);
+            if (*end || m < 2 || m % 2 || nsizes == 16) {
+                fprintf(stderr, "usage: gpu_access [--reps N] [--total-mib M] [HANDLE_MIB (even, >= 2)...]\n");
+                return 2;
+            }
+            sizes[nsizes++] = (size_t)m * MIB;
+        }
+    }
+    if (!nsizes) {
+        sizes[0] = 2 * MIB, sizes[1] = 20 * MIB, sizes[2] = 64 * MIB;
+        nsizes = 3;
+    }
+    if (resolve_all())
+        return 1;
+    if (cu.init(0) != CUDA_SUCCESS) {
+        fprintf(stderr, "gpu_access: cuInit failed (no GPU?)\n");
+        return 1;
+    }
+    int ndev = 0, fd_ok = 0;
+    CUdevice d;
+    CUcontext ctx;
+    CHECK(cu.device_get_count(&ndev));
+    CHECK(cu.device_get(&d, 0));
+    CHECK(cu.primary_ctx_retain(&ctx, d));
+    CHECK(cu.ctx_set_current(ctx));
+    CHECK(cu.device_get_attribute(&fd_ok, CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED, d));
+    static CUmemGenericAllocationHandle hs[MAX_HANDLES];
+    for (int type = 0; type < 2; type++) {
+        if (type && !fd_ok)
+            break;
+        CUmemAllocationProp prop = {.type = CU_MEM_ALLOCATION_TYPE_PINNED,
+                                    .location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = 0}};
+        if (type)
+            prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+        size_t gran;
+        CHECK(cu.granularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM));
+        for (int s = 0; s < nsizes; s++) {
+            size_t hsize = (sizes[s] + gran - 1) / gran * gran, n = total / hsize;
+            if (!n || n > MAX_HANDLES) {
+                fprintf(stderr, "gpu_access: %zu MiB handles: 1..%d of them must fit in the total\n",
+                        hsize / MIB, MAX_HANDLES);
+                return 2;
+            }
+            for (size_t i = 0; i < n; i++)
+                CHECK(cu.create(&hs[i], hsize, &prop, 0));
+            double ms[3];
+            lives(hs, n, hsize, gran, 0, reps, ms);
+            for (size_t i = 0; i < n; i++)
+                CHECK(cu.release(hs[i]));
+            double gib = (double)(n * hsize) / (1024.0 * MIB);
+            printf("{\"bench\":\"access\",\"handle_type\":\"%s\",\"visible_devices\":%d,\"handle_mib\":%zu,"
+                   "\"handles\":%zu,\"reps\":%d,\"map_ms_per_gib\":%.3f,\"set_access_ms_per_gib\":%.3f,"
+                   "\"unmap_ms_per_gib\":%.3f,\"set_access_us_per_handle\":%.2f}\n",
+                   type ? "fd" : "none", ndev, hsize / MIB, n, reps, ms[0] / gib, ms[1] / gib,
+                   ms[2] / gib, ms[1] * 1e3 / (double)n);
+            fflush(stdout);
+        }
+    }
+    return 0;
+}
