@@ -95,24 +95,27 @@ def gmlake_figures(device):
 def gmlake_step_marks(device):
     """gmlake's running totals on this rank after a step (driver seconds, device calls,
     stitches, seconds in the pool's allocations and frees, GPU-side waits of one stream for
-    another's frees), or None when gmlake is not loaded."""
+    another's frees; then the pool's peak reserved bytes so far, a level), or None when gmlake is
+    not loaded."""
     s = gmlake.stats(device) if gmlake.enabled() else None
     if s is None:
         return None
     return (s["device_seconds"], sum(s["device_calls"].values()), s["stitches"], pool_host_seconds(s),
-            s["device_calls"].get("stream_wait", 0))
+            s["device_calls"].get("stream_wait", 0), s["peak_reserved_bytes"])
 
 
 def step_deltas(start, marks):
     """Each step's share of the running totals gmlake_step_marks took before the first step
-    (start) and after every step; None without gmlake."""
+    (start) and after every step, and the peak reserved MiB after the step (where growth
+    happened: a level, not a share); None without gmlake."""
     if not marks or marks[0] is None:
         return None
-    out, prev = [], start or (0.0, 0, 0, 0.0, 0)
+    out, prev = [], start or (0.0, 0, 0, 0.0, 0, 0)
     for m in marks:
         # the pool's host time: None from a library without it (an older build, gmlake@DIR)
         host = None if m[3] is None or prev[3] is None else round(m[3] - prev[3], 5)
-        out.append([round(m[0] - prev[0], 5), m[1] - prev[1], m[2] - prev[2], host, m[4] - prev[4]])
+        out.append([round(m[0] - prev[0], 5), m[1] - prev[1], m[2] - prev[2], host, m[4] - prev[4],
+                    round(m[5] / MIB)])
         prev = m
     return out
 
@@ -198,7 +201,8 @@ def run(args):
             # each rank's host time to queue each step (before its synchronisation)
             "rank_enqueue_times": [[round(t, 5) for t in r["enqueue"]] for r in everyone],
             # each rank's gmlake work in each step: [driver seconds, device calls, stitches,
-            # seconds in the pool, GPU-side waits for another stream's frees]
+            # seconds in the pool, GPU-side waits for another stream's frees, peak reserved MiB
+            # after the step]
             "rank_gmlake_steps": [r["gmlake_steps"] for r in everyone] if gmlake.enabled() else None,
             "median_s_per_step": statistics.median(timed) if timed else None,
             "first_s_per_step": statistics.mean(step_times[:WARMUP]) if WARMUP else None,

@@ -225,7 +225,7 @@ def steps_by_length(runs, allocs):
 
 def driver_by_phase(runs):
     """Where gmlake's driver time fell in these runs (dist.jsonl's rank_gmlake_steps: each rank's
-    [driver seconds, device calls, stitches, seconds in the pool's allocations and frees, stream waits] per step): the warm-up steps' and the timed steps'
+    [driver seconds, device calls, stitches, seconds in the pool's allocations and frees, stream waits, peak reserved MiB] per step): the warm-up steps' and the timed steps'
     seconds (the larger rank's, median over the runs) and the steps that made device calls on any
     rank in any run; None without those figures."""
     per = [r for r in runs if r.get("rank_gmlake_steps")]
