@@ -66,6 +66,10 @@ const gml_option gml_options[] = {
      "a stitch may keep the free extents of a stale cached stitched block mapped where they are "
      "and map only what they lack after them (fewer device calls); off: every stitch maps a "
      "fresh range"},
+    {"stitch_borrow", NULL, GML_OPT_BOOL, "off", 0, 0, NULL,
+     "before a stitch grows the pool for a request of at least 1/16 of it, take the free memory "
+     "of the other streams whose work may still run, by a wait on the GPU (stream_wait); guards "
+     "against growth where the GPU runs far behind the host (measured: docs/ARCHITECTURE.md)"},
 };
 const int gml_option_count = (int)(sizeof gml_options / sizeof gml_options[0]);
 _Static_assert(sizeof gml_options / sizeof gml_options[0] <= GML_OPTION_MAX, "GML_OPTION_MAX rows at most");
@@ -95,6 +99,7 @@ static void *field_of(gml_config *c, int i)
     case 18: return &c->pool.stream_wait;
     case 19: return &c->pool.churn_limit;
     case 20: return &c->pool.stitch_patch;
+    case 21: return &c->pool.stitch_borrow;
     default: return NULL;
     }
 }

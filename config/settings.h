@@ -35,6 +35,8 @@ typedef struct gml_pool_settings {
     size_t frag_limit;         /* smallest request stitched while the pool may still grow */
     double reuse_limit;        /* a cached stitched block serves a request if size <= req x this */
     bool stitch_patch;         /* a stitch may keep a stale cached block's free window mapped */
+    bool stitch_borrow;        /* a large stitch takes other streams' pending frees by a GPU wait
+                                * before it grows (gml_borrow_all) */
     /* pool */
     size_t churn_limit;        /* frag_limit while stitching churns (new stitched blocks tear
                                 * cached ones down, within the last GML_CHURN_WINDOW

@@ -376,9 +376,27 @@ out:
     return moved;
 }
 
+/* Whether stream bin `bin` may take another stream's busy blocks by a GPU-side wait. */
+static bool may_borrow(gml_heap *p, const gml_bin *bin)
+{
+    return p->stream_wait && bin != p->ready && !bin->retired && gml_dev_stream_here(p->dev, bin->stream);
+}
+
+/* Makes bin's stream wait on the GPU for the work of `from` up to `seq` (from's event when it was
+ * recorded after seq, else a new one); false when that cannot be done. */
+static bool wait_for(gml_heap *p, gml_bin *bin, gml_bin *from, uint64_t seq)
+{
+    /* the event the wait names must capture the block's free: one recorded after it */
+    if (!from->ev || from->ev_seq < seq) {
+        if (from->retired || !record(p, from))
+            return false;
+    }
+    return gml_dev_stream_wait(p->dev, bin->stream, from->ev) == GMLAKE_OK;
+}
+
 size_t gml_borrow(gml_heap *p, gml_bin *bin, int space, size_t need)
 {
-    if (!p->stream_wait || bin == p->ready || bin->retired || !gml_dev_stream_here(p->dev, bin->stream))
+    if (!may_borrow(p, bin))
         return 0;
     gml_bin_cand_flush(p);
     for (gml_bin *from = cand_first(p, space, need); from; from = cand_next(space, from)) {
@@ -388,20 +406,47 @@ size_t gml_borrow(gml_heap *p, gml_bin *bin, int space, size_t need)
         key.size = need;
         key.addr = 0;
         gml_block *f = RB_NFIND(gml_size_tree, &from->free[space], &key);
-        if (!f)
-            continue;
-        /* the event the wait names must capture the block's free: one recorded after it */
-        if (!from->ev || from->ev_seq < f->seq) {
-            if (from->retired || !record(p, from))
-                continue;
-        }
-        if (gml_dev_stream_wait(p->dev, bin->stream, from->ev) != GMLAKE_OK)
+        if (!f || !wait_for(p, bin, from, f->seq))
             continue;
         move_to(p, f, bin);
         retired_reap(p, from);
         return 1;
     }
     return 0;
+}
+
+size_t gml_borrow_all(gml_heap *p, gml_bin *bin, int space)
+{
+    if (!may_borrow(p, bin))
+        return 0;
+    gml_bin_cand_flush(p);
+    gml_bin *lenders[GML_BORROW_BINS];
+    int n = 0;
+    /* the bins whose largest block is the largest: the candidate index, from its end */
+    gml_bin *from = space == GML_SPACE_LARGE ? RB_MAX(gml_cand_large, &p->cand_large)
+                                             : RB_MAX(gml_cand_small, &p->cand_small);
+    for (; from && n < GML_BORROW_BINS;
+         from = space == GML_SPACE_LARGE ? RB_PREV(gml_cand_large, NULL, from)
+                                         : RB_PREV(gml_cand_small, NULL, from))
+        if (from != bin && from != p->ready && !from->retired && !RB_EMPTY(&from->free[space]))
+            lenders[n++] = from;
+    size_t moved = 0;
+    for (int i = 0; i < n; i++) {
+        from = lenders[i];
+        uint64_t seq = 0; /* the latest free among its blocks: the wait must cover them all */
+        gml_block *f;
+        RB_FOREACH(f, gml_size_tree, &from->free[space])
+            if (f->seq > seq)
+                seq = f->seq;
+        if (!wait_for(p, bin, from, seq))
+            continue;
+        while ((f = RB_MIN(gml_size_tree, &from->free[space]))) {
+            move_to(p, f, bin);
+            moved++;
+        }
+        retired_reap(p, from);
+    }
+    return moved;
 }
 
 size_t gml_join_for(gml_heap *p, gml_bin *bin, int space, size_t need)

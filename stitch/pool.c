@@ -11,7 +11,9 @@
  *      ready bin (gml_promote);
  *   2. small: move a free large chunk to the small space, else grow one chunk;
  *      large: give fully free small chunks back to the large space; then at defrag level 0
- *      stitch (a cached stitched block first; growth only by the deficit); else grow the large
+ *      stitch (a cached stitched block first; with stitch_borrow, for a request of at least
+ *      1/GML_BORROW_SHARE of the pool, the other streams' free memory by a wait on the GPU
+ *      before growth: "borrow" in stitch.h; growth only by the deficit); else grow the large
  *      space; at level 1 stitch after growth failed.  At level 0 a request below frag_limit, or
  *      below churn_limit while stitching churns (grow_first), takes a cached stitched block or
  *      grows the large space first, and is stitched once growth failed; after such a failure

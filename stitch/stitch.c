@@ -59,6 +59,7 @@ int gml_stitch_init(gml_stitch *st, gml_heap *h, const gml_pool_settings *s, con
     st->enabled = s->vmm_defragment;
     st->reuse_limit = s->reuse_limit;
     st->patch = s->stitch_patch;
+    st->borrow = s->stitch_borrow;
     st->auto_gc = s->auto_gc;
     st->bytes_limit = s->stitch_bytes_limit;
     st->strategy = (gml_stitch_strategy)s->strategy;
@@ -502,6 +503,18 @@ int gml_stitch_alloc(gml_stitch *st, gml_bin *bin, size_t need, size_t req, bool
     if (!collect_pieces(h, bin, &v))
         goto out;
     used = choose(h, &v, need, st->strategy, &lack, &partial);
+    /* before new memory, the other streams' free memory, whose work may still run, by a wait on
+     * the GPU (their frees are pending where the GPU runs far behind the host) */
+    if (!used && st->borrow && may_grow && lack && need >= h->reserved / GML_BORROW_SHARE &&
+        gml_borrow_all(h, bin, GML_SPACE_LARGE)) {
+        if ((rc = gml_stitch_cache_take(st, bin, need, req, out)) == GMLAKE_OK ||
+            take_fit(h, bin, need, req, out, &rc, false))
+            goto out;
+        rc = GMLAKE_ERR_NOMEM;
+        if (!collect_pieces(h, bin, &v))
+            goto out;
+        used = choose(h, &v, need, st->strategy, &lack, &partial);
+    }
     /* grow what the pieces lack, as whole chunks (growth counts the whole extents itself); a
      * second time when the growth merged the block the range would begin with and the one it
      * would end with (one block gives one end only), so the pieces fall short again */

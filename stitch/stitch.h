@@ -41,6 +41,14 @@
  *                  unmaps) is positive.  Its auto GC runs as a new stitch's; it counts as churn.
  *                  A failed unmap fails it with nothing mapped into the range (left reserved, as
  *                  a failed teardown's); a failed map or set access frees the whole range.
+ *  borrow         (setting stitch_borrow, off by default: on 2 GPUs it did not show it pays)
+ *                 before a stitch grows the pool for a request of at least 1/GML_BORROW_SHARE of
+ *                 what the pool reserves, it takes the free memory the other streams' bins hold,
+ *                 whose work may still run, by making the request's stream wait for it on the GPU
+ *                 (gml_borrow_all, setting stream_wait): where the GPU runs far behind the host,
+ *                 a large request of one stream otherwise grows the pool while the other
+ *                 streams' frees are pending.  Not for smaller requests: a random-size workload
+ *                 with frees on two streams would then stitch instead of growing, and churn.
  *  being torn down a block StitchFree picked: unlinked under the lock (off the LRU and the size
  *                  index, not counted, its bin let go, on st->evicting), so no one takes, counts,
  *                  claims (gml_stitch_owns) or picks it again; it keeps its pins while its unmaps
@@ -77,6 +85,8 @@
 
 #include "../core/heap.h"
 
+#define GML_BORROW_SHARE 16 /* a request of reserved / this or more borrows before it grows */
+
 typedef enum gml_stitch_strategy {
     GML_STITCH_LARGEST = 0, /* GMLake's: largest free pieces first */
     GML_STITCH_BESTFIT = 1, /* fewest pieces, least leftover: best-fit piece for the remainder */
@@ -110,6 +120,7 @@ typedef struct gml_stitch {
     gml_heap *h;
     bool enabled;
     bool patch;                      /* stitch_patch: patches allowed */
+    bool borrow;                     /* stitch_borrow: a large stitch borrows before it grows */
     double reuse_limit;
     unsigned auto_gc;
     size_t bytes_limit;

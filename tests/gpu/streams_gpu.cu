@@ -8,6 +8,8 @@
 //    streams leave no events behind (gmlake's event create/destroy counts) and take < 5 s;
 //  - cudaFree waits for the device (another stream's spinning kernel has finished when it returns);
 //  - gmlake_empty_cache waiting for a busy device does not block another thread's allocation;
+//  - with GMLAKE_STITCH_BORROW=on, a large request stitches another stream's pending frees after a
+//    wait on the GPU instead of growing (else it grows);
 //  - fork: 20 children forked while two threads allocate; each gets an error from cudaMalloc
 //    (CUDA is unusable after fork) and none hangs (alarm).
 #include <stdlib.h>
@@ -119,6 +121,65 @@ static void busy_block_to_another_stream(bool destroy) {
     cudaStreamDestroy(s2);
     if (!destroy)
         cudaStreamDestroy(s1);
+}
+
+// A large request whose only free memory is another stream's pending frees (stitch.h, "borrow"):
+// side takes three 8 MiB blocks out of one 24 MiB block it freed (so they lie side by side), keeps
+// the middle one, spins 300 ms, writes 1 into the outer two and frees them; main asks 16 MiB at
+// once.  With GMLAKE_STITCH_BORROW=on (and stream_wait on, the default), the pool stitches the two
+// after one wait on the GPU instead of growing, and main's write of 2 lands after side's kernel;
+// otherwise (stitch_borrow off by default, or GMLAKE_STREAM_WAIT=off) it grows.
+static int by_addr(const void *a, const void *b) {
+    uintptr_t x = *(const uintptr_t *)a, y = *(const uintptr_t *)b;
+    return (x > y) - (x < y);
+}
+static void large_request_borrows_pending_frees() {
+    const char *e = getenv("GMLAKE_STREAM_WAIT"), *bo = getenv("GMLAKE_STITCH_BORROW");
+    bool wait_on = !(e && (!strcmp(e, "off") || !strcmp(e, "0"))) &&
+                   bo && (!strcmp(bo, "on") || !strcmp(bo, "1"));
+    int (*empty)(int) = (int (*)(int))dlsym(RTLD_DEFAULT, "gmlake_empty_cache");
+    CHECK(empty && empty(0) == 0, "empty the cache first");  // reserved: what is live
+    cudaStream_t side, main_s;
+    cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking);
+    cudaStreamCreateWithFlags(&main_s, cudaStreamNonBlocking);
+    size_t n = 8 << 20;
+    void *z = NULL, *q = NULL;
+    CHECK(cudaMallocAsync(&z, 3 * n, side) == cudaSuccess, "24 MiB on side");
+    cudaFreeAsync(z, side);
+    uintptr_t b[3];
+    for (int i = 0; i < 3; i++) {
+        void *v = NULL;
+        CHECK(cudaMallocAsync(&v, n, side) == cudaSuccess, "8 MiB on side");
+        b[i] = (uintptr_t)v;
+    }
+    qsort(b, 3, sizeof b[0], by_addr);
+    CHECK(b[1] == b[0] + n && b[2] == b[1] + n, "three neighbours");
+    spin<<<1, 1, 0, side>>>(300 * ms_cycles);
+    fill_value<<<256, 256, 0, side>>>((uint32_t *)b[0], n / 4, 1);
+    fill_value<<<256, 256, 0, side>>>((uint32_t *)b[2], n / 4, 1);
+    cudaFreeAsync((void *)b[0], side);
+    cudaFreeAsync((void *)b[2], side);
+    gmlake_stats before = st();
+    CHECK(cudaMallocAsync(&q, 2 * n, main_s) == cudaSuccess, "16 MiB on main");
+    gmlake_stats after = st();
+    unsigned long long waits = after.device_calls[GMLAKE_DC_STREAM_WAIT] - before.device_calls[GMLAKE_DC_STREAM_WAIT];
+    if (wait_on) {
+        CHECK(after.reserved_bytes == before.reserved_bytes && after.stitches == before.stitches + 1 && waits == 1,
+              "stitched from side's pending frees after one wait, no growth (reserved %llu -> %llu, "
+              "stitches +%llu, waits +%llu)", (unsigned long long)before.reserved_bytes,
+              (unsigned long long)after.reserved_bytes,
+              (unsigned long long)(after.stitches - before.stitches), waits);
+        fill_value<<<256, 256, 0, main_s>>>((uint32_t *)q, 2 * n / 4, 2);
+        cudaDeviceSynchronize();
+        CHECK(all_value(q, 2 * n, 2), "main's write ran after side's kernel");
+    } else {
+        CHECK(after.reserved_bytes > before.reserved_bytes && waits == 0, "no borrow: grown instead");
+    }
+    cudaFreeAsync(q, main_s);
+    cudaFreeAsync((void *)b[1], side);
+    cudaDeviceSynchronize();
+    cudaStreamDestroy(side);
+    cudaStreamDestroy(main_s);
 }
 
 static void destroyed_streams() {
@@ -245,6 +306,7 @@ int main() {
     destroyed_streams();
     cudafree_waits();
     empty_cache_no_lock();
+    large_request_borrows_pending_frees();
     fork_children();
     CHECK(((int (*)(int))dlsym(RTLD_DEFAULT, "gmlake_check"))(0) == 0, "pool consistent");
     printf("%d passed, %d failed\n", passed, failed);

@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "helpers.h"
+#include "stitch/stitch.h"
 
 /* Allocates n 2 MiB blocks (one chunk each, adjacent) and frees those whose bit is set in
  * `holes`; returns the blocks in v. */
@@ -428,6 +429,86 @@ Test(stitch, cached_block_follows_stream_rules)
     fx_free(&f);
 }
 
+static void borrow_on(gml_pool_settings *s) { s->stitch_borrow = true; }
+static void borrow_on_waits_off(gml_pool_settings *s) { s->stitch_borrow = true, s->stream_wait = false; }
+
+/* X1 | Y | X2, 8 MiB each: X1 and X2 allocated on `side` and freed there behind a kernel still
+ * running on it (their frees pending for every other stream), Y live on `main_s` between them. */
+static void pending_on_side(fixture *f, gml_stream main_s, gml_stream side, uintptr_t *y)
+{
+    uintptr_t x1 = must_alloc(f->pool, 8 * MiB, side);
+    *y = must_alloc(f->pool, 8 * MiB, main_s);
+    uintptr_t x2 = must_alloc(f->pool, 8 * MiB, side);
+    cr_assert(*y == x1 + 8 * MiB && x2 == *y + 8 * MiB, "three neighbours");
+    cr_assert_eq(gml_sim_launch(f->dev, side), GMLAKE_OK); /* a kernel on side uses X1 and X2 */
+    must_free(f->pool, x1, side);
+    must_free(f->pool, x2, side);
+}
+
+/* Where the GPU runs far behind the host, the other streams' frees are still pending when a
+ * large request of one stream misses: before growing, its stitch takes that memory by making
+ * the stream wait for the other stream's work on the GPU (stitch.h, "borrow"). */
+Test(stitch, a_large_stitch_takes_another_streams_pending_frees_by_a_wait_instead_of_growing)
+{
+    fixture f = fx_make(128 * MiB, false, borrow_on);
+    gml_pool *p = f.pool;
+    const gml_stream main_s = 0x10, side = 0x20;
+    uintptr_t y;
+    pending_on_side(&f, main_s, side, &y);
+    gmlake_stats before = stats_of(p);
+    uintptr_t s = must_alloc(p, 16 * MiB, main_s);
+    gmlake_stats st = stats_of(p);
+    cr_assert_eq(st.reserved_bytes, before.reserved_bytes, "no growth: X1 and X2 stitched");
+    cr_assert_eq(st.stitches, before.stitches + 1);
+    cr_assert_eq(st.device_calls[GMLAKE_DC_STREAM_WAIT], before.device_calls[GMLAKE_DC_STREAM_WAIT] + 1,
+                 "one wait on the GPU for the side stream");
+    /* main_s's work after the allocation runs only after the side stream's kernel */
+    gml_event ev;
+    cr_assert_eq(gml_dev_event_create(f.dev, &ev), GMLAKE_OK);
+    cr_assert_eq(gml_sim_launch(f.dev, main_s), GMLAKE_OK);
+    gml_sim_finish(f.dev, main_s);
+    cr_assert_eq(gml_dev_event_record(f.dev, ev, main_s), GMLAKE_OK);
+    cr_assert_eq(gml_dev_event_query(f.dev, ev), GMLAKE_ERR_BUSY, "main_s waits for the side stream");
+    gml_sim_finish(f.dev, side);
+    cr_assert_eq(gml_dev_event_query(f.dev, ev), GMLAKE_OK);
+    gml_dev_event_destroy(f.dev, ev);
+    CHECK_POOL(p);
+    must_free(p, s, main_s);
+    must_free(p, y, main_s);
+    CHECK_POOL(p);
+    fx_free(&f);
+}
+
+/* A request below 1/GML_BORROW_SHARE of the pool grows rather than wait (a random-size workload
+ * with frees on two streams would otherwise stitch and churn), and so does every request with
+ * stream_wait off, or with stitch_borrow off (the default). */
+Test(stitch, a_small_stitch_or_stream_wait_off_grows_rather_than_wait_for_another_stream)
+{
+    void (*tweaks[3])(gml_pool_settings *) = {borrow_on, borrow_on_waits_off, NULL};
+    for (int round = 0; round < 3; round++) {
+        fixture f = fx_make(1024 * MiB, false, tweaks[round]);
+        gml_pool *p = f.pool;
+        const gml_stream main_s = 0x10, side = 0x20;
+        /* round 0: a live block makes 16 MiB less than 1/GML_BORROW_SHARE of the pool */
+        uintptr_t big = round == 0 ? must_alloc(p, (size_t)16 * MiB * GML_BORROW_SHARE, main_s) : 0;
+        uintptr_t y;
+        pending_on_side(&f, main_s, side, &y);
+        gmlake_stats before = stats_of(p);
+        uintptr_t s = must_alloc(p, 16 * MiB, main_s);
+        gmlake_stats st = stats_of(p);
+        cr_assert_gt(st.reserved_bytes, before.reserved_bytes, "round %d: grown", round);
+        cr_assert_eq(st.device_calls[GMLAKE_DC_STREAM_WAIT], before.device_calls[GMLAKE_DC_STREAM_WAIT],
+                     "round %d: no wait", round);
+        gml_sim_finish(f.dev, side);
+        must_free(p, s, main_s);
+        must_free(p, y, main_s);
+        if (big)
+            must_free(p, big, main_s);
+        CHECK_POOL(p);
+        fx_free(&f);
+    }
+}
+
 Test(stitch, empty_cache_tears_everything_down)
 {
     fixture f = fx_make(32 * MiB, true, NULL);
@@ -460,9 +541,10 @@ static const gml_stream pa = 0x1000, pb = 0x2000;
 
 /* A full 32 MiB device; v: its 16 chunks, the odd ones live and the even ones parts of stitched
  * block *sb, cached after a free on pa whose work is pending (manual events). */
-static fixture full_with_pending_stitch(uintptr_t v[16], uintptr_t *sb)
+static fixture full_with_pending_stitch_tweaked(uintptr_t v[16], uintptr_t *sb,
+                                               void (*tweak)(gml_pool_settings *))
 {
-    fixture f = fx_make(32 * MiB, false, NULL);
+    fixture f = fx_make(32 * MiB, false, tweak);
     gml_pool *p = f.pool;
     gml_sim_set_manual_events(f.dev, true);
     for (int i = 0; i < 16; i++)
@@ -477,6 +559,13 @@ static fixture full_with_pending_stitch(uintptr_t v[16], uintptr_t *sb)
     return f;
 }
 
+static fixture full_with_pending_stitch(uintptr_t v[16], uintptr_t *sb)
+{
+    return full_with_pending_stitch_tweaked(v, sb, NULL);
+}
+
+/* By default (stitch_borrow off) nothing makes b wait on the GPU for a's work here, so the pool
+ * waits for the device (the last resort) and the cached block gives way. */
 Test(stitch, pending_cached_block_in_its_stream_bin_gives_way_under_pressure)
 {
     uintptr_t v[16], sb;
@@ -494,6 +583,37 @@ Test(stitch, pending_cached_block_in_its_stream_bin_gives_way_under_pressure)
     must_free(p, x, b);
     for (int i = 1; i < 16; i += 2)
         must_free(p, v[i], a);
+    fx_free(&f);
+}
+
+/* With stitch_borrow, b takes a's pending memory by a wait on the GPU instead (stitch.h,
+ * "borrow"): no device synchronisation, no teardown, and b's later work runs after a's. */
+Test(stitch, pending_cached_block_in_another_streams_bin_serves_after_a_wait_on_the_gpu)
+{
+    uintptr_t v[16], sb;
+    fixture f = full_with_pending_stitch_tweaked(v, &sb, borrow_on);
+    gml_pool *p = f.pool;
+    const gml_stream a = pa, b = pb;
+    uintptr_t x = must_alloc(p, 16 * MiB, b);
+    gmlake_stats st = stats_of(p);
+    cr_assert_eq(st.device_calls[GMLAKE_DC_SYNCHRONIZE], 0, "no device synchronisation");
+    cr_assert_eq(st.device_calls[GMLAKE_DC_STREAM_WAIT], 1, "one wait on the GPU");
+    cr_assert_eq(st.stitch_evictions, 0);
+    cr_assert_eq(x, sb, "the cached block serves b");
+    cr_assert_eq(st.reserved_bytes, 32 * MiB);
+    gml_event ev;
+    cr_assert_eq(gml_dev_event_create(f.dev, &ev), GMLAKE_OK);
+    cr_assert_eq(gml_dev_event_record(f.dev, ev, b), GMLAKE_OK);
+    cr_assert_eq(gml_dev_event_query(f.dev, ev), GMLAKE_ERR_BUSY, "b's work waits for a's");
+    gml_sim_finish(f.dev, a);
+    gml_sim_complete_events(f.dev);
+    cr_assert_eq(gml_dev_event_query(f.dev, ev), GMLAKE_OK);
+    gml_dev_event_destroy(f.dev, ev);
+    CHECK_POOL(p);
+    must_free(p, x, b);
+    for (int i = 1; i < 16; i += 2)
+        must_free(p, v[i], a);
+    CHECK_POOL(p);
     fx_free(&f);
 }
 
