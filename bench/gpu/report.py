@@ -84,6 +84,11 @@ def training(rows, stats):
                     out.append(f"| {a} | {sum(r['allocator'] == a for r in runs)} | "
                                f"{m['first17_s_per_step']:.4f} | {rel('first17_s_per_step')} | "
                                f"{m['steady_s_per_step']:.4f} | {rel('steady_s_per_step')} |")
+                for k, what in (("first17_s_per_step", "first 17 steps"),
+                                ("steady_s_per_step", "step after warm-up")):
+                    ref = min((a for a in allocs if pytorch(a)), key=lambda a: med[a][k], default=None)
+                    if ref:
+                        out += paired_rounds(runs, allocs, ref, lambda r, k=k: r[k], what)
             s = stats.get(w)
             if s:
                 calls = s.get("device_calls", {})
@@ -171,16 +176,21 @@ def distributed(rows):
     return out
 
 
-def paired_rounds(runs, allocs, ref):
-    """Each other allocator's mean timed step over ref's in the same round (run_dist.sh runs every
-    allocator once a round, back to back, so a round's ratio leaves out the machine's drift between
-    rounds, 10-15%): median (min-max) over the rounds that have both, and in how many the allocator
-    was the faster.  A round is a run's order // the number of allocators; [] with under two rounds."""
+def timed_mean(r):
+    """A dist.jsonl run's mean timed step."""
+    return mean(r["step_times"][r["warmup"]:])
+
+
+def paired_rounds(runs, allocs, ref, metric=timed_mean, what="mean timed step"):
+    """Each other allocator's `what` (metric of a run) over ref's in the same round (run_dist.sh and
+    run_all.sh run every allocator once a round, back to back, so a round's ratio leaves out the
+    machine's drift between rounds, 10-15%): median (min-max) over the rounds that have both, and
+    in how many the allocator was the faster.  A round is a run's order // the number of
+    allocators; [] with under two rounds."""
     n = len(allocs)
 
     def by_round(a):
-        return {r["order"] // n: mean(r["step_times"][r["warmup"]:]) for r in runs
-                if r["allocator"] == a and "order" in r}
+        return {r["order"] // n: metric(r) for r in runs if r["allocator"] == a and "order" in r}
     base, out = by_round(ref), []
     for a in allocs:
         if a == ref:
@@ -190,7 +200,7 @@ def paired_rounds(runs, allocs, ref):
         if len(ratios) < 2:
             continue
         faster = sum(x < 1 for x in ratios)
-        out.append(f"\n{a}: mean timed step over {ref}'s in the same round {spread(ratios, '{:.3f}')}, "
+        out.append(f"\n{a}: {what} over {ref}'s in the same round {spread(ratios, '{:.3f}')}, "
                    f"{len(ratios)} rounds ({', '.join(f'{x:.3f}' for x in ratios)}); the faster in "
                    f"{faster} of {len(ratios)}.")
     return out

@@ -82,6 +82,17 @@ class PairedRounds(unittest.TestCase):
         self.assertIn("1.025 (0.950-1.100), 2 rounds (1.100, 0.950)", lines[0])
         self.assertIn("the faster in 1 of 2", lines[0])
 
+    def test_train_rows_pair_each_metric_by_round(self):
+        # run_all.sh rows: two allocators, two rounds, the metrics train.py writes
+        rows = []
+        for order, a, f17, st in [(0, "expandable", 0.2, 0.1), (1, "gmlake", 0.22, 0.1),
+                                  (2, "gmlake", 0.3, 0.19), (3, "expandable", 0.3, 0.2)]:
+            rows.append({"workload": "gpt2", "allocator": a, "order": order, "first17_s_per_step": f17,
+                         "steady_s_per_step": st, "torch_peak_allocated": 0, "nvml": False})
+        text = "\n".join(report.training(rows, {}))
+        self.assertIn("gmlake: first 17 steps over expandable's in the same round 1.050 (1.000-1.100)", text)
+        self.assertIn("gmlake: step after warm-up over expandable's in the same round 0.975 (0.950-1.000)", text)
+
     def test_nothing_with_one_round(self):
         rows = [dict(row(a, None), order=i) for i, a in enumerate(["expandable", "gmlake"])]
         self.assertEqual(report.paired_rounds(rows, ["expandable", "gmlake"], "expandable"), [])
