@@ -70,7 +70,9 @@
  *  made it, or it appeared while the caller's lock was dropped); GMLAKE_ERR_NOMEM when stitching is off,
  *  or the free chunks (plus, with may_grow, the chunks the device can still give) cannot cover it;
  *  GMLAKE_ERR_DEVICE when the driver failed.  On failure everything done is undone: carved parts
- *  go back to the bins they came from.  Invariants (gml_stitch_check): S1 a stitched block maps whole
+ *  go back to the bins they came from; a borrow is not (the blocks it moved stay in `bin`, behind
+ *  the waits it made on bin's stream, whether the stitch succeeds or not).
+ *  Invariants (gml_stitch_check): S1 a stitched block maps whole
  *  extents, in order, and hands out b.size bytes from head_off (less than its first extent) to
  *  tail_cut before its end (less than its last); the parts of a live block tile exactly the home
  *  bytes it hands out, in order; S2 a

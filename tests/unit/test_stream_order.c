@@ -149,11 +149,11 @@ static void step(oracle *o, gml_stream *streams, int n, gml_stream *next_key)
     }
 }
 
-static void run(unsigned seed, int nstreams)
+static void run_with(unsigned seed, int nstreams, void (*tweak)(gml_pool_settings *))
 {
     oracle *o = calloc(1, sizeof *o);
     cr_assert_not_null(o);
-    o->f = fx_make(256 * MiB, false, NULL);
+    o->f = fx_make(256 * MiB, false, tweak);
     o->rng = seed;
     gml_stream streams[NSTREAMS_MAX], next_key = 100;
     for (int i = 0; i < nstreams; i++)
@@ -172,6 +172,8 @@ static void run(unsigned seed, int nstreams)
     free(o);
 }
 
+static void run(unsigned seed, int nstreams) { run_with(seed, nstreams, NULL); }
+
 Test(stream_order, no_allocation_gets_memory_in_use_by_another_streams_work_two_streams)
 {
     for (unsigned seed = 1; seed <= 6; seed++)
@@ -188,4 +190,23 @@ Test(stream_order, no_allocation_gets_memory_in_use_by_another_streams_work_six_
 {
     for (unsigned seed = 1; seed <= 6; seed++)
         run(seed, 6);
+}
+
+/* stitch_borrow (stitch.h "borrow", 90d8e5f): a large stitch takes the other streams' free blocks
+ * after a GPU-side wait per lending bin; every large miss is stitched first (frag_limit and
+ * churn_limit 0), so that it borrows often.  Fails when gml_borrow_all's wait may name any event
+ * the lending bin already had, whenever it was recorded (streams::borrow_all_waits_for_the_lenders_
+ * latest_free pins the finer rule: an event recorded after the latest free it covers). */
+static void borrow_and_stitch(gml_pool_settings *s)
+{
+    s->stitch_borrow = true;
+    s->frag_limit = 0;
+    s->churn_limit = 0;
+}
+
+Test(stream_order, no_allocation_gets_memory_in_use_by_another_streams_work_with_stitch_borrow)
+{
+    for (unsigned seed = 1; seed <= 6; seed++)
+        for (int n = 2; n <= 6; n += 2)
+            run_with(seed, n, borrow_and_stitch);
 }

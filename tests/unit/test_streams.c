@@ -394,3 +394,84 @@ Test(streams, a_stream_takes_a_busy_block_by_waiting_for_it_on_the_gpu)
     CHECK_POOL(p);
     fx_free(&f);
 }
+
+/* gml_borrow_all (stitch_borrow, stitch.h "borrow"): the one wait per lending bin must cover the
+ * latest free among the blocks it moves, not only an event the bin already had (recorded after
+ * earlier frees).  Here S1 frees a and c behind kernel K1, a miss records S1's event (it covers
+ * them only), then S1 frees b behind kernel K2; b is neither the smallest nor the largest of the
+ * three.  S2's work after the borrow must wait for K2.  (Written for the review of 90d8e5f: its own
+ * tests pass with the wait on S1's older event, because at the pool's level the promotion before
+ * a stitch re-records the event of every bin with pending blocks.) */
+Test(streams, borrow_all_waits_for_the_lenders_latest_free)
+{
+    hfix f;
+    hf_make(&f, 32 * MiB);
+    gml_bin *s1 = gml_bin_get(&f.h, S1), *s2 = gml_bin_get(&f.h, S2);
+    cr_assert_eq(gml_grow(&f.h, s1, GML_SPACE_LARGE, GML_GROW_BLOCK, 16 * MiB), GMLAKE_OK);
+    gml_block *a = hf_take(&f, s1, 2 * MiB), *m1 = hf_take(&f, s1, 2 * MiB), *c = hf_take(&f, s1, 6 * MiB);
+    gml_block *m2 = hf_take(&f, s1, 2 * MiB), *b = hf_take(&f, s1, 4 * MiB);
+    cr_assert(b->addr + b->size == m2->addr && m2->addr + m2->size == c->addr &&
+              c->addr + c->size == m1->addr && m1->addr + m1->size == a->addr, "b | m2 | c | m1 | a");
+    cr_assert_eq(gml_sim_launch(f.dev, S1), GMLAKE_OK); /* K1 uses a and c */
+    uint64_t k1 = gml_sim_submitted(f.dev, S1);
+    hf_put(&f, a, s1);
+    hf_put(&f, c, s1);
+    cr_assert(!gml_bin_passed(&f.h, s1, f.h.seq), "K1 runs");
+    cr_assert_eq(hf_calls(&f, GMLAKE_DC_EVENT_RECORD), 1, "S1's event covers the frees of a and c");
+    cr_assert_eq(gml_sim_launch(f.dev, S1), GMLAKE_OK); /* K2 uses b */
+    hf_put(&f, b, s1);
+    cr_assert_eq(gml_borrow_all(&f.h, s2, GML_SPACE_LARGE), 3, "a, b and c move to S2");
+    cr_assert_eq(hf_calls(&f, GMLAKE_DC_STREAM_WAIT), 1, "one wait for S1");
+    cr_assert_eq(hf_calls(&f, GMLAKE_DC_EVENT_RECORD), 2, "on a new event, recorded after b's free");
+    hf_check(&f, 0);
+    gml_event ev;
+    cr_assert_eq(gml_dev_event_create(f.dev, &ev), GMLAKE_OK);
+    gml_sim_finish(f.dev, S2); /* S2's own work (the wait is a unit of it); not what it waits for */
+    cr_assert_eq(gml_dev_event_record(f.dev, ev, S2), GMLAKE_OK);
+    gml_sim_finish_to(f.dev, S1, k1);
+    cr_assert_eq(gml_dev_event_query(f.dev, ev), GMLAKE_ERR_BUSY, "S2's work waits for K2, not only K1");
+    gml_sim_finish(f.dev, S1);
+    cr_assert_eq(gml_dev_event_query(f.dev, ev), GMLAKE_OK);
+    gml_dev_event_destroy(f.dev, ev);
+    hf_free(&f);
+}
+
+/* gml_borrow_all moves nothing from a bin it cannot cover by a wait: a lending bin of a stream this
+ * thread cannot name (another thread's per-thread default stream) with no event after its frees
+ * (it is asked to record at its next call instead), and any bin whose wait is refused (as the CUDA
+ * device refuses one on a capturing stream: device_cuda.c, not_capturing). */
+Test(streams, borrow_all_moves_nothing_it_cannot_cover_by_a_wait)
+{
+    hfix f;
+    hf_make(&f, 32 * MiB);
+    const gml_stream other = GML_STREAM_PTDS | ((gml_thread_id() + 1000) << 6); /* not this thread's */
+    cr_assert(!gml_dev_stream_here(f.dev, other));
+    gml_bin *s1 = gml_bin_get(&f.h, S1), *s2 = gml_bin_get(&f.h, S2), *o = gml_bin_get(&f.h, other);
+    cr_assert_eq(gml_grow(&f.h, s1, GML_SPACE_LARGE, GML_GROW_BLOCK, 12 * MiB), GMLAKE_OK);
+    gml_block *x = hf_take(&f, s1, 4 * MiB), *m = hf_take(&f, s1, 4 * MiB), *y = hf_take(&f, s1, 4 * MiB);
+    (void)m;
+    cr_assert_eq(gml_sim_launch(f.dev, S1), GMLAKE_OK);
+    cr_assert_eq(gml_sim_launch(f.dev, other), GMLAKE_OK);
+    x = hf_put(&f, x, o);  /* another thread's stream frees x */
+    y = hf_put(&f, y, s1); /* S1 frees y */
+    /* the wait is refused: nothing moves, from either bin */
+    gml_sim_fail_call(f.dev, GMLAKE_DC_STREAM_WAIT, 1);
+    cr_assert_eq(gml_borrow_all(&f.h, s2, GML_SPACE_LARGE), 0);
+    cr_assert(o->want_record, "the other thread's stream records at its next call");
+    cr_assert(x->bin == o && y->bin == s1);
+    hf_check(&f, 0);
+    /* once the other thread recorded its event (at its own next call: gml_bin_record there),
+     * its bin lends by that event, which this thread may wait for */
+    uint64_t waits = hf_calls(&f, GMLAKE_DC_STREAM_WAIT);
+    cr_assert_eq(gml_dev_event_create(f.dev, &o->ev), GMLAKE_OK);
+    cr_assert_eq(gml_dev_event_record(f.dev, o->ev, other), GMLAKE_OK);
+    o->ev_seq = f.h.seq;
+    o->want_record = false;
+    cr_assert_eq(gml_borrow_all(&f.h, s2, GML_SPACE_LARGE), 2, "x by the other thread's event, y by S1's");
+    cr_assert_eq(hf_calls(&f, GMLAKE_DC_STREAM_WAIT), waits + 2);
+    cr_assert(x->bin == s2 && y->bin == s2);
+    hf_check(&f, 0);
+    gml_sim_finish(f.dev, S1);
+    gml_sim_finish(f.dev, other);
+    hf_free(&f);
+}
