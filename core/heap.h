@@ -386,10 +386,11 @@ size_t gml_borrow(gml_heap *p, gml_bin *bin, int space, size_t need);
  * first) moves to `bin`, once bin's stream was made to wait on the GPU for each such bin's work
  * up to its frees (as gml_borrow), so that the stitch may take their memory instead of new memory:
  * where the GPU runs far behind the host, the other streams' frees are still pending when a large
- * request of the main stream misses.  Returns the number of blocks moved; 0 under the conditions
- * gml_borrow names. */
+ * request of the main stream misses.  Nothing moves (no event, no wait) when those bins' free
+ * bytes together are below `want` (what the stitch lacks: the waits could not spare the growth).
+ * Returns the number of blocks moved; 0 then and under the conditions gml_borrow names. */
 #define GML_BORROW_BINS 8
-size_t gml_borrow_all(gml_heap *p, gml_bin *bin, int space);
+size_t gml_borrow_all(gml_heap *p, gml_bin *bin, int space, size_t want);
 /* After a large miss of stream bin `bin`: one of bin's free blocks that, joined with its free
  * neighbours of the ready bin, makes a block >= need becomes that block (gml_join_ready); the
  * largest of bin's blocks first, at most GML_JOIN_TRIES of them.  A ready block that no single

@@ -415,31 +415,40 @@ size_t gml_borrow(gml_heap *p, gml_bin *bin, int space, size_t need)
     return 0;
 }
 
-size_t gml_borrow_all(gml_heap *p, gml_bin *bin, int space)
+size_t gml_borrow_all(gml_heap *p, gml_bin *bin, int space, size_t want)
 {
     if (!may_borrow(p, bin))
         return 0;
     gml_bin_cand_flush(p);
     gml_bin *lenders[GML_BORROW_BINS];
+    uint64_t latest[GML_BORROW_BINS]; /* the latest free among a lender's blocks: its wait covers them all */
+    size_t bytes = 0;
     int n = 0;
     /* the bins whose largest block is the largest: the candidate index, from its end */
     gml_bin *from = space == GML_SPACE_LARGE ? RB_MAX(gml_cand_large, &p->cand_large)
                                              : RB_MAX(gml_cand_small, &p->cand_small);
     for (; from && n < GML_BORROW_BINS;
          from = space == GML_SPACE_LARGE ? RB_PREV(gml_cand_large, NULL, from)
-                                         : RB_PREV(gml_cand_small, NULL, from))
-        if (from != bin && from != p->ready && !from->retired && !RB_EMPTY(&from->free[space]))
-            lenders[n++] = from;
+                                         : RB_PREV(gml_cand_small, NULL, from)) {
+        if (from == bin || from == p->ready || from->retired || RB_EMPTY(&from->free[space]))
+            continue;
+        gml_block *f;
+        latest[n] = 0;
+        RB_FOREACH(f, gml_size_tree, &from->free[space]) {
+            bytes += f->size;
+            if (f->seq > latest[n])
+                latest[n] = f->seq;
+        }
+        lenders[n++] = from;
+    }
+    if (bytes < want) /* waits that cannot spare the growth: none */
+        return 0;
     size_t moved = 0;
     for (int i = 0; i < n; i++) {
         from = lenders[i];
-        uint64_t seq = 0; /* the latest free among its blocks: the wait must cover them all */
-        gml_block *f;
-        RB_FOREACH(f, gml_size_tree, &from->free[space])
-            if (f->seq > seq)
-                seq = f->seq;
-        if (!wait_for(p, bin, from, seq))
+        if (!wait_for(p, bin, from, latest[i]))
             continue;
+        gml_block *f;
         while ((f = RB_MIN(gml_size_tree, &from->free[space]))) {
             move_to(p, f, bin);
             moved++;

@@ -48,7 +48,9 @@
  *                 (gml_borrow_all, setting stream_wait): where the GPU runs far behind the host,
  *                 a large request of one stream otherwise grows the pool while the other
  *                 streams' frees are pending.  Not for smaller requests: a random-size workload
- *                 with frees on two streams would then stitch instead of growing, and churn.
+ *                 with frees on two streams would then stitch instead of growing, and churn; not
+ *                 when those bins' free bytes cannot cover what the stitch lacks (a wait that
+ *                 cannot spare the growth).
  *  being torn down a block StitchFree picked: unlinked under the lock (off the LRU and the size
  *                  index, not counted, its bin let go, on st->evicting), so no one takes, counts,
  *                  claims (gml_stitch_owns) or picks it again; it keeps its pins while its unmaps

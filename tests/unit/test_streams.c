@@ -420,7 +420,7 @@ Test(streams, borrow_all_waits_for_the_lenders_latest_free)
     cr_assert_eq(hf_calls(&f, GMLAKE_DC_EVENT_RECORD), 1, "S1's event covers the frees of a and c");
     cr_assert_eq(gml_sim_launch(f.dev, S1), GMLAKE_OK); /* K2 uses b */
     hf_put(&f, b, s1);
-    cr_assert_eq(gml_borrow_all(&f.h, s2, GML_SPACE_LARGE), 3, "a, b and c move to S2");
+    cr_assert_eq(gml_borrow_all(&f.h, s2, GML_SPACE_LARGE, 0), 3, "a, b and c move to S2");
     cr_assert_eq(hf_calls(&f, GMLAKE_DC_STREAM_WAIT), 1, "one wait for S1");
     cr_assert_eq(hf_calls(&f, GMLAKE_DC_EVENT_RECORD), 2, "on a new event, recorded after b's free");
     hf_check(&f, 0);
@@ -456,7 +456,7 @@ Test(streams, borrow_all_moves_nothing_it_cannot_cover_by_a_wait)
     y = hf_put(&f, y, s1); /* S1 frees y */
     /* the wait is refused: nothing moves, from either bin */
     gml_sim_fail_call(f.dev, GMLAKE_DC_STREAM_WAIT, 1);
-    cr_assert_eq(gml_borrow_all(&f.h, s2, GML_SPACE_LARGE), 0);
+    cr_assert_eq(gml_borrow_all(&f.h, s2, GML_SPACE_LARGE, 0), 0);
     cr_assert(o->want_record, "the other thread's stream records at its next call");
     cr_assert(x->bin == o && y->bin == s1);
     hf_check(&f, 0);
@@ -467,11 +467,35 @@ Test(streams, borrow_all_moves_nothing_it_cannot_cover_by_a_wait)
     cr_assert_eq(gml_dev_event_record(f.dev, o->ev, other), GMLAKE_OK);
     o->ev_seq = f.h.seq;
     o->want_record = false;
-    cr_assert_eq(gml_borrow_all(&f.h, s2, GML_SPACE_LARGE), 2, "x by the other thread's event, y by S1's");
+    cr_assert_eq(gml_borrow_all(&f.h, s2, GML_SPACE_LARGE, 0), 2, "x by the other thread's event, y by S1's");
     cr_assert_eq(hf_calls(&f, GMLAKE_DC_STREAM_WAIT), waits + 2);
     cr_assert(x->bin == s2 && y->bin == s2);
     hf_check(&f, 0);
     gml_sim_finish(f.dev, S1);
     gml_sim_finish(f.dev, other);
+    hf_free(&f);
+}
+
+/* gml_borrow_all makes no wait that cannot spare the growth: when the other bins' free bytes
+ * together are below what the stitch lacks (`want`), nothing moves, and no event is recorded nor
+ * waited on; with `want` within them, they move. */
+Test(streams, borrow_all_waits_only_when_the_lenders_can_cover_what_is_lacking)
+{
+    hfix f;
+    gml_bin *s1, *s2;
+    two_streams(&f, 32 * MiB, 12 * MiB, &s1, &s2);
+    gml_block *x = hf_take(&f, s1, 4 * MiB), *m = hf_take(&f, s1, 4 * MiB), *y = hf_take(&f, s1, 4 * MiB);
+    (void)m;
+    cr_assert_eq(gml_sim_launch(f.dev, S1), GMLAKE_OK);
+    hf_put(&f, x, s1);
+    hf_put(&f, y, s1);
+    uint64_t records = hf_calls(&f, GMLAKE_DC_EVENT_RECORD);
+    cr_assert_eq(gml_borrow_all(&f.h, s2, GML_SPACE_LARGE, 8 * MiB + 1), 0, "8 MiB cannot cover more");
+    cr_assert_eq(hf_calls(&f, GMLAKE_DC_STREAM_WAIT), 0, "no wait");
+    cr_assert_eq(hf_calls(&f, GMLAKE_DC_EVENT_RECORD), records, "no event");
+    cr_assert_eq(gml_borrow_all(&f.h, s2, GML_SPACE_LARGE, 8 * MiB), 2, "8 MiB covers 8 MiB");
+    cr_assert_eq(hf_calls(&f, GMLAKE_DC_STREAM_WAIT), 1);
+    hf_check(&f, 0);
+    gml_sim_finish(f.dev, S1);
     hf_free(&f);
 }
