@@ -297,6 +297,19 @@ static gml_bin *cand_next(int space, gml_bin *bin)
                                     : RB_NEXT(gml_cand_small, NULL, bin);
 }
 
+/* The bin whose largest block of `space` is the largest, and the ones before it in that order. */
+static gml_bin *cand_last(gml_heap *p, int space)
+{
+    return space == GML_SPACE_LARGE ? RB_MAX(gml_cand_large, &p->cand_large)
+                                    : RB_MAX(gml_cand_small, &p->cand_small);
+}
+
+static gml_bin *cand_prev(int space, gml_bin *bin)
+{
+    return space == GML_SPACE_LARGE ? RB_PREV(gml_cand_large, NULL, bin)
+                                    : RB_PREV(gml_cand_small, NULL, bin);
+}
+
 /* One block of `space` >= need, of a stream bin other than `except`, whose work has completed:
  * the smallest of those known to have completed (no device call), else the first found by asking
  * the bins that hold a block large enough (an event each; the bin whose largest block is the
@@ -424,12 +437,8 @@ size_t gml_borrow_all(gml_heap *p, gml_bin *bin, int space, size_t want)
     uint64_t latest[GML_BORROW_BINS]; /* the latest free among a lender's blocks: its wait covers them all */
     size_t bytes = 0;
     int n = 0;
-    /* the bins whose largest block is the largest: the candidate index, from its end */
-    gml_bin *from = space == GML_SPACE_LARGE ? RB_MAX(gml_cand_large, &p->cand_large)
-                                             : RB_MAX(gml_cand_small, &p->cand_small);
-    for (; from && n < GML_BORROW_BINS;
-         from = space == GML_SPACE_LARGE ? RB_PREV(gml_cand_large, NULL, from)
-                                         : RB_PREV(gml_cand_small, NULL, from)) {
+    gml_bin *from;
+    for (from = cand_last(p, space); from && n < GML_BORROW_BINS; from = cand_prev(space, from)) {
         if (from == bin || from == p->ready || from->retired || RB_EMPTY(&from->free[space]))
             continue;
         gml_block *f;
@@ -453,7 +462,6 @@ size_t gml_borrow_all(gml_heap *p, gml_bin *bin, int space, size_t want)
             move_to(p, f, bin);
             moved++;
         }
-        retired_reap(p, from);
     }
     return moved;
 }

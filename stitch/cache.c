@@ -358,9 +358,7 @@ void gml_stitch_evict_calls(gml_stitch *st, const gml_sblock_vec *v)
         uintptr_t va = sb->b.addr - sb->head_off;
         if (!gml_stitch_unmap(h, va, sb->slots, sb->nchunks) ||
             gml_dev_va_free(h->dev, sb->res_va, sb->res_bytes))
-            fprintf(stderr, "gmlake: warning: tearing down a stitched range at %#lx failed; "
-                            "its %zu virtual bytes stay reserved\n",
-                    (unsigned long)sb->res_va, sb->res_bytes);
+            gml_stitch_warn_kept(sb, "tearing down");
     }
 }
 

@@ -5,6 +5,8 @@
  * unmap cache.c's (StitchFree); both call down into this file, which calls neither, so that the
  * two never call each other (tests/calls.py checks it).  Tier 2, on the heap's API (stitch.h).
  */
+#include <stdio.h>
+
 #include "stitch.h"
 
 bool gml_stitch_unmap(gml_heap *h, uintptr_t va, const uint32_t *slots, size_t mapped)
@@ -49,4 +51,10 @@ int gml_stitch_map(gml_heap *h, const uint32_t *slots, size_t n, uintptr_t *va_o
     }
     gml_dev_va_free(h->dev, va, res);
     return GMLAKE_ERR_DEVICE;
+}
+
+void gml_stitch_warn_kept(const gml_sblock *sb, const char *what)
+{
+    fprintf(stderr, "gmlake: warning: %s a stitched range at %#lx failed; its %zu virtual bytes "
+                    "stay reserved\n", what, (unsigned long)sb->res_va, sb->res_bytes);
 }

@@ -29,7 +29,6 @@
  * Tier 2: only the heap's API below (contract in stitch.h).
  */
 #include <limits.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -463,9 +462,7 @@ static int patch(gml_stitch *st, gml_bin *bin, size_t need, size_t req, const gm
                             gml_dev_va_free(h->dev, nb->res_va, nb->res_bytes)))
         unmapped = false;
     if (!unmapped)
-        fprintf(stderr, "gmlake: warning: unmapping part of a stitched range at %#lx failed; "
-                        "its %zu virtual bytes stay reserved\n",
-                (unsigned long)sb->res_va, sb->res_bytes);
+        gml_stitch_warn_kept(sb, "unmapping part of");
     gml_stitch_evict_calls(st, &evict);
     gml_heap_relock(h);
     gml_stitch_evict_done(st, &evict);

@@ -221,6 +221,9 @@ int gml_stitch_map_at(gml_heap *h, uintptr_t va, const uint32_t *slots, size_t n
 /* Unmaps the first `mapped` chunks of a stitched range over `slots` (whole extents), one call per
  * extent; false if the device refused one. */
 bool gml_stitch_unmap(gml_heap *h, uintptr_t va, const uint32_t *slots, size_t mapped);
+/* Says on standard error that `what` (a teardown, a patch's unmaps) failed on sb's range, whose
+ * reservation therefore stays. */
+void gml_stitch_warn_kept(const gml_sblock *sb, const char *what);
 /* Whether ptr lies inside a live or cached stitched block (not one being torn down: it holds no
  * allocation, and its range stops being the pool's when it is unlinked). */
 bool gml_stitch_owns(gml_stitch *st, uintptr_t ptr);

@@ -21,7 +21,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
+
+#include "bench/bench_common.h"
 
 #define MIB ((size_t)1 << 20)
 #define MAX_HANDLES 4096
@@ -43,13 +44,6 @@ static struct {
     CUresult (*set_access)(CUdeviceptr, size_t, const CUmemAccessDesc *, size_t);
     CUresult (*unmap)(CUdeviceptr, size_t);
 } cu;
-
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
-}
 
 #define CHECK(call)                                                                               \
     do {                                                                                          \
@@ -92,18 +86,6 @@ static int resolve_all(void)
     return 0;
 }
 
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
-
 /* REPS stitched-range lives over n handles of hsize: medians of map, set access, unmap in ms. */
 static void lives(const CUmemGenericAllocationHandle *hs, size_t n, size_t hsize, size_t gran,
                   int dev, int reps, double out[3])
@@ -114,22 +96,22 @@ static void lives(const CUmemGenericAllocationHandle *hs, size_t n, size_t hsize
     for (int r = 0; r < reps; r++) {
         CUdeviceptr va;
         CHECK(cu.reserve(&va, n * hsize, gran, 0, 0));
-        double t0 = now_ms();
+        double t0 = bench_now_ns() * 1e-6;
         for (size_t i = 0; i < n; i++)
             CHECK(cu.map(va + i * hsize, hsize, 0, hs[i], 0));
-        double t1 = now_ms();
+        double t1 = bench_now_ns() * 1e-6;
         CHECK(cu.set_access(va, n * hsize, &a, 1));
-        double t2 = now_ms();
+        double t2 = bench_now_ns() * 1e-6;
         for (size_t i = 0; i < n; i++)
             CHECK(cu.unmap(va + i * hsize, hsize));
-        double t3 = now_ms();
+        double t3 = bench_now_ns() * 1e-6;
         CHECK(cu.va_free(va, n * hsize));
         t[0][r] = t1 - t0;
         t[1][r] = t2 - t1;
         t[2][r] = t3 - t2;
     }
     for (int k = 0; k < 3; k++)
-        out[k] = median(t[k], reps);
+        out[k] = bench_median(t[k], reps);
 }
 
 int main(int argc, char **argv)
