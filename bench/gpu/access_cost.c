@@ -12,12 +12,20 @@
  * The devices the process sees (cuDeviceGetCount) are printed with each line, so that runs with
  * CUDA_VISIBLE_DEVICES set can be told apart.
  *
+ * With --threads T (default 1) every phase (create, map, set access, unmap, release) is split
+ * into T contiguous parts of the handles, run at once by T threads (the caller and T-1 workers
+ * started beforehand, each with the context current, released together by a barrier): whether
+ * the driver runs those calls side by side, so that a pool could spread a stitch's or a
+ * growth's calls over threads and wait for all of them.
+ *
  * Output: JSON lines on stdout.  Exit status 1 with a message when the driver or a GPU is missing
  * or a call fails.
- *   gpu_access [--reps N] [--total-mib M] [HANDLE_MIB...]
+ *   gpu_access [--reps N] [--total-mib M] [--threads T] [HANDLE_MIB...]
  */
 #include <cuda.h>
 #include <dlfcn.h>
+#include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,6 +34,7 @@
 
 #define MIB ((size_t)1 << 20)
 #define MAX_HANDLES 4096
+#define MAX_THREADS 16
 
 static struct {
     CUresult (*init)(unsigned int);
@@ -86,29 +95,88 @@ static int resolve_all(void)
     return 0;
 }
 
-/* REPS stitched-range lives over n handles of hsize: medians of map, set access, unmap in ms. */
-static void lives(const CUmemGenericAllocationHandle *hs, size_t n, size_t hsize, size_t gran,
-                  int dev, int reps, double out[3])
+/* The phases, each split over the threads (phase_part). */
+enum op { OP_CREATE, OP_MAP, OP_ACCESS, OP_UNMAP, OP_RELEASE, OP_QUIT };
+static struct {
+    int threads;
+    CUcontext ctx;
+    pthread_barrier_t start, end;
+    enum op op;
+    CUmemGenericAllocationHandle *hs;
+    size_t n, hsize;
+    CUdeviceptr va;
+    CUmemAllocationProp prop;
+    CUmemAccessDesc access;
+} job = {.threads = 1};
+
+/* Thread t's part of the current phase: handles [n*t/T, n*(t+1)/T). */
+static void phase_part(int t)
+{
+    size_t T = (size_t)job.threads, lo = job.n * (size_t)t / T, hi = job.n * (size_t)(t + 1) / T;
+    if (hi == lo)
+        return;
+    switch (job.op) {
+    case OP_CREATE:
+        for (size_t i = lo; i < hi; i++)
+            CHECK(cu.create(&job.hs[i], job.hsize, &job.prop, 0));
+        break;
+    case OP_MAP:
+        for (size_t i = lo; i < hi; i++)
+            CHECK(cu.map(job.va + i * job.hsize, job.hsize, 0, job.hs[i], 0));
+        break;
+    case OP_ACCESS:
+        CHECK(cu.set_access(job.va + lo * job.hsize, (hi - lo) * job.hsize, &job.access, 1));
+        break;
+    case OP_UNMAP:
+        for (size_t i = lo; i < hi; i++)
+            CHECK(cu.unmap(job.va + i * job.hsize, job.hsize));
+        break;
+    case OP_RELEASE:
+        for (size_t i = lo; i < hi; i++)
+            CHECK(cu.release(job.hs[i]));
+        break;
+    case OP_QUIT:
+        break;
+    }
+}
+
+static void *worker(void *arg)
+{
+    int t = (int)(intptr_t)arg;
+    CHECK(cu.ctx_set_current(job.ctx));
+    for (;;) {
+        pthread_barrier_wait(&job.start);
+        if (job.op == OP_QUIT)
+            return NULL;
+        phase_part(t);
+        pthread_barrier_wait(&job.end);
+    }
+}
+
+/* Runs one phase on every thread at once; its wall time in ms. */
+static double phase(enum op op)
+{
+    job.op = op;
+    double t0 = bench_now_ns() * 1e-6;
+    if (job.threads > 1)
+        pthread_barrier_wait(&job.start);
+    phase_part(0);
+    if (job.threads > 1)
+        pthread_barrier_wait(&job.end);
+    return bench_now_ns() * 1e-6 - t0;
+}
+
+/* REPS stitched-range lives over the job.n handles of job.hsize in job.hs: medians of map, set
+ * access, unmap in ms. */
+static void lives(size_t gran, int reps, double out[3])
 {
     double t[3][64];
-    CUmemAccessDesc a = {.location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = dev},
-                         .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
     for (int r = 0; r < reps; r++) {
-        CUdeviceptr va;
-        CHECK(cu.reserve(&va, n * hsize, gran, 0, 0));
-        double t0 = bench_now_ns() * 1e-6;
-        for (size_t i = 0; i < n; i++)
-            CHECK(cu.map(va + i * hsize, hsize, 0, hs[i], 0));
-        double t1 = bench_now_ns() * 1e-6;
-        CHECK(cu.set_access(va, n * hsize, &a, 1));
-        double t2 = bench_now_ns() * 1e-6;
-        for (size_t i = 0; i < n; i++)
-            CHECK(cu.unmap(va + i * hsize, hsize));
-        double t3 = bench_now_ns() * 1e-6;
-        CHECK(cu.va_free(va, n * hsize));
-        t[0][r] = t1 - t0;
-        t[1][r] = t2 - t1;
-        t[2][r] = t3 - t2;
+        CHECK(cu.reserve(&job.va, job.n * job.hsize, gran, 0, 0));
+        t[0][r] = phase(OP_MAP);
+        t[1][r] = phase(OP_ACCESS);
+        t[2][r] = phase(OP_UNMAP);
+        CHECK(cu.va_free(job.va, job.n * job.hsize));
     }
     for (int k = 0; k < 3; k++)
         out[k] = bench_median(t[k], reps);
@@ -134,10 +202,17 @@ int main(int argc, char **argv)
                 return 2;
             }
             total = (size_t)m * MIB;
+        } else if (strcmp(argv[i], "--threads") == 0 && i + 1 < argc) {
+            long m = strtol(argv[++i], &end, 10);
+            if (*end || m < 1 || m > MAX_THREADS) {
+                fprintf(stderr, "gpu_access: --threads wants 1..%d\n", MAX_THREADS);
+                return 2;
+            }
+            job.threads = (int)m;
         } else {
             long m = strtol(argv[i], &end, 10);
             if (*end || m < 2 || m % 2 || nsizes == 16) {
-                fprintf(stderr, "usage: gpu_access [--reps N] [--total-mib M] [HANDLE_MIB (even, >= 2)...]\n");
+                fprintf(stderr, "usage: gpu_access [--reps N] [--total-mib M] [--threads T] [HANDLE_MIB (even, >= 2)...]\n");
                 return 2;
             }
             sizes[nsizes++] = (size_t)m * MIB;
@@ -162,15 +237,29 @@ int main(int argc, char **argv)
     CHECK(cu.ctx_set_current(ctx));
     CHECK(cu.device_get_attribute(&fd_ok, CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED, d));
     static CUmemGenericAllocationHandle hs[MAX_HANDLES];
+    pthread_t tids[MAX_THREADS];
+    job.ctx = ctx;
+    job.hs = hs;
+    job.access = (CUmemAccessDesc){.location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = 0},
+                                   .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+    if (job.threads > 1) {
+        pthread_barrier_init(&job.start, NULL, (unsigned)job.threads);
+        pthread_barrier_init(&job.end, NULL, (unsigned)job.threads);
+        for (int t = 1; t < job.threads; t++)
+            if (pthread_create(&tids[t], NULL, worker, (void *)(intptr_t)t)) {
+                fprintf(stderr, "gpu_access: cannot start thread %d\n", t);
+                return 1;
+            }
+    }
     for (int type = 0; type < 2; type++) {
         if (type && !fd_ok)
             break;
-        CUmemAllocationProp prop = {.type = CU_MEM_ALLOCATION_TYPE_PINNED,
-                                    .location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = 0}};
+        job.prop = (CUmemAllocationProp){.type = CU_MEM_ALLOCATION_TYPE_PINNED,
+                                         .location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = 0}};
         if (type)
-            prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+            job.prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
         size_t gran;
-        CHECK(cu.granularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM));
+        CHECK(cu.granularity(&gran, &job.prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM));
         for (int s = 0; s < nsizes; s++) {
             size_t hsize = (sizes[s] + gran - 1) / gran * gran, n = total / hsize;
             if (!n || n > MAX_HANDLES) {
@@ -178,20 +267,27 @@ int main(int argc, char **argv)
                         hsize / MIB, MAX_HANDLES);
                 return 2;
             }
-            for (size_t i = 0; i < n; i++)
-                CHECK(cu.create(&hs[i], hsize, &prop, 0));
-            double ms[3];
-            lives(hs, n, hsize, gran, 0, reps, ms);
-            for (size_t i = 0; i < n; i++)
-                CHECK(cu.release(hs[i]));
-            double gib = (double)(n * hsize) / (1024.0 * MIB);
-            printf("{\"bench\":\"access\",\"handle_type\":\"%s\",\"visible_devices\":%d,\"handle_mib\":%zu,"
-                   "\"handles\":%zu,\"reps\":%d,\"map_ms_per_gib\":%.3f,\"set_access_ms_per_gib\":%.3f,"
-                   "\"unmap_ms_per_gib\":%.3f,\"set_access_us_per_handle\":%.2f}\n",
-                   type ? "fd" : "none", ndev, hsize / MIB, n, reps, ms[0] / gib, ms[1] / gib,
-                   ms[2] / gib, ms[1] * 1e3 / (double)n);
+            job.n = n;
+            job.hsize = hsize;
+            double create_ms = phase(OP_CREATE), ms[3];
+            lives(gran, reps, ms);
+            double release_ms = phase(OP_RELEASE);
+            double gib = (double)(n * hsize) / (1024.0 * MIB), us = 1e3 / (double)n;
+            printf("{\"bench\":\"access\",\"handle_type\":\"%s\",\"visible_devices\":%d,\"threads\":%d,"
+                   "\"handle_mib\":%zu,\"handles\":%zu,\"reps\":%d,\"map_ms_per_gib\":%.3f,"
+                   "\"set_access_ms_per_gib\":%.3f,\"unmap_ms_per_gib\":%.3f,"
+                   "\"set_access_us_per_handle\":%.2f,\"unmap_us_per_handle\":%.2f,"
+                   "\"create_us_per_handle\":%.2f,\"release_us_per_handle\":%.2f}\n",
+                   type ? "fd" : "none", ndev, job.threads, hsize / MIB, n, reps, ms[0] / gib,
+                   ms[1] / gib, ms[2] / gib, ms[1] * us, ms[2] * us, create_ms * us, release_ms * us);
             fflush(stdout);
         }
+    }
+    if (job.threads > 1) {
+        job.op = OP_QUIT;
+        pthread_barrier_wait(&job.start);
+        for (int t = 1; t < job.threads; t++)
+            pthread_join(tids[t], NULL);
     }
     return 0;
 }
