@@ -1,5 +1,8 @@
 """Turns the results of bench/gpu/run_all.sh and bench/gpu/run_dist.sh into markdown tables.
-   python3 bench/gpu/report.py OUTDIR   (reads train.jsonl, dist.jsonl, growth.jsonl, gmlake_stats_*.json)"""
+   python3 bench/gpu/report.py OUTDIR [OUTDIR...]   (reads train.jsonl, dist.jsonl, growth.jsonl,
+   gmlake_stats_*.json; several folders, of invocations with the same allocators, are read as one
+   set of runs: each run keeps its folder's number as its `batch`, so that rounds pair within a
+   folder, and gmlake's statistics are the last folder's that has them)"""
 import glob, json, os, sys
 
 MIB = 1 << 20
@@ -186,11 +189,12 @@ def paired_rounds(runs, allocs, ref, metric=timed_mean, what="mean timed step"):
     run_all.sh run every allocator once a round, back to back, so a round's ratio leaves out the
     machine's drift between rounds, 10-15%): median (min-max) over the rounds that have both, and
     in how many the allocator was the faster.  A round is a run's order // the number of
-    allocators; [] with under two rounds."""
+    allocators, within its batch (the folder it came from: main); [] with under two rounds."""
     n = len(allocs)
 
     def by_round(a):
-        return {r["order"] // n: metric(r) for r in runs if r["allocator"] == a and "order" in r}
+        return {(r.get("batch", 0), r["order"] // n): metric(r)
+                for r in runs if r["allocator"] == a and "order" in r}
     base, out = by_round(ref), []
     for a in allocs:
         if a == ref:
@@ -291,30 +295,42 @@ def growth(rows):
     return out
 
 
+def read_all(dirs, name):
+    """The rows of file `name` in each folder, each tagged with its folder's number (batch)."""
+    return [dict(r, batch=k) for k, d in enumerate(dirs) for r in lines(os.path.join(d, name))]
+
+
 def main():
-    if len(sys.argv) != 2 or not os.path.isdir(sys.argv[1]):
-        sys.exit("usage: report.py OUTDIR (the folder bench/gpu/run_all.sh or run_dist.sh wrote)")
-    d = sys.argv[1]
+    dirs = sys.argv[1:]
+    if not dirs:
+        sys.exit("usage: report.py OUTDIR [OUTDIR...] (folders bench/gpu/run_all.sh or run_dist.sh wrote)")
+    for d in dirs:
+        if not os.path.isdir(d):
+            sys.exit(f"report.py: {d}: not a folder (give the folders run_all.sh or run_dist.sh wrote)")
     stats = {}
-    for p in glob.glob(os.path.join(d, "gmlake_stats_*.json")):
-        w = os.path.basename(p)[len("gmlake_stats_"):-len(".json")]
-        got = lines(p)
-        if got:
-            stats[w] = got[0]
+    for d in dirs:
+        for p in glob.glob(os.path.join(d, "gmlake_stats_*.json")):
+            w = os.path.basename(p)[len("gmlake_stats_"):-len(".json")]
+            got = lines(p)
+            if got:
+                stats[w] = got[0]
     out = ["## GPU benchmarks (bench/gpu/run_all.sh, run_dist.sh)\n"]
-    train = lines(os.path.join(d, "train.jsonl"))
+    if len(dirs) > 1:
+        out.append(f"Runs of {len(dirs)} folders ({', '.join(dirs)}), rounds paired within each.\n")
+    train = read_all(dirs, "train.jsonl")
     if train:
         host = train[0].get("torch", "")
         out.append(f"PyTorch {host}; seconds per step; `first 17` is the mean over steps 0..16, "
                    "`after warm-up` the median after 20 warm-up steps; NVML peak used memory of "
                    "the device (baseline: before the model was built).\n")
         out += training(train, stats)
-    dist = lines(os.path.join(d, "dist.jsonl"))
+    dist = read_all(dirs, "dist.jsonl")
     if dist:
         out += distributed(dist)
-    out += growth(lines(os.path.join(d, "growth.jsonl")))
-    for p in sorted(glob.glob(os.path.join(d, "*.trace.gz"))):
-        out.append(f"Trace recorded: {os.path.basename(p)} ({os.path.getsize(p):,} bytes)")
+    out += growth(read_all(dirs, "growth.jsonl"))
+    for d in dirs:
+        for p in sorted(glob.glob(os.path.join(d, "*.trace.gz"))):
+            out.append(f"Trace recorded: {os.path.basename(p)} ({os.path.getsize(p):,} bytes)")
     print("\n".join(out))
 
 

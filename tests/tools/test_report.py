@@ -1,5 +1,6 @@
 """bench/gpu/report.py's DDP/FSDP2 table: where gmlake's driver time fell, from each rank's
 per-step figures (rank_gmlake_steps) and the time in its pool, on hand-made rows.  Run: python3 tests/tools/test_report.py"""
+import json
 import os
 import sys
 import unittest
@@ -92,6 +93,38 @@ class PairedRounds(unittest.TestCase):
         text = "\n".join(report.training(rows, {}))
         self.assertIn("gmlake: first 17 steps over expandable's in the same round 1.050 (1.000-1.100)", text)
         self.assertIn("gmlake: step after warm-up over expandable's in the same round 0.975 (0.950-1.000)", text)
+
+    def test_runs_of_several_folders_pair_within_their_own_folder(self):
+        # two invocations (report.py A B), each numbering its runs from 0: a round of one folder
+        # never pairs with the same round number of the other
+        rows = []
+        for batch, pairs in enumerate([[(0, "expandable", 0.1), (1, "gmlake", 0.11)],
+                                       [(0, "gmlake", 0.19), (1, "expandable", 0.2)]]):
+            for order, a, t in pairs:
+                rows.append(dict(row(a, None, step_times=(0.5, 0.5, t, t)), order=order, batch=batch))
+        lines = report.paired_rounds(rows, ["expandable", "gmlake"], "expandable")
+        self.assertEqual(len(lines), 1)
+        self.assertIn("1.025 (0.950-1.100), 2 rounds (1.100, 0.950)", lines[0])
+
+    def test_the_command_reads_several_folders(self):
+        import subprocess, tempfile
+        script = os.path.join(os.path.dirname(__file__), "..", "..", "bench", "gpu", "report.py")
+        with tempfile.TemporaryDirectory() as a, tempfile.TemporaryDirectory() as b:
+            for d, runs in [(a, [(0, "expandable", 0.2, 0.1), (1, "gmlake", 0.22, 0.1)]),
+                            (b, [(0, "gmlake", 0.3, 0.19), (1, "expandable", 0.3, 0.2)])]:
+                with open(os.path.join(d, "train.jsonl"), "w") as f:
+                    for order, al, f17, st in runs:
+                        f.write(json.dumps({"workload": "gpt2", "allocator": al, "order": order,
+                                            "first17_s_per_step": f17, "steady_s_per_step": st,
+                                            "torch_peak_allocated": 0, "nvml": False}) + "\n")
+            out = subprocess.run([sys.executable, script, a, b], capture_output=True, text=True)
+            self.assertEqual(out.returncode, 0, out.stderr)
+            self.assertIn("gmlake: step after warm-up over expandable's in the same round 0.975 (0.950-1.000), 2 rounds",
+                          out.stdout)
+            bad = subprocess.run([sys.executable, script, a, os.path.join(b, "missing")],
+                                 capture_output=True, text=True)
+            self.assertNotEqual(bad.returncode, 0)
+            self.assertIn("missing", bad.stderr)
 
     def test_nothing_with_one_round(self):
         rows = [dict(row(a, None), order=i) for i, a in enumerate(["expandable", "gmlake"])]
