@@ -189,7 +189,8 @@ def paired_rounds(runs, allocs, ref, metric=timed_mean, what="mean timed step"):
     run_all.sh run every allocator once a round, back to back, so a round's ratio leaves out the
     machine's drift between rounds, 10-15%): median (min-max) over the rounds that have both, and
     in how many the allocator was the faster.  A round is a run's order // the number of
-    allocators, within its batch (the folder it came from: main); [] with under two rounds."""
+    allocators, within its batch (the number of the folder it came from, which main gives it);
+    [] with under two rounds."""
     n = len(allocs)
 
     def by_round(a):
