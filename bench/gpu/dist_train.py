@@ -27,7 +27,7 @@ import torch
 import torch.distributed as dist
 
 # bench/gpu/train.py: the NVML poller, building on the device, the repository's gmlake package
-from train import NvmlPeak, gmlake, on_device
+from train import NvmlPeak, gmlake, on_device, pool_host_seconds
 
 WARMUP = int(os.environ.get("WARMUP", "4"))
 STEADY = int(os.environ.get("STEADY", "10"))
@@ -70,12 +70,6 @@ def wrap(model, mode, local_rank):
         fully_shard(block)
     fully_shard(model)
     return model
-
-
-def pool_host_seconds(s):
-    """The time gmlake's pool spent allocating and freeing (gmlake.stats' figures), or None from
-    a library without it (an older build, gmlake@DIR)."""
-    return s["host_seconds_alloc"] + s["host_seconds_free"] if "host_seconds_alloc" in s else None
 
 
 def gmlake_figures(device):

@@ -92,6 +92,7 @@ def training(rows, stats):
                     ref = min((a for a in allocs if pytorch(a)), key=lambda a: med[a][k], default=None)
                     if ref:
                         out += paired_rounds(runs, allocs, ref, lambda r, k=k: r[k], what)
+            out += own_time(runs)
             s = stats.get(w)
             if s:
                 calls = s.get("device_calls", {})
@@ -106,6 +107,30 @@ def training(rows, stats):
             if r["workload"] == w:
                 out.append(f"\n- {r['allocator']}: {r['error']}")
         out.append("")
+    return out
+
+
+def own_time(runs):
+    """gmlake's own time in the timed steps (train.py's gmlake_pool_s_after_warmup: its pool's
+    allocations and frees, their device calls included, and gmlake_driver_s_after_warmup) as a
+    share of those steps' wall time, median (range) over the runs that give it, per allocator
+    label; nothing for rows without it (other allocators, older rows or libraries)."""
+    out = []
+    for a in dict.fromkeys(r["allocator"] for r in runs):
+        pool, drv = [], []
+        for r in runs:
+            if (r["allocator"] != a or r.get("gmlake_pool_s_after_warmup") is None
+                    or "warmup" not in r or not r.get("step_times")):
+                continue
+            timed = sum(r["step_times"][r["warmup"]:])
+            if timed > 0:
+                pool.append(100 * r["gmlake_pool_s_after_warmup"] / timed)
+                drv.append(100 * r.get("gmlake_driver_s_after_warmup", 0.0) / timed)
+        if pool:
+            out.append(f"\n{a}: its own time in the timed steps (the pool's allocations and frees, "
+                       f"their device calls included) {spread(pool, '{:.2f}')}% of those steps' "
+                       f"wall time, of which driver calls {spread(drv, '{:.2f}')}% "
+                       f"(median (range) of {len(pool)} runs).")
     return out
 
 

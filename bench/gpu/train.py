@@ -104,13 +104,20 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import gmlake  # noqa: E402  (the repository's package: reads the preloaded library's stats)
 
 
+def pool_host_seconds(s):
+    """The time gmlake's pool spent allocating and freeing (gmlake.stats' figures, its device
+    calls included), or None from a library without it (an older build, gmlake@DIR)."""
+    return s["host_seconds_alloc"] + s["host_seconds_free"] if "host_seconds_alloc" in s else None
+
+
 def gmlake_driver():
-    """gmlake's device calls on device 0 so far and the driver time they took in seconds, or
-    None when gmlake is not preloaded or has no pool yet."""
+    """gmlake's device calls on device 0 so far, the driver time they took and the time its pool
+    spent allocating and freeing (pool_host_seconds), in seconds, or None when gmlake is not
+    preloaded or has no pool yet."""
     s = gmlake.stats(0)
     if s is None:
         return None
-    return sum(s["device_calls"].values()), s["device_seconds"]
+    return sum(s["device_calls"].values()), s["device_seconds"], pool_host_seconds(s)
 
 
 def pool_reserved():
@@ -335,7 +342,7 @@ def train(args):
     pool_end = pool_reserved()
     res = {
         "workload": args.workload, "allocator": args.allocator, "order": args.order,
-        "steps": steps, "first17_s_per_step": sum(times[:FIRST]) / FIRST,
+        "steps": steps, "warmup": WARMUP, "first17_s_per_step": sum(times[:FIRST]) / FIRST,
         "steady_s_per_step": statistics.median(times[WARMUP:]),
         "steady_mean_s_per_step": statistics.mean(times[WARMUP:]),
         "step_times": [round(t, 5) for t in times],
@@ -356,6 +363,10 @@ def train(args):
         res["gmlake_driver_s_setup"] = calls_at_start[1] if calls_at_start else 0.0
         res["gmlake_driver_s_first17"] = calls_at_first17[1] - res["gmlake_driver_s_setup"]
         res["gmlake_driver_s_after_warmup"] = calls_end[1] - calls_at_warmup[1]
+        if calls_end[2] is not None and calls_at_warmup[2] is not None:
+            # gmlake's own time in the timed steps: its pool's allocations and frees, device
+            # calls included (report.py gives it as a share of those steps' time)
+            res["gmlake_pool_s_after_warmup"] = calls_end[2] - calls_at_warmup[2]
     with open(args.out, "a") as f:
         f.write(json.dumps(res) + "\n")
     print(json.dumps({k: v for k, v in res.items() if k != "step_times"}))

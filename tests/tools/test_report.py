@@ -70,6 +70,29 @@ class DriverByPhase(unittest.TestCase):
 
 
 
+class OwnTime(unittest.TestCase):
+    def test_the_pools_time_as_a_share_of_the_timed_steps(self):
+        def run(a, pool, drv, times=(0.9, 0.9, 0.2, 0.2)):
+            r = {"workload": "gpt2", "allocator": a, "warmup": 2, "step_times": list(times),
+                 "first17_s_per_step": 0.5, "steady_s_per_step": 0.2, "torch_peak_allocated": 0,
+                 "nvml": False}
+            if pool is not None:
+                r.update(gmlake_pool_s_after_warmup=pool, gmlake_driver_s_after_warmup=drv)
+            return r
+        # timed steps 0.4 s: 4 ms is 1%, 8 ms 2%, 12 ms 3%; the warm-up steps never count
+        rows = [run("gmlake", 0.004, 0.0), run("gmlake", 0.008, 0.002), run("gmlake", 0.012, 0.004),
+                run("expandable", None, None), run("gmlake", None, None)]
+        lines = report.own_time(rows)
+        self.assertEqual(len(lines), 1, "gmlake only, and only its runs that give it")
+        self.assertIn("gmlake: its own time in the timed steps", lines[0])
+        self.assertIn("2.00 (1.00-3.00)% of those steps' wall time, of which driver calls "
+                      "0.50 (0.00-1.00)% (median (range) of 3 runs)", lines[0])
+        self.assertIn(lines[0], "\n".join(report.training(rows, {})))
+        old = run("gmlake", 0.004, 0.0)
+        del old["warmup"]
+        self.assertEqual(report.own_time([old]), [], "rows from before train.py wrote its warm-up")
+
+
 class PairedRounds(unittest.TestCase):
     def test_ratio_to_the_reference_within_each_round(self):
         rows = []
