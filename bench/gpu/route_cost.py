@@ -10,10 +10,14 @@ are the routes' own cost per tensor.
 Patterns (`--pattern`):
   plain     256 tensors live, sizes log-uniform 512 B-32 MiB, a random one dropped for each new one;
   recorded  the same, each tensor also handed to a side stream with `record_stream` before it is
-            dropped (what DDP's and FSDP's communication and offloading do).
+            dropped (what DDP's and FSDP's communication and offloading do);
+  polluted  plain, with 256 KiB of host memory written between two tensors (one CPU op on a
+            tensor of its own), as a framework's work between allocations leaves the CPU's
+            caches: every allocator pays the same op, so the differences stay the roads' own,
+            now with their data out of the nearest caches, as in a training step.
 
 Prints one JSON line: allocator, pattern, pairs, us_per_pair (median of 5 timed chunks), chunks.
-Usage: python3 route_cost.py --allocator LABEL --pattern plain|recorded [--pairs N] [--seed S]
+Usage: python3 route_cost.py --allocator LABEL --pattern plain|recorded|polluted [--pairs N] [--seed S]
 """
 import argparse
 import json
@@ -33,7 +37,7 @@ def sizes(n, seed):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--allocator", required=True)
-    ap.add_argument("--pattern", choices=("plain", "recorded"), required=True)
+    ap.add_argument("--pattern", choices=("plain", "recorded", "polluted"), required=True)
     ap.add_argument("--pairs", type=int, default=20000)
     ap.add_argument("--live", type=int, default=256)
     ap.add_argument("--seed", type=int, default=1)
@@ -47,6 +51,7 @@ def main():
     dev = torch.device("cuda")
     side = torch.cuda.Stream()
     recorded = a.pattern == "recorded"
+    junk = torch.zeros(64 * 1024, dtype=torch.float32) if a.pattern == "polluted" else None  # 256 KiB
     warm = max(a.live * 4, 2000)
     sz = sizes(a.live + warm + a.pairs, a.seed)
     pick = random.Random(a.seed + 1)
@@ -54,6 +59,8 @@ def main():
 
     def pairs(first, count):
         for i in range(first, first + count):
+            if junk is not None:
+                junk.add_(1.0)
             k = pick.randrange(len(live))
             t = live[k]
             if recorded:
