@@ -93,24 +93,26 @@ enum gml_slot_state { GML_SLOT_EMPTY = 0, GML_SLOT_LARGE, GML_SLOT_SMALL, GML_SL
 typedef struct gml_bin gml_bin;
 
 typedef struct gml_block {
+    /* Laid out by use (session 21): the first cache line holds what every allocation and free
+     * reads or writes, the second the links of the trees and lists a free block is on, the
+     * third the rarer ones.  A record is 3 lines. */
     uintptr_t addr;
     size_t size;
     size_t req;                      /* LIVE / VIEW: bytes asked for */
     struct gml_block *prev, *next;   /* home neighbours of one space (NULL at a gap) */
-    RB_ENTRY(gml_block) snode;       /* FREE: in bin->free[space] */
-    UT_hash_handle hh;               /* LIVE / VIEW: in the pool's live map */
     gml_bin *bin;                    /* FREE: its bin; HELD: the bin it was carved from (for an
                                       * undo within the carving operation only) */
     uint64_t seq;                    /* FREE: heap->seq at the free (for stream promotion) */
-    RB_ENTRY(gml_block) pnode;       /* FREE in a stream bin: in heap->passed[space] when its work
-                                        is known to have completed (seq <= gml_bin_threshold),
-                                        else in its bin's `pending` list */
-    LIST_ENTRY(gml_block) lnode;     /* passed: in its bin's `passed` list */
-    TAILQ_ENTRY(gml_block) qnode;    /* pending: in its bin's `pending` list */
-    LIST_ENTRY(gml_block) wnode;     /* FREE whole small chunk: in heap->small_whole */
     uint8_t state, space;
     uint8_t where;                   /* FREE: GML_IN_READY, GML_IN_PENDING or GML_IN_PASSED */
     bool whole;                      /* FREE: on heap->small_whole */
+    RB_ENTRY(gml_block) snode;       /* FREE: in bin->free[space] */
+    TAILQ_ENTRY(gml_block) qnode;    /* pending: in its bin's `pending` list */
+    LIST_ENTRY(gml_block) lnode;     /* passed: in its bin's `passed` list */
+    RB_ENTRY(gml_block) pnode;       /* FREE in a stream bin: in heap->passed[space] when its work
+                                        is known to have completed (seq <= gml_bin_threshold),
+                                        else in its bin's `pending` list */
+    LIST_ENTRY(gml_block) wnode;     /* FREE whole small chunk: in heap->small_whole */
     void *holder;                    /* HELD: the upper layer's record */
     STAILQ_ENTRY(gml_block) held;    /* HELD: in the holder's list */
 } gml_block;

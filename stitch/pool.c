@@ -33,6 +33,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "../core/addrmap.h"
 #include "../core/heap.h"
 #include "stitch.h"
 #include "pool.h"
@@ -44,7 +45,8 @@ struct gml_pool {
     gml_heap heap;
     gml_stitch st;
     gml_bin *last_bin;               /* the bin of the last stream seen */
-    gml_block *live;                 /* hash by addr: LIVE heap blocks and VIEW stitched blocks */
+    gml_addrmap live;                /* by addr: LIVE heap blocks and VIEW stitched blocks */
+    size_t inflight;                 /* allocations between their room in `live` and their end */
     uint64_t active, peak_active;
     uint64_t allocations, frees, nlive, failed, cache_releases;
     uint64_t alloc_ticks, free_ticks; /* wall time of gml_pool_alloc / gml_pool_free, lock waits
@@ -116,7 +118,7 @@ void gml_pool_destroy(gml_pool *p)
         return;
     if (gml_dev_synchronize(p->dev) == GMLAKE_OK)
         p->heap.synced_seq = p->heap.seq;
-    HASH_CLEAR(hh, p->live); /* reads its head record, which may be a stitched block's */
+    gml_addrmap_free(&p->live);
     gml_stitch_destroy(&p->st);
     gml_heap_destroy(&p->heap);
     pthread_mutex_destroy(&p->mu);
@@ -167,7 +169,7 @@ static inline gml_bin *bin_for(gml_pool *p, gml_stream s)
 /* Makes block b (LIVE or VIEW) a live allocation. */
 static inline void hand_out(gml_pool *p, gml_block *b, uintptr_t *out)
 {
-    HASH_ADD(hh, p->live, addr, sizeof b->addr, b);
+    gml_addrmap_put(&p->live, b->addr, b); /* its room: gml_pool_alloc's */
     *out = b->addr;
 }
 
@@ -308,7 +310,10 @@ int gml_pool_alloc(gml_pool *p, size_t size, gml_stream stream, uintptr_t *out)
     int rc = GMLAKE_OK;
     uint64_t t0 = gml_dev_ticks();
     pthread_mutex_lock(&p->mu);
-    gml_bin *bin = bin_for(p, stream);
+    /* room in the live map for this allocation and every other one under way (each may drop
+     * the lock to grow): hand_out never allocates, so it never fails */
+    p->inflight++;
+    gml_bin *bin = gml_addrmap_reserve(&p->live, p->inflight) ? bin_for(p, stream) : NULL;
     if (__builtin_expect(!bin, 0))
         rc = GMLAKE_ERR_NOMEM;
     else if (__builtin_expect(bin->want_record, 0))
@@ -333,6 +338,7 @@ int gml_pool_alloc(gml_pool *p, size_t size, gml_stream stream, uintptr_t *out)
     } else {
         p->failed++;
     }
+    p->inflight--;
     debug_check(p);
     p->alloc_ticks += gml_dev_ticks_since(t0);
     pthread_mutex_unlock(&p->mu);
@@ -343,14 +349,13 @@ int gml_pool_free(gml_pool *p, uintptr_t ptr, gml_stream stream)
 {
     uint64_t t0 = gml_dev_ticks();
     pthread_mutex_lock(&p->mu);
-    gml_block *b = NULL;
-    HASH_FIND(hh, p->live, &ptr, sizeof ptr, b);
+    gml_block *b = gml_addrmap_get(&p->live, ptr);
     gml_bin *bin = b ? bin_for(p, stream) : NULL;
     if (!bin) {
         pthread_mutex_unlock(&p->mu);
         return GMLAKE_ERR_INVALID;
     }
-    HASH_DEL(p->live, b);
+    gml_addrmap_del(&p->live, ptr);
     p->frees++;
     p->nlive--;
     add_active(p, -(long long)b->req);
@@ -369,8 +374,7 @@ int gml_pool_free(gml_pool *p, uintptr_t ptr, gml_stream stream)
 size_t gml_pool_alloc_size(gml_pool *p, uintptr_t ptr)
 {
     pthread_mutex_lock(&p->mu);
-    gml_block *b = NULL;
-    HASH_FIND(hh, p->live, &ptr, sizeof ptr, b);
+    gml_block *b = gml_addrmap_get(&p->live, ptr);
     size_t n = b ? b->req : 0;
     pthread_mutex_unlock(&p->mu);
     return n;
@@ -601,7 +605,18 @@ static int check_locked(gml_pool *p, char *why, size_t whylen)
     gml_block_vec used = {0};
     uint64_t active = 0, nlive = 0;
     size_t views = 0;
-    for (gml_block *b = p->live; b; b = b->hh.next) {
+    for (size_t i = 0; i < p->live.cap; i++) {
+        gml_block *b = p->live.slot[i].val;
+        if (!p->live.slot[i].key)
+            continue;
+        if (!b || b->addr != p->live.slot[i].key || gml_addrmap_get(&p->live, b->addr) != b) {
+            snprintf(why, whylen, "live map entry %#lx: %s", (unsigned long)p->live.slot[i].key,
+                     !b ? "no record"
+                        : b->addr != p->live.slot[i].key ? "its record has another address"
+                                                         : "not found from its home slot");
+            rc = GMLAKE_ERR_CORRUPT;
+            goto out;
+        }
         nlive++;
         active += b->req;
         if (b->state == GML_B_VIEW) {
@@ -622,7 +637,7 @@ static int check_locked(gml_pool *p, char *why, size_t whylen)
         if (!gml_vec_push(&used, b))
             goto oom;
     }
-    if (nlive != p->nlive || active != p->active) {
+    if (nlive != p->nlive || nlive != p->live.n || active != p->active) {
         snprintf(why, whylen, "counters say %lu live / %lu active bytes, records say %lu / %lu",
                  (unsigned long)p->nlive, (unsigned long)p->active, (unsigned long)nlive,
                  (unsigned long)active);
