@@ -14,16 +14,11 @@
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <uthash.h>
 
 #include "bench_common.h"
+#include "core/addrmap.h"
 #include "stitch/pool.h"
 #include "tools/trace.h"
-
-typedef struct live {
-    uint64_t key, ptr;
-    UT_hash_handle hh;
-} live;
 
 typedef struct result {
     double alloc_ns, free_ns, pollute_ns;
@@ -51,8 +46,8 @@ static int run(const gml_trace *t, const uint8_t *buf, size_t cap, size_t kib, r
         fprintf(stderr, "bench_trace_pool: %s\n", why);
         return -1;
     }
-    live *map = NULL, *slab = calloc(t->n ? t->n : 1, sizeof *slab);
-    size_t nslab = 0, at = 0;
+    gml_addrmap map = {0}; /* the trace's pointer -> the pool's */
+    size_t at = 0;
     *r = (result){0};
     double spent = 0;
     for (size_t i = 0; i < t->n; i++) {
@@ -62,22 +57,21 @@ static int run(const gml_trace *t, const uint8_t *buf, size_t cap, size_t kib, r
             pollute(buf, cap, kib, &at);
             spent += bench_now_ns() - t0;
         }
-        live *l = NULL;
-        HASH_FIND(hh, map, &e->ptr, sizeof e->ptr, l);
         if (e->op == 'A') {
             uintptr_t out;
-            if (l || gml_pool_alloc(p, e->size, (gml_stream)e->stream, &out) != GMLAKE_OK) {
+            if (gml_addrmap_get(&map, e->ptr) || !gml_addrmap_reserve(&map, 1) ||
+                gml_pool_alloc(p, e->size, (gml_stream)e->stream, &out) != GMLAKE_OK) {
                 r->failed++;
                 continue;
             }
-            l = &slab[nslab++];
-            l->key = e->ptr, l->ptr = out;
-            HASH_ADD(hh, map, key, sizeof l->key, l);
+            gml_addrmap_put(&map, e->ptr, (void *)out);
             r->allocs++;
-        } else if (l) {
-            gml_pool_free(p, l->ptr, (gml_stream)e->stream);
-            HASH_DEL(map, l);
-            r->frees++;
+        } else {
+            void *ptr = gml_addrmap_del(&map, e->ptr);
+            if (ptr) {
+                gml_pool_free(p, (uintptr_t)ptr, (gml_stream)e->stream);
+                r->frees++;
+            }
         }
     }
     double a, f;
@@ -85,12 +79,10 @@ static int run(const gml_trace *t, const uint8_t *buf, size_t cap, size_t kib, r
     r->alloc_ns = r->allocs ? 1e9 * a / (double)r->allocs : 0;
     r->free_ns = r->frees ? 1e9 * f / (double)r->frees : 0;
     r->pollute_ns = t->n ? spent / (double)t->n : 0;
-    live *l, *tmp;
-    HASH_ITER(hh, map, l, tmp) {
-        gml_pool_free(p, l->ptr, 0);
-        HASH_DEL(map, l);
-    }
-    free(slab);
+    for (size_t i = 0; i < map.cap; i++)
+        if (map.slot[i].key)
+            gml_pool_free(p, (uintptr_t)map.slot[i].val, 0);
+    gml_addrmap_free(&map);
     gml_sim_pool_destroy(p);
     return 0;
 }

@@ -349,13 +349,14 @@ int gml_pool_free(gml_pool *p, uintptr_t ptr, gml_stream stream)
 {
     uint64_t t0 = gml_dev_ticks();
     pthread_mutex_lock(&p->mu);
-    gml_block *b = gml_addrmap_get(&p->live, ptr);
+    gml_block *b = gml_addrmap_del(&p->live, ptr);
     gml_bin *bin = b ? bin_for(p, stream) : NULL;
     if (!bin) {
+        if (b) /* no bin for the stream: the block stays live (its slot was just freed) */
+            gml_addrmap_put(&p->live, ptr, b);
         pthread_mutex_unlock(&p->mu);
         return GMLAKE_ERR_INVALID;
     }
-    gml_addrmap_del(&p->live, ptr);
     p->frees++;
     p->nlive--;
     add_active(p, -(long long)b->req);
