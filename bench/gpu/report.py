@@ -321,6 +321,22 @@ def growth(rows):
     return out
 
 
+def side_by_side(rows):
+    """run_side.sh's runs: the allocators of a round ran at once, one GPU each, so the paired
+    rounds of training() compare runs that shared the host's minutes; which GPU each run had."""
+    out = ["## Side by side (bench/gpu/run_side.sh)\n",
+           "The allocators of a round ran at the same time, one GPU each, moving on by one GPU each "
+           "round; the paired rounds compare the runs of one round.\n"]
+    for w in dict.fromkeys(r["workload"] for r in rows):
+        runs = sorted((r for r in rows if r["workload"] == w and "error" not in r),
+                      key=lambda r: (r.get("batch", 0), r["order"]))
+        gpus = {}
+        for r in runs:
+            gpus.setdefault(r["allocator"], []).append(str(r.get("visible_devices")))
+        out.append(f"{w}: GPU by round: " + "; ".join(f"{a} {', '.join(g)}" for a, g in gpus.items()) + "\n")
+    return out + training(rows, {})
+
+
 def read_all(dirs, name):
     """The rows of file `name` in each folder, each tagged with its folder's number (batch)."""
     return [dict(r, batch=k) for k, d in enumerate(dirs) for r in lines(os.path.join(d, name))]
@@ -350,6 +366,9 @@ def main():
                    "`after warm-up` the median after 20 warm-up steps; NVML peak used memory of "
                    "the device (baseline: before the model was built).\n")
         out += training(train, stats)
+    side = read_all(dirs, "side.jsonl")
+    if side:
+        out += side_by_side(side)
     dist = read_all(dirs, "dist.jsonl")
     if dist:
         out += distributed(dist)

@@ -353,7 +353,7 @@ def train(args):
         "nvml_peak_steady": nvml.phase_peak.get("steady", 0),
         "nvml_end_used": nvml.used() if nvml.ok else 0, "pool_reserved_end": pool_end,
         "loss": float(loss.detach()), "wall_s": time.perf_counter() - t_start,
-        "torch": torch.__version__,
+        "torch": torch.__version__, "visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
     }
     if calls_end is not None and calls_at_warmup is not None:
         res["gmlake_device_calls"] = calls_end[0]
