@@ -21,7 +21,7 @@ const char *gmlake_devcall_name(int kind)
 uint64_t gml_thread_id(void)
 {
     static _Atomic uint64_t next;
-    static __thread uint64_t me;
+    static GML_TLS uint64_t me;
     if (__builtin_expect(me == 0, 0))
         me = atomic_fetch_add_explicit(&next, 1, memory_order_relaxed) + 1;
     return me;

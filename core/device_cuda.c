@@ -141,7 +141,7 @@ static void ensure_ctx(cuda_dev *d)
         d->drv.ctx_set_current(c);
 }
 
-static __thread CUresult last_error;
+static GML_TLS CUresult last_error;
 
 int gml_cuda_last_error(void) { return (int)last_error; }
 

@@ -70,7 +70,7 @@ static uintptr_t legacy_context(int device)
 /* A thread's per-thread default streams end with it: its bins are retired at thread exit. */
 static pthread_key_t ptds_key;
 static pthread_once_t ptds_once = PTHREAD_ONCE_INIT;
-static __thread bool ptds_noted;
+static GML_TLS bool ptds_noted;
 
 static void ptds_thread_exit(void *unused)
 {
@@ -144,7 +144,7 @@ static bool capturing(api a, CUstream s, int *err)
  * gmlake's, or it is sticky), else gmlake's; cudaGetLastError clears both.  A runtime that already
  * holds a sticky error (the context is unusable) makes every served call fail with it, as CUDA
  * does: gmlake checks with cudaPeekAtLastError before serving. */
-static __thread cudaError_t gml_rt_error;
+static GML_TLS cudaError_t gml_rt_error;
 
 static cudaError_t rt_error(cudaError_t e)
 {

@@ -230,7 +230,7 @@ void *gml_resolve_one(void **slot, const char *name);
 void *gml_resolve_global(void **slot, const char *name);
 /* The return address of the runtime hook this thread is in: every runtime hook starts with
  * GML_RT_ENTRY() (in the exported function itself, so that it is the program's address). */
-extern __thread const void *gml_caller;
+extern GML_TLS const void *gml_caller;
 #define GML_RT_ENTRY() (gml_caller = __builtin_return_address(0))
 /* The real function of gml_real's `field` (resolved on first use), or NULL.  The slot is read
  * once: threads resolving it together each store it, and a second, plain read would race with
@@ -270,7 +270,7 @@ void gml_resolve_hold(bool hold);
 void *gml_hook_for(const char *symbol, void *real);
 
 /* What every file reads (state.c) */
-extern __thread int gml_depth; /* > 0 while this thread runs inside gmlake */
+extern GML_TLS int gml_depth; /* > 0 while this thread runs inside gmlake */
 /* Reads RANK, else LOCAL_RANK (settings.c, as the settings load); gml_rank: it, else "". */
 void gml_rank_read(void);
 const char *gml_rank(void);

@@ -56,9 +56,9 @@ static pthread_mutex_t cuda_mu = PTHREAD_MUTEX_INITIALIZER;
  * calls it before a sanitizer runtime may have initialised: nothing here is instrumented. */
 GML_NO_SANITIZE __attribute__((used, visibility("hidden"))) void *gml_resolve_dlsym(void)
 {
-    /* A guard against dlvsym reaching dlsym again.  Initial-exec: no __tls_get_addr call, which a
-     * sanitizer runtime intercepts and cannot serve before it has initialised. */
-    static __thread int resolving __attribute__((tls_model("initial-exec")));
+    /* A guard against dlvsym reaching dlsym again.  Initial-exec (GML_TLS): no __tls_get_addr
+     * call, which a sanitizer runtime intercepts and cannot serve before it has initialised. */
+    static GML_TLS int resolving;
     void *p = __atomic_load_n((void **)&gml_real.dlsym, __ATOMIC_ACQUIRE);
     if (p || resolving)
         return p;
@@ -93,7 +93,7 @@ static void *libcuda_handle(void)
  * dlopen(RTLD_NOLOAD) of that object, dlsym on the handle, which searches the object and its
  * dependencies).  The functions found are cached per calling object; the handle is kept, which
  * keeps the object loaded, so a cached entry never goes stale. */
-__thread const void *gml_caller;
+GML_TLS const void *gml_caller;
 
 enum { LOCAL_MAX = 32 };
 typedef struct local_scope {

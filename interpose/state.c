@@ -19,7 +19,7 @@
 
 #include "interpose.h"
 
-__thread int gml_depth;
+GML_TLS int gml_depth;
 
 static char rank[24]; /* RANK or LOCAL_RANK, "" when neither is set */
 
