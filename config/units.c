@@ -36,6 +36,40 @@ static int fail(const char **why, const char *reason)
     return -1;
 }
 
+#define SIZE_UNITS "not a size: unknown unit (K, M, G, T with an optional B or iB)"
+#define SIZE_OVERFLOW "too large (overflow: at most 2^64-1 bytes)"
+
+/* The unit after a size's number: *shift set to 0 (none, B) or 10/20/30/40 (K/M/G/T with an
+ * optional B or iB); NULL when the rest is not one. */
+static const char *size_unit(const char *u, unsigned *shift)
+{
+    static const char units[] = "KMGT";
+    u = skip_space(u);
+    *shift = 0;
+    if (!*u)
+        return u;
+    char c = (char)toupper((unsigned char)*u);
+    const char *hit = strchr(units, c);
+    if (c == 'B') {
+        u++;
+    } else if (c && hit) {
+        *shift = 10 * (unsigned)(hit - units + 1);
+        u++;
+        if (toupper((unsigned char)u[0]) == 'I' && toupper((unsigned char)u[1]) == 'B')
+            u += 2;
+        else if (toupper((unsigned char)u[0]) == 'B')
+            u++;
+    } else {
+        return NULL;
+    }
+    return rest_blank(u) ? u : NULL;
+}
+
+/* Integer arithmetic throughout, so that every size up to 2^64-1 is exact (a double rounds
+ * above 2^53).  The fraction's bytes are fraction x 2^shift: whole only if, once its trailing
+ * zeros are dropped, it has at most `shift` digits (its last digit must then be a 5, odd, so
+ * each of its d digits needs one factor of two); its digits are doubled `shift` times, what
+ * carries out of them being the bytes and what stays the remainder, which must be zero. */
 int gml_parse_size_why(const char *s, size_t *out, const char **why)
 {
     if (!s)
@@ -45,41 +79,59 @@ int gml_parse_size_why(const char *s, size_t *out, const char **why)
         return fail(why, "negative");
     if (!isdigit((unsigned char)*s) && *s != '.')
         return fail(why, *s ? "not a number" : "empty");
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (end == s || !only(s, end, "0123456789."))
-        return fail(why, "not a decimal number");
-    if (errno == ERANGE || !isfinite(v))
-        return fail(why, "too large (overflow)");
-    const char *u = skip_space(end);
-    double mult = 1;
-    if (*u) {
-        static const char units[] = "KMGT";
-        char c = (char)toupper((unsigned char)*u);
-        const char *hit = c ? strchr(units, c) : NULL;
-        if (c == 'B' && rest_blank(u + 1)) {
-            u++;
-        } else if (hit) {
-            for (const char *k = units; k <= hit; k++)
-                mult *= 1024;
-            u++;
-            if (toupper((unsigned char)u[0]) == 'I' && toupper((unsigned char)u[1]) == 'B')
-                u += 2;
-            else if (toupper((unsigned char)u[0]) == 'B')
-                u++;
-        } else {
-            return fail(why, "not a size: unknown unit (K, M, G, T with an optional B or iB)");
-        }
-        if (!rest_blank(u))
-            return fail(why, "not a size: unknown unit (K, M, G, T with an optional B or iB)");
+    const char *p = s;
+    uint64_t whole = 0;
+    bool overflow = false;
+    for (; isdigit((unsigned char)*p); p++) {
+        unsigned d = (unsigned)(*p - '0');
+        if (whole > (UINT64_MAX - d) / 10)
+            overflow = true;
+        else
+            whole = whole * 10 + d;
     }
-    double bytes = v * mult;
-    if (bytes >= 18446744073709551616.0)
-        return fail(why, "too large (overflow: at most 2^64-1 bytes)");
-    if (bytes != floor(bytes))
+    const char *frac = p, *frac_end = p;
+    if (*p == '.') {
+        frac = ++p;
+        while (isdigit((unsigned char)*p))
+            p++;
+        frac_end = p;
+    }
+    if (!isdigit((unsigned char)*s) && frac_end == frac)
+        return fail(why, "not a decimal number"); /* "." alone */
+    if (*p && strchr("xXeE", *p))
+        return fail(why, "not a decimal number"); /* hex (0x10) or an exponent (1e6) */
+    unsigned shift;
+    if (!size_unit(p, &shift))
+        return fail(why, SIZE_UNITS);
+    if (overflow)
+        return fail(why, SIZE_OVERFLOW);
+    while (frac_end > frac && frac_end[-1] == '0')
+        frac_end--;
+    size_t nd = (size_t)(frac_end - frac);
+    if (nd > shift)
         return fail(why, "not a whole number of bytes");
-    *out = (size_t)bytes;
+    unsigned char dig[40]; /* nd <= shift <= 40 */
+    for (size_t i = 0; i < nd; i++)
+        dig[i] = (unsigned char)(frac[i] - '0');
+    uint64_t part = 0; /* the fraction's bytes: below 2^shift */
+    for (unsigned k = 0; k < shift; k++) {
+        unsigned carry = 0;
+        for (size_t i = nd; i-- > 0;) {
+            unsigned v = dig[i] * 2u + carry;
+            dig[i] = (unsigned char)(v % 10);
+            carry = v / 10;
+        }
+        part = part * 2 + carry;
+    }
+    for (size_t i = 0; i < nd; i++)
+        if (dig[i])
+            return fail(why, "not a whole number of bytes");
+    if (shift && whole > (UINT64_MAX >> shift))
+        return fail(why, SIZE_OVERFLOW);
+    uint64_t bytes = whole << shift;
+    if (bytes > UINT64_MAX - part)
+        return fail(why, SIZE_OVERFLOW);
+    *out = (size_t)(bytes + part);
     return 0;
 }
 

@@ -6,6 +6,8 @@
  *  size:  a decimal count of bytes with an optional unit: 512, 4k, 512KiB, 64MB, 2M, 1G, 1.5GiB
  *         (digits and one '.', nothing else: no hex "0x10", no exponent "1e6").
  *         K/M/G/T (with or without B / iB) are powers of 1024; KB/MB/GB/TB too (GPU convention).
+ *         Exact up to 2^64-1 bytes (integer arithmetic, never a double); a fraction is accepted
+ *         where it makes a whole number of bytes (1.5GiB, 0.5K; not 1.5 or 0.1K).
  *  bool:  on/off, true/false, yes/no, 1/0 (any case).
  *  double: a finite decimal number (an exponent is allowed; hex is not).
  *  int:   a decimal integer.

@@ -44,3 +44,43 @@ Test(units, booleans_numbers)
     cr_assert_eq(gml_parse_int("3x", &l), -1);
     cr_assert_eq(gml_parse_int("99999999999999999999", &l), -1);
 }
+
+/* Integers are exact to 2^64-1, with or without a unit (they once went through a double:
+ * 9007199254740993 became ...992 and 2^64-1 itself was "too large"); a fraction with a unit is
+ * exact too, or refused when it is not a whole number of bytes. */
+Test(units, sizes_are_exact_to_2_to_the_64)
+{
+    struct { const char *s; size_t v; } ok[] = {
+        {"9007199254740993", 9007199254740993ull},
+        {"18446744073709551615", 18446744073709551615ull},
+        {"18446744073709551615B", 18446744073709551615ull},
+        {"16777215TiB", 16777215ull << 40},
+        {"17179869183G", 17179869183ull << 30},
+        {"8796093022207.5KiB", (8796093022207ull << 10) + 512},
+        {"0.5K", 512}, {".5K", 512}, {"1.", 1}, {"1.0", 1}, {"1.50000000000000000000000000GiB", 3ull << 29},
+        {"0.0009765625M", 1024}, {"000000000000000000000000000042", 42},
+    };
+    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
+        size_t v = 7;
+        const char *why = NULL;
+        cr_assert_eq(gml_parse_size_why(ok[i].s, &v, &why), 0, "'%s': %s", ok[i].s, why);
+        cr_assert_eq(v, ok[i].v, "'%s' -> %zu", ok[i].s, v);
+    }
+    struct { const char *s, *why; } bad[] = {
+        {"18446744073709551616", "too large (overflow: at most 2^64-1 bytes)"},
+        {"16777216TiB", "too large (overflow: at most 2^64-1 bytes)"},
+        {"99999999999999999999999999", "too large (overflow: at most 2^64-1 bytes)"},
+        {"16777215.9999999999TiB", "not a whole number of bytes"},
+        {"0.1K", "not a whole number of bytes"}, {"1.5", "not a whole number of bytes"},
+        {"1.0000000000000000000000001K", "not a whole number of bytes"},
+        {".", "not a decimal number"}, {".K", "not a decimal number"},
+        {"1.5.3", "not a size: unknown unit (K, M, G, T with an optional B or iB)"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        size_t v = 7;
+        const char *why = NULL;
+        cr_assert_eq(gml_parse_size_why(bad[i].s, &v, &why), -1, "'%s' accepted: %zu", bad[i].s, v);
+        cr_assert_str_eq(why, bad[i].why, "'%s'", bad[i].s);
+        cr_assert_eq(v, 7, "unchanged on error");
+    }
+}
