@@ -37,7 +37,8 @@ static void usage(FILE *f)
             "                    no-stitch, largest, bestfit   gmlake without stitching / with that strategy\n"
             "                    pytorch     model of PyTorch's native caching allocator\n"
             "                    expandable  model of PyTorch with expandable_segments:True\n"
-            "  --capacity SIZE device memory of the simulated GPU (default 140GiB, at most 16TiB)\n"
+            "  --capacity SIZE device memory of the simulated GPU (default 140GiB, at most 16TiB;\n"
+            "                  rounded down to whole 2MiB chunks, with a note on stderr)\n"
             "  --plot FILE.svg reserved and active memory over the trace per policy, peaks marked, as\n"
             "                  SVG (several traces: the trace's name goes before .svg); the file is\n"
             "                  replaced only once written whole, and its path printed on stderr\n"
@@ -306,7 +307,12 @@ int main(int argc, char **argv)
                                 "simulated device)\n", optarg);
                 return 2;
             }
-            capacity &= ~(((size_t)2 << 20) - 1);
+            if (capacity & (((size_t)2 << 20) - 1)) {
+                /* the simulated device holds whole chunks: said, so a figure is not a surprise */
+                capacity &= ~(((size_t)2 << 20) - 1);
+                fprintf(stderr, "gmlake replay: --capacity '%s' is not a whole number of 2 MiB "
+                                "chunks: rounded down to %zu MiB\n", optarg, capacity >> 20);
+            }
             break;
         case 'k': {
             char *end;
