@@ -268,20 +268,25 @@ int main(int argc, char **argv)
             break;
         case 'l': next_label = optarg; break;
         case 's': {
-            char kv[256], err[256];
-            snprintf(kv, sizeof kv, "%s", optarg);
-            char *eq = strchr(kv, '=');
+            /* the key copied whole (no fixed buffer: a longer argument was once cut short, and
+             * what followed it never checked); the value is read in place */
+            const char *eq = strchr(optarg, '=');
             if (!eq) {
                 fprintf(stderr, "gmlake replay: --set '%s' is not KEY=VALUE\n", optarg);
                 return 2;
             }
-            *eq = 0;
-            int m = gml_model_option_set(&model_opt, kv, eq + 1, err, sizeof err);
-            if (m < 0) {
-                fprintf(stderr, "gmlake replay: --set %s\n", err);
-                return 2;
+            char err[512], *key = strndup(optarg, (size_t)(eq - optarg));
+            if (!key) {
+                fprintf(stderr, "gmlake replay: out of memory\n");
+                return 1;
             }
-            if (m > 0 && gml_config_set(&base, NULL, kv, eq + 1, "--set", stderr) != 0)
+            int m = gml_model_option_set(&model_opt, key, eq + 1, err, sizeof err);
+            if (m > 0 && gml_config_set(&base, NULL, key, eq + 1, "--set", stderr) != 0)
+                m = -2;
+            free(key);
+            if (m == -1)
+                fprintf(stderr, "gmlake replay: --set %s\n", err);
+            if (m < 0)
                 return 2;
             break;
         }
@@ -371,9 +376,20 @@ int main(int argc, char **argv)
     enum { MAXPOL = 16 };
     const char *names[MAXPOL];
     size_t npol = 0;
-    char list[256];
-    snprintf(list, sizeof list, "%s", policies);
-    for (char *save, *pol = strtok_r(list, ",", &save); pol; pol = strtok_r(NULL, ",", &save)) {
+    /* a copy of the whole list (file scope, as paths: reachable on an early return); split at
+     * every comma, so that an empty name (a comma too many) is seen and refused */
+    static char *list;
+    list = strdup(policies);
+    if (!list) {
+        fprintf(stderr, "gmlake replay: out of memory\n");
+        return 1;
+    }
+    for (char *rest = list, *pol; (pol = strsep(&rest, ",")) != NULL;) {
+        if (!*pol) {
+            fprintf(stderr, "gmlake replay: --policy '%s': empty policy name (a comma too many)\n",
+                    policies);
+            return 2;
+        }
         if (!gml_policy_known(pol)) {
             fprintf(stderr, "gmlake replay: unknown policy '%s' (known: gmlake, no-stitch, largest, "
                             "bestfit, pytorch, expandable)\n", pol);
@@ -384,10 +400,6 @@ int main(int argc, char **argv)
             return 2;
         }
         names[npol++] = pol;
-    }
-    if (npol == 0) {
-        fprintf(stderr, "gmlake replay: --policy names no policy\n");
-        return 2;
     }
     run *runs = calloc(npol, sizeof *runs);
     if (!runs) {
@@ -482,5 +494,6 @@ int main(int argc, char **argv)
     free(runs);
     free(paths);
     free(labels);
+    free(list);
     return status;
 }

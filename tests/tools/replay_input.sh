@@ -14,5 +14,21 @@ check "--capacity 3MiB: replayed, a note says it is rounded down to 2 MiB" "0 1"
 err=$("$R" --policy pytorch --capacity 4MiB good.trace 2>&1 >/dev/null)
 check "--capacity 4MiB: no note" "0 " "$? $err"
 
+# --set and --policy are read whole, whatever their length: nothing past a buffer is dropped
+err=$("$R" --policy gmlake --set "stitch=on$(printf '%*s' 260 '')garbage" good.trace 2>&1 >/dev/null)
+check "--set with garbage after 260 blanks: refused" "2 1" "$? $(grep -c "stitch = 'on .*garbage' is not valid" <<<"$err")"
+long=$(printf 'a%.0s' {1..300})
+err=$("$R" --policy gmlake --set "$long=1" good.trace 2>&1 >/dev/null)
+check "--set with a 300-byte key: refused, one line" "2 1" "$? $(grep -c "unknown key" <<<"$err")"
+err=$("$R" --policy "gmlake$(printf ',%.0s' {1..300})bogus" good.trace 2>&1 >/dev/null)
+check "--policy with 300 commas then bogus: refused (an empty name)" "2 1" "$? $(grep -c "empty policy name" <<<"$err")"
+err=$("$R" --policy "gmlake,$long,pytorch" good.trace 2>&1 >/dev/null)
+check "--policy with a 300-byte name: refused, naming it" "2 1" "$? $(grep -c "unknown policy '$long'" <<<"$err")"
+for p in gmlake,,pytorch ,gmlake gmlake, ,; do
+  err=$("$R" --policy "$p" good.trace 2>&1 >/dev/null)
+  check "--policy '$p': an empty name is refused" "2 1" "$? $(grep -c "empty policy name" <<<"$err")"
+done
+check "--policy pytorch,gmlake: both replayed" "2" "$("$R" --policy pytorch,gmlake good.trace | grep -cE '^  (pytorch|gmlake) ')"
+
 echo "$([ $fail -eq 0 ] && echo all passed || echo some failed)"
 exit $fail
