@@ -16,7 +16,7 @@
  * Contract
  *  - gml_pool_alloc returns GMLAKE_OK and a pointer aligned to 512 bytes, GMLAKE_ERR_NOMEM when
  *    the device (or limit_bytes) cannot hold the request even after releasing the cache,
- *    GMLAKE_ERR_INVALID for size 0, GMLAKE_ERR_DEVICE when the driver failed (the pool stays
+ *    GMLAKE_ERR_INVALID for size 0 or above 2^62, GMLAKE_ERR_DEVICE when the driver failed (the pool stays
  *    consistent).  gml_pool_free returns GMLAKE_ERR_INVALID for a pointer that is not the start of
  *    a live allocation of this pool (double free, interior pointer, foreign pointer) and leaves
  *    the pool untouched.

@@ -87,6 +87,11 @@ static int pool_alloc(gml_policy *p, uint64_t size, uint64_t stream, uint64_t *a
 {
     uintptr_t a = 0;
     int r = gml_pool_alloc(p->pool, size, (gml_stream)stream, &a);
+    /* the pool refuses a size beyond any device (above 2^62) as invalid, and a trace holds no
+     * size 0 (trace_format.c): to the replay that is a request no device could hold, out of
+     * memory, as the models report it (counted as failed; the replay goes on) */
+    if (r == GMLAKE_ERR_INVALID && size)
+        r = GMLAKE_ERR_NOMEM;
     *addr = a;
     pool_refresh(p);
     return r;

@@ -30,5 +30,13 @@ for p in gmlake,,pytorch ,gmlake gmlake, ,; do
 done
 check "--policy pytorch,gmlake: both replayed" "2" "$("$R" --policy pytorch,gmlake good.trace | grep -cE '^  (pytorch|gmlake) ')"
 
+# a size no device holds (2^63) fails as out of memory under every policy alike: counted,
+# the policy marked FAILED, still in the table
+printf '# gmlake-trace v1\nA 0x1000 100 0 1\nA 0x2000 9223372036854775808 0 2\nF 0x1000 0 0 3\n' > huge.trace
+out=$("$R" huge.trace 2>"$tmp/err")
+check "a 2^63-byte allocation: exit 1, every policy in the table, marked FAILED" "1 3" \
+  "$? $(grep -cE '^  (pytorch|expandable|gmlake) .* FAILED ' <<<"$out")"
+check "... and no 'invalid argument'" "0" "$(grep -c 'invalid argument' "$tmp/err")"
+
 echo "$([ $fail -eq 0 ] && echo all passed || echo some failed)"
 exit $fail
