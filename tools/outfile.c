@@ -2,10 +2,37 @@
 #include "outfile.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+/* path with its folder resolved (malloc'ed), or NULL where the folder cannot be. */
+static char *resolved(const char *path)
+{
+    const char *slash = strrchr(path, '/');
+    char *dir = slash ? strndup(path, (size_t)(slash - path) + 1) : strdup(".");
+    char *real = dir ? realpath(dir, NULL) : NULL, *out = NULL;
+    if (real && asprintf(&out, "%s/%s", real, slash ? slash + 1 : path) < 0)
+        out = NULL;
+    free(dir);
+    free(real);
+    return out;
+}
+
+bool gml_same_file(const char *a, const char *b)
+{
+    struct stat sa, sb;
+    bool ea = stat(a, &sa) == 0, eb = stat(b, &sb) == 0;
+    if (ea || eb)
+        return ea && eb && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+    char *ra = resolved(a), *rb = resolved(b);
+    bool same = ra && rb ? strcmp(ra, rb) == 0 : strcmp(a, b) == 0;
+    free(ra);
+    free(rb);
+    return same;
+}
 
 int gml_outfile_open(gml_outfile *o, const char *path, char *err, size_t errlen)
 {

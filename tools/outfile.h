@@ -8,15 +8,24 @@
 #ifndef GML_OUTFILE_H
 #define GML_OUTFILE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdio.h>
 
+/* The longest destination path plus its NUL (Linux's PATH_MAX): a longer one is refused, never
+ * cut short. */
+#define GML_OUTFILE_PATH_MAX 4096
+
 typedef struct gml_outfile {
     FILE *f;           /* write here */
-    char path[4096];   /* the destination */
-    char tmp[4096 + 32];
+    char path[GML_OUTFILE_PATH_MAX];   /* the destination */
+    char tmp[GML_OUTFILE_PATH_MAX + 32];
 } gml_outfile;
 
+/* Whether paths a and b name the same file, so that a tool never writes over one of its inputs:
+ * the same device and inode where both exist (links and other spellings included), neither
+ * where only one does, else the same path once its folder is resolved (realpath). */
+bool gml_same_file(const char *a, const char *b);
 /* Opens a temporary file beside path; 0, or -1 with "PATH: why" in err. */
 int gml_outfile_open(gml_outfile *o, const char *path, char *err, size_t errlen);
 /* Flushes, syncs and closes the temporary file and renames it over the destination (with the

@@ -17,6 +17,8 @@
 #include "../stitch/stitch.h"
 #include "charge.h"
 #include "plot.h"
+#include "outfile.h"
+#include "plotname.h"
 #include "policy.h"
 #include "trace.h"
 
@@ -40,8 +42,12 @@ static void usage(FILE *f)
             "  --capacity SIZE device memory of the simulated GPU (default 140GiB, at most 16TiB;\n"
             "                  rounded down to whole 2MiB chunks, with a note on stderr)\n"
             "  --plot FILE.svg reserved and active memory over the trace per policy, peaks marked, as\n"
-            "                  SVG (several traces: the trace's name goes before .svg); the file is\n"
-            "                  replaced only once written whole, and its path printed on stderr\n"
+            "                  SVG; several traces: FILE.NAME.svg each, NAME the trace's --label or\n"
+            "                  file name without its folder and a final .gz, .trace or .pickle (two\n"
+            "                  traces with one NAME are refused: give one a --label); a plot path\n"
+            "                  that is an input trace, or longer than 4095 bytes, is refused before\n"
+            "                  anything is replayed; the file is replaced only once written whole,\n"
+            "                  and its path printed on stderr\n"
             "  --check N       run the policy's consistency checker every N events (slow)\n"
             "  --label NAME    report the next TRACE as NAME (gmlake replay names a converted\n"
             "                  snapshot after the file the user gave)\n"
@@ -208,26 +214,6 @@ static const char *long_name(int c)
     }
 }
 
-/* FILE.svg for one trace; FILE.<trace name>.svg for several. */
-static void plot_path(char *out, size_t len, const char *plot, const char *trace, bool several)
-{
-    if (!several) {
-        snprintf(out, len, "%s", plot);
-        return;
-    }
-    char name[256];
-    snprintf(name, sizeof name, "%s", base_name(trace));
-    char *dot = strchr(name, '.');
-    if (dot)
-        *dot = 0;
-    const char *ext = strrchr(plot, '.');
-    if (ext && strchr(ext, '/'))
-        ext = NULL;
-    if (ext)
-        snprintf(out, len, "%.*s.%s%s", (int)(ext - plot), plot, name, ext);
-    else
-        snprintf(out, len, "%s.%s", plot, name);
-}
 int main(int argc, char **argv)
 {
     static const struct option opts[] = {
@@ -401,6 +387,20 @@ int main(int argc, char **argv)
         }
         names[npol++] = pol;
     }
+    /* every plot's path decided and checked before anything is replayed or written */
+    static char **plots;
+    plots = calloc(ntrace, sizeof *plots);
+    if (!plots) {
+        fprintf(stderr, "gmlake replay: out of memory\n");
+        return 1;
+    }
+    if (plot) {
+        char err[GML_OUTFILE_PATH_MAX + 512];
+        if (gml_plot_paths(plot, paths, labels, ntrace, plots, err, sizeof err) != 0) {
+            fprintf(stderr, "gmlake replay: %s\n", err);
+            return 2;
+        }
+    }
     run *runs = calloc(npol, sizeof *runs);
     if (!runs) {
         fprintf(stderr, "gmlake replay: out of memory\n");
@@ -480,13 +480,11 @@ int main(int argc, char **argv)
             gml_plot_line lines[MAXPOL];
             for (size_t k = 0; k < nrun; k++)
                 lines[k] = (gml_plot_line){runs[k].policy, &runs[k].s, &runs[k].r};
-            char path[1024];
-            plot_path(path, sizeof path, plot, paths[i], ntrace > 1);
-            if (gml_plot_svg(path, tn, lines, nrun, err, sizeof err)) {
+            if (gml_plot_svg(plots[i], tn, lines, nrun, err, sizeof err)) {
                 fprintf(stderr, "gmlake replay: %s\n", err);
                 status = 1;
             } else {
-                fprintf(stderr, "gmlake replay: %s: plot written to %s\n", tn, path);
+                fprintf(stderr, "gmlake replay: %s: plot written to %s\n", tn, plots[i]);
             }
         }
         gml_trace_free(&t);
@@ -495,5 +493,7 @@ int main(int argc, char **argv)
     free(paths);
     free(labels);
     free(list);
+    gml_plot_paths_free(plots, ntrace);
+    free(plots);
     return status;
 }

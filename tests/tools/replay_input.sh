@@ -38,5 +38,40 @@ check "a 2^63-byte allocation: exit 1, every policy in the table, marked FAILED"
   "$? $(grep -cE '^  (pytorch|expandable|gmlake) .* FAILED ' <<<"$out")"
 check "... and no 'invalid argument'" "0" "$(grep -c 'invalid argument' "$tmp/err")"
 
+# --plot never writes over an input trace (the same file, however named), checked before anything
+cp good.trace in.svg
+out=$("$R" --policy pytorch --plot in.svg in.svg 2>"$tmp/err")
+check "--plot in.svg in.svg: refused, the trace kept, nothing replayed" "2 1 1 " \
+  "$? $(grep -c "plot of in.svg would go to in.svg, which is the trace in.svg" "$tmp/err") $(cmp -s good.trace in.svg && echo 1) $out"
+ln -s in.svg link.svg
+"$R" --policy pytorch --plot link.svg ./in.svg >/dev/null 2>&1
+check "--plot over a link to the trace: refused, the trace kept" "2 1" "$? $(cmp -s good.trace in.svg && echo 1)"
+cp good.trace c.trace; cp good.trace pp.c.svg
+out=$("$R" --policy pytorch --plot pp.svg c.trace pp.c.svg 2>"$tmp/err")
+check "--plot pp.svg c.trace pp.c.svg: refused before c.trace's plot, pp.c.svg kept" "2 1 1 " \
+  "$? $(grep -c "plot of c.trace would go to pp.c.svg, which is the trace pp.c.svg" "$tmp/err") $(cmp -s good.trace pp.c.svg && echo 1) $out"
+
+# --plot with several traces: one file each, never one replacing another
+mkdir a b; cp good.trace a/x.trace; cp good.trace b/x.trace
+out=$("$R" --policy pytorch --plot p.svg a/x.trace b/x.trace 2>"$tmp/err")
+check "a/x.trace and b/x.trace: refused, naming both and --label, nothing written" "2 1" \
+  "$? $(grep -c "plots of a/x.trace and b/x.trace would both be p.x.svg .*--label" "$tmp/err")$(ls p.*svg 2>/dev/null)"
+gzip -c good.trace > x.trace.gz
+"$R" --policy pytorch --plot p.svg a/x.trace x.trace.gz >/dev/null 2>"$tmp/err"
+check "x.trace and x.trace.gz: refused (both x)" "2 1" "$? $(grep -c "both be p.x.svg" "$tmp/err")"
+"$R" --policy pytorch --plot p.svg a/x.trace --label y x.trace.gz >/dev/null 2>"$tmp/err"
+check "... --label tells them apart: p.x.svg and p.y.svg" "0 p.x.svg p.y.svg" "$? $(echo p.*svg)"
+rm -f p.*svg; cp good.trace job.rank0.trace; cp good.trace job.rank1.trace
+"$R" --policy pytorch --plot p.svg job.rank0.trace job.rank1.trace >/dev/null 2>&1
+check "job.rank0.trace and job.rank1.trace: p.job.rank0.svg and p.job.rank1.svg" \
+  "0 p.job.rank0.svg p.job.rank1.svg" "$? $(echo p.*svg)"
+
+# --plot paths are never cut short: a long one is written where named, a too long one refused
+d=$(printf 'd%.0s' {1..200}); d="$d/$d/$d/$d/$d/$d"; mkdir -p "$d"
+"$R" --policy pytorch --plot "$d/long.svg" good.trace >/dev/null 2>&1
+check "a 1200-byte --plot path: written there, nowhere else" "0 1" "$? $(find . -name '*.svg' -newer good.trace | grep -c "^./$d/long.svg$")"
+out=$("$R" --policy pytorch --plot "$d/$d/$d/$d/long.svg" good.trace 2>"$tmp/err")
+check "a 4800-byte --plot path: refused, saying the limit" "2 1" "$? $(grep -c "longer than the 4095" "$tmp/err")$out"
+
 echo "$([ $fail -eq 0 ] && echo all passed || echo some failed)"
 exit $fail

@@ -323,9 +323,11 @@ class TableAndPlot(unittest.TestCase):
         names = {g.get("data-policy"): g for g in groups}
         t = names["pytorch"].find(SVG + "circle").find(SVG + "title").text
         self.assertEqual(t, "pytorch peak reserved 58 MiB")
-        # several traces: one file each
-        replay("--policy", "pytorch", "--plot", os.path.join(self.dir, "m.svg"), self.trace, self.trace)
+        # several traces: one file each (the same trace twice needs a --label: one NAME each)
+        replay("--policy", "pytorch", "--plot", os.path.join(self.dir, "m.svg"), self.trace,
+               "--label", "t", self.trace)
         self.assertTrue(os.path.exists(os.path.join(self.dir, "m.s.svg")))
+        self.assertTrue(os.path.exists(os.path.join(self.dir, "m.t.svg")))
 
     @unittest.skipUnless(shutil.which("chromium") or shutil.which("chromium-browser"), "no chromium")
     def test_plot_renders_in_a_browser(self):
