@@ -138,6 +138,18 @@ const char *gml_config_closest_key(const char *key);
 /* The variable closest to a GMLAKE_* name that names no setting, or "" (into buf). */
 void gml_env_closest(const char *name, char *buf, size_t len);
 
+/* filename.c: the file names log_file, stats_file and trace_file expand to.  %p is the pid, %r
+ * the rank (RANK, else LOCAL_RANK, else 0; at most GML_RANK_MAX characters) and %% a percent
+ * sign; with add_rank and a pattern that names neither %p nor %r, ".rank%r" goes before the
+ * extension of the file's name (several processes: interpose/state.c).  The expansion into out
+ * (as much as fits in len bytes, NUL included); its whole length, as snprintf. */
+#define GML_RANK_MAX 23
+size_t gml_file_name_expand(const char *pattern, bool add_rank, const char *pid, const char *rank,
+                            char *out, size_t len);
+/* The longest a pattern can expand to (a 10-digit pid, a GML_RANK_MAX-character rank, ".rank%r"
+ * added): a path setting is refused when this is GML_PATH_MAX or more (options.c). */
+size_t gml_file_name_longest(const char *pattern);
+
 /* docs.c: texts generated from the table. */
 /* A commented example file with every key at its default. */
 void gml_config_print_example(FILE *out);

@@ -40,6 +40,8 @@ static void man_text(FILE *out, const char *t)
     }
 }
 
+_Static_assert(GML_PATH_MAX == 1024 && GML_RANK_MAX == 23, "the man page's limits");
+
 void gml_config_print_man(FILE *out, const char *version)
 {
     fprintf(out, ".TH GMLAKE.CONF 5 \"\" \"gmlake %s\" \"File Formats\"\n"
@@ -54,7 +56,12 @@ void gml_config_print_man(FILE *out, const char *version)
                  "(\\fBRANK\\fR, else \\fBLOCAL_RANK\\fR, else 0), \\fB%%%%\\fR a percent sign. When\n"
                  "several processes run (\\fBWORLD_SIZE\\fR or \\fBLOCAL_WORLD_SIZE\\fR above 1) and\n"
                  "stats_file or trace_file names neither, each process writes its own file,\n"
-                 "with \\fB.rank\\fIR\\fR inserted before the extension. Bad values, unknown keys and\n"
+                 "with \\fB.rank\\fIR\\fR inserted before the extension. A file setting must be at\n"
+                 "most 1023 bytes once expanded, whatever the process id and rank\n"
+                 "(\\fB%%p\\fR counted as 10 bytes, \\fB%%r\\fR as 23, and a name with\n"
+                 "neither 28 more for \\fB.rank\\fIR\\fR): a longer one is a bad value, never cut short.\n"
+                 "Sizes are exact to 2^64\\-1 bytes; a fraction (1.5GiB) must make whole bytes.\n"
+                 "Bad values, unknown keys and\n"
                  "unknown \\fBGMLAKE_*\\fR variables are reported (with the closest key and why)\n"
                  "and ignored, once per process tree; \\fBgmlake config \\-\\-check\\fR exits 1 on\n"
                  "them, and on settings that are valid alone but not together (chunk_size a power\n"

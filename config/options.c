@@ -1,7 +1,8 @@
 /*
  * options.c — the one table of gmlake's settings, and the code that reads, checks and prints a
  * value of each type (the mechanism: which field, which type, which range).  Adding a setting: a
- * row here and a case in field_of().  Calls only units.c; everything else in config/ is above it.
+ * row here and a case in field_of().  Calls only units.c and filename.c; everything else in
+ * config/ is above it.
  */
 #include <math.h>
 #include <stddef.h>
@@ -125,7 +126,11 @@ void gml_option_accepted(const gml_option *o, char *buf, size_t len)
             n += (size_t)snprintf(buf + n, len - n, "%s%s", k ? ", " : "one of ", o->choices[k]);
         break;
     }
-    default: snprintf(buf, len, "a file path (at most %d bytes)", GML_PATH_MAX - 1); break;
+    default:
+        snprintf(buf, len, "a file path of at most %d bytes once expanded (%%p counted as 10 bytes, "
+                 "%%r as %d, and %d more for the .rank%%r a name with neither gets)",
+                 GML_PATH_MAX - 1, GML_RANK_MAX, 5 + GML_RANK_MAX);
+        break;
     }
 }
 
@@ -137,6 +142,15 @@ static const char *out_of_range(const gml_option *o, double v)
     if (o->max > 0 && v > o->max)
         return "above the allowed range";
     return NULL;
+}
+
+/* Whether a file setting is too long, NULL if not: its name must fit GML_PATH_MAX whatever the
+ * pid and rank (filename.c), so that no file is ever opened under a name cut short. */
+static const char *path_too_long(const char *text)
+{
+    if (strlen(text) >= GML_PATH_MAX)
+        return "too long";
+    return gml_file_name_longest(text) >= GML_PATH_MAX ? "too long once expanded" : NULL;
 }
 
 int gml_option_parse(gml_config *c, int i, const char *text, const char **why, char *acc,
@@ -192,11 +206,10 @@ int gml_option_parse(gml_config *c, int i, const char *text, const char **why, c
         w = "not one of the choices";
         break;
     case GML_OPT_PATH:
-        if (strlen(text) < GML_PATH_MAX) {
+        if (!(w = path_too_long(text))) {
             snprintf((char *)f, GML_PATH_MAX, "%s", text);
             return 0;
         }
-        w = "too long";
         break;
     }
     if (why)
@@ -221,7 +234,7 @@ const char *gml_option_check(const gml_config *cc, int i)
             n++;
         return k >= 0 && k < n ? NULL : "not one of the choices";
     }
-    case GML_OPT_PATH: return memchr(f, 0, GML_PATH_MAX) ? NULL : "too long";
+    case GML_OPT_PATH: return memchr(f, 0, GML_PATH_MAX) ? path_too_long(f) : "too long";
     default: return NULL;
     }
 }

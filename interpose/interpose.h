@@ -278,8 +278,10 @@ const char *gml_rank(void);
  * A variable, not a function: gml_serving reads it on every hook call. */
 extern __attribute__((visibility("hidden"))) _Atomic int gml_forked;
 /* A file name from a log_file / stats_file / trace_file pattern: %p, %r, %%, and with
- * per_process, ".rank%r" inserted when several processes run and the pattern names neither. */
-void gml_file_name(const char *pattern, bool per_process, char *out, size_t len);
+ * per_process, ".rank%r" inserted when several processes run and the pattern names neither
+ * (config/filename.c).  false when it does not fit in len: never used cut short (the settings
+ * refuse a pattern that could expand past GML_PATH_MAX - 1 bytes, so not with that length). */
+bool gml_file_name(const char *pattern, bool per_process, char *out, size_t len);
 
 /* Settings (settings.c).  The settings, loaded on first use (the log opened with them). */
 const gml_config *gml_cfg(void);

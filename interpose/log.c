@@ -61,8 +61,10 @@ void gml_log_open(int level, const char *pattern)
     if (!pattern[0])
         return;
     char path[GML_PATH_MAX];
-    gml_file_name(pattern, false, path, sizeof path);
-    if (!(log_out = fopen(path, "a")))
+    if (!gml_file_name(pattern, false, path, sizeof path))
+        gml_log_line(GML_LOG_ERROR, "log_file %s is too long once expanded; logging to standard "
+                     "error", pattern);
+    else if (!(log_out = fopen(path, "a")))
         gml_log_line(GML_LOG_ERROR, "cannot open log_file %s; logging to standard error", path);
 }
 

@@ -10,6 +10,8 @@
  *  - when several processes run (WORLD_SIZE or LOCAL_WORLD_SIZE above 1) and stats_file or
  *    trace_file contains neither %p nor %r, each process writes its own: ".rank%r" is inserted
  *    before the file's extension (stats.json -> stats.rank3.json).  log_file is shared (log.c).
+ * The expansion itself is config/filename.c's, the same one by which the settings refuse a
+ * pattern that could expand past GML_PATH_MAX - 1 bytes.
  */
 #include <stdatomic.h>
 #include <stdio.h>
@@ -21,7 +23,7 @@
 
 GML_TLS int gml_depth;
 
-static char rank[24]; /* RANK or LOCAL_RANK, "" when neither is set */
+static char rank[GML_RANK_MAX + 1]; /* RANK or LOCAL_RANK, "" when neither is set (or longer) */
 
 void gml_rank_read(void)
 {
@@ -46,36 +48,11 @@ static bool several_processes(void)
     return false;
 }
 
-void gml_file_name(const char *pattern, bool per_process, char *out, size_t len)
+bool gml_file_name(const char *pattern, bool per_process, char *out, size_t len)
 {
-    char pat[GML_PATH_MAX + 16];
-    snprintf(pat, sizeof pat, "%s", pattern);
-    if (per_process && several_processes() && !strstr(pat, "%p") && !strstr(pat, "%r")) {
-        const char *base = strrchr(pat, '/');
-        char *dot = strrchr(base ? base : pat, '.');
-        if (!dot || dot == (base ? base + 1 : pat))
-            dot = pat + strlen(pat);
-        char ext[GML_PATH_MAX];
-        snprintf(ext, sizeof ext, "%s", dot);
-        snprintf(dot, sizeof pat - (size_t)(dot - pat), ".rank%%r%s", ext);
-    }
-    size_t n = 0;
-    for (const char *c = pat; *c && n + 1 < len; c++) {
-        char num[32] = "";
-        if (c[0] == '%' && c[1] == 'p')
-            snprintf(num, sizeof num, "%ld", (long)getpid());
-        else if (c[0] == '%' && c[1] == 'r')
-            snprintf(num, sizeof num, "%s", rank[0] ? rank : "0");
-        else if (c[0] == '%' && c[1] == '%')
-            snprintf(num, sizeof num, "%%");
-        if (!num[0]) {
-            out[n++] = *c;
-            continue;
-        }
-        n += (size_t)snprintf(out + n, len - n, "%s", num);
-        if (n >= len)
-            n = len - 1;
-        c++;
-    }
-    out[n] = 0;
+    char pid[24];
+    snprintf(pid, sizeof pid, "%ld", (long)getpid());
+    size_t n = gml_file_name_expand(pattern, per_process && several_processes(), pid,
+                                    rank[0] ? rank : "0", out, len);
+    return n < len; /* the settings refuse a pattern that could expand past GML_PATH_MAX - 1 */
 }

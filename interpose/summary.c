@@ -75,7 +75,10 @@ static void at_exit(void)
 
 void gml_summary_setup(const char *stats_pattern)
 {
-    if (stats_pattern[0])
-        gml_file_name(stats_pattern, true, stats_path, sizeof stats_path);
+    if (stats_pattern[0] && !gml_file_name(stats_pattern, true, stats_path, sizeof stats_path)) {
+        stats_path[0] = 0; /* never statistics under a name cut short */
+        gml_log(GML_LOG_ERROR, "stats_file %s is too long once expanded; no statistics are written",
+                stats_pattern);
+    }
     atexit(at_exit);
 }

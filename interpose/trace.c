@@ -18,8 +18,10 @@ static pthread_mutex_t trace_mu = PTHREAD_MUTEX_INITIALIZER;
 
 void gml_trace_setup(const char *pattern)
 {
-    if (pattern[0])
-        gml_file_name(pattern, true, trace_path, sizeof trace_path);
+    if (pattern[0] && !gml_file_name(pattern, true, trace_path, sizeof trace_path)) {
+        trace_path[0] = 0; /* never a trace under a name cut short */
+        gml_log(GML_LOG_ERROR, "trace_file %s is too long once expanded; no trace is recorded", pattern);
+    }
 }
 
 /* Opens the trace file on the first event (trace_mu held); false when it cannot be written. */

@@ -487,3 +487,57 @@ Test(config, a_fifo_is_refused_without_blocking, .timeout = 5)
     cr_assert_eq(rep.errors, 1, "%s", m);
     cr_assert(strstr(m, "fifo: not a regular file (a FIFO); ignored"), "%s", m);
 }
+
+/* A file setting that %p, %r or the .rank%r of several processes could expand past 1023 bytes
+ * is refused when read, naming the setting and the limit (the library once cut the expanded name
+ * at 1023 bytes and wrote to another file); `gmlake config --check` counts it as an error. */
+Test(config, a_file_setting_that_could_expand_too_long_is_refused)
+{
+    sandbox();
+    char dir[991], v[1200];
+    memset(dir, 'd', 990);
+    dir[990] = 0;
+    snprintf(v, sizeof v, "/%s/t%%p%%p%%p%%p.trace", dir); /* 1005 bytes; 1035 with 10-digit pids */
+    setenv("GMLAKE_TRACE_FILE", v, 1);
+    snprintf(v, sizeof v, "/%s/stats.json", dir); /* 1002 bytes; 1030 with .rank and a rank */
+    setenv("GMLAKE_STATS_FILE", v, 1);
+    snprintf(v, sizeof v, "/%s/%%r.log", dir); /* 997 bytes; 1018 with the longest rank: fits */
+    setenv("GMLAKE_LOG_FILE", v, 1);
+    gml_config c;
+    gml_config_report rep;
+    char *m = load(&c, &rep);
+    cr_assert_eq(rep.errors, 2, "%s", m);
+    cr_assert(strstr(m, "GMLAKE_TRACE_FILE: trace_file = '/ddd"), "%s", m);
+    cr_assert(strstr(m, "GMLAKE_STATS_FILE: stats_file = '/ddd"), "%s", m);
+    cr_assert(strstr(m, "at most 1023 bytes once expanded"), "%s", m);
+    cr_assert_str_eq(c.trace_file, "", "the setting keeps its previous value");
+    cr_assert_str_eq(c.stats_file, "");
+    cr_assert_str_eq(c.log_file, v);
+    char why[2048];
+    cr_assert_eq(gml_config_check(&c, 0, why, sizeof why), 0, "%s", why);
+    /* the table's check sees a value set another way */
+    snprintf(c.trace_file, sizeof c.trace_file, "/%s/t%%p%%p%%p%%p.trace", dir);
+    cr_assert_eq(gml_config_check(&c, 0, why, sizeof why), -1);
+    cr_assert(strstr(why, "trace_file = ") && strstr(why, "too long once expanded"), "%s", why);
+}
+
+/* The expansion: %p, %r, %%, and .rank%r before the extension where several processes run. */
+Test(config, file_names_expand)
+{
+    struct { const char *pat; bool add; const char *want; } t[] = {
+        {"/t/s-%r-%p-%%.json", true, "/t/s-3-42-%.json"}, {"/t/stats.json", true, "/t/stats.rank3.json"},
+        {"/t/stats.json", false, "/t/stats.json"},       {"/t.d/.trace", true, "/t.d/.trace.rank3"},
+        {"/t/x", true, "/t/x.rank3"},                   {"a%", false, "a%"}, {"a%.b", true, "a%.rank3.b"},
+    };
+    for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
+        char out[64];
+        size_t n = gml_file_name_expand(t[i].pat, t[i].add, "42", "3", out, sizeof out);
+        cr_assert_str_eq(out, t[i].want, "%s", t[i].pat);
+        cr_assert_eq(n, strlen(t[i].want));
+    }
+    char small[8];
+    cr_assert_eq(gml_file_name_expand("/t/stats.json", true, "42", "3", small, sizeof small), 19);
+    cr_assert_str_eq(small, "/t/stat", "cut only where the caller's buffer is, and said by the length");
+    cr_assert_eq(gml_file_name_longest("%p%r"), 10 + GML_RANK_MAX);
+    cr_assert_eq(gml_file_name_longest("x"), 1 + 5 + GML_RANK_MAX);
+}
