@@ -24,10 +24,11 @@ _dump_snapshot writes, so that https://pytorch.org/memory_viz and
 
 A trace does not say which GPU an allocation was on: one trace becomes one device (--device N,
 default 0); several traces (one per process, e.g. trace_file=job.%p.trace under DDP) become
-devices 0, 1, ... in the order given.  --max-events N keeps only the last N events of each trace
-in device_traces, as PyTorch's ring buffer does (allocations made before the window and still
-live at the end are in `segments`; memory_viz shows a free whose allocation fell out of the window
-as memory allocated from the start).
+devices 0, 1, ... in the order given; devices are 0 to 63, the ones libgmlake serves.
+--max-events N keeps only the last N events of each trace in device_traces, as PyTorch's ring
+buffer does (allocations made before the window and still live at the end are in `segments`;
+memory_viz shows a free whose allocation fell out of the window as memory allocated from the
+start).
 
 The pickle uses protocol 4 and only plain dicts, lists, tuples, ints and strings: the opcodes that
 MemoryViz.js's own unpickler reads.  It is written to a temporary file beside the output and
@@ -43,6 +44,7 @@ import tempfile
 import zlib
 
 MASK64 = (1 << 64) - 1
+MAX_DEVICES = 64  # the devices libgmlake serves (GML_MAX_DEVICES, stitch/registry.h)
 PICKLE_PROTOCOL = 4  # MemoryViz.js reads protocols 2 to 4
 SEGMENTS_NOTE = ("one segment per allocation live at the end of the trace: gmlake's extents and "
                  "stitched ranges are not in its trace, so segment views show allocations, not "
@@ -196,9 +198,15 @@ def build_snapshot(paths, device=None, max_events=None):
     `device`) and a summary per trace."""
     if device is not None and len(paths) != 1:
         raise ExportError("--device places one trace; several traces go to devices 0, 1, ...")
+    if device is not None and (isinstance(device, bool) or not isinstance(device, int)):
+        raise ExportError(f"device {device!r}: a device is an integer from 0")
     first_device = 0 if device is None else device
-    if first_device < 0:
-        raise ExportError(f"device {device}: a device is a number from 0")
+    # device_traces is a list indexed by device, so the bound also keeps it small
+    if not 0 <= first_device < MAX_DEVICES:
+        raise ExportError(f"device {device}: gmlake serves devices 0 to {MAX_DEVICES - 1}")
+    if first_device + len(paths) > MAX_DEVICES:
+        raise ExportError(f"{len(paths)} traces: gmlake serves devices 0 to {MAX_DEVICES - 1}, "
+                          "one trace each")
     traces = [[] for _ in range(first_device + len(paths))]
     segments, summaries, headers = [], [], {}
     for k, path in enumerate(paths):

@@ -216,11 +216,13 @@ def export_snapshot(trace_path, out_path, device=None, max_events=None):
     PyTorch memory snapshot pickle at `out_path` that PyTorch's memory_viz opens, as
     `gmlake export-snapshot` does: the trace's allocations and frees as device_traces, what is
     live at its end as segments (one per allocation).  A list of traces puts trace k on device k;
-    `device` places a single trace (default 0); `max_events` keeps only the last N events, like
+    `device` places a single trace (default 0; an int from 0 to 63, the devices libgmlake
+    serves); `max_events` keeps only the last N events, like
     PyTorch's ring buffer.  The output is written to a temporary file and renamed into place.
     Returns the trace's summary (a dict: device, events, allocations, frees, live, live_bytes;
     a list of them for a list of traces).  Raises GmlakeError with a one-line message for a
-    missing, corrupt or truncated trace, or an output that cannot be written or is the input.
+    missing, corrupt or truncated trace, an output that cannot be written or is the input, or a
+    device out of that range.
     Works where gmlake is not loaded (no GPU needed)."""
     conv = _exporter()
     try:

@@ -33,6 +33,33 @@ def not_loaded():
     gmlake.empty_cache()
     gmlake.reset_peak_stats()
     gmlake.check()
+    export_device_range()
+
+
+def export_device_range():
+    """export_snapshot refuses a device outside 0..63 at once (device 10**12 used to build a list
+    that long) and a device that is not an integer, with GmlakeError."""
+    import time
+    import gmlake
+    d = tempfile.mkdtemp(prefix="gmlake-py-export-")
+    try:
+        trace = os.path.join(d, "t.trace")
+        with open(trace, "w") as f:
+            f.write("# gmlake-trace v1\nA 0x1000 100 0 1\nF 0x1000 0 0 2\n")
+        out = os.path.join(d, "t.pickle")
+        for dev, want in ((10 ** 12, "gmlake serves devices 0 to 63"), (64, "devices 0 to 63"),
+                          (-1, "devices 0 to 63"), ("1", "an integer"), (1.0, "an integer"),
+                          (True, "an integer")):
+            t = time.monotonic()
+            try:
+                gmlake.export_snapshot(trace, out, device=dev)
+                check(False, "export_snapshot(device=%r) is refused" % (dev,))
+            except gmlake.GmlakeError as e:
+                check(want in str(e), "device=%r: %s" % (dev, e))
+            check(time.monotonic() - t < 5 and not os.path.exists(out), "device=%r: at once" % (dev,))
+        check(gmlake.export_snapshot(trace, out, device=63)["device"] == 63, "device 63")
+    finally:
+        shutil.rmtree(d)
 
 
 def runtime(cudart_path):

@@ -40,8 +40,8 @@ SYNTH = [
 HEADER = "# gmlake-trace v1: op ptr size stream t_us (recorded by libgmlake)"
 
 
-def run(*args, check=True, **kw):
-    p = subprocess.run([str(a) for a in args], capture_output=True, text=True, timeout=300, **kw)
+def run(*args, check=True, timeout=300, **kw):
+    p = subprocess.run([str(a) for a in args], capture_output=True, text=True, timeout=timeout, **kw)
     if check and p.returncode != 0:
         raise AssertionError(f"{args} failed ({p.returncode}):\n{p.stdout}\n{p.stderr}")
     return p
@@ -170,6 +170,26 @@ class Export(unittest.TestCase):
         p = exporter("--device", "1", trace, other, "-o", self.path("x.pickle"), check=False)
         self.assertEqual(p.returncode, 2)
         self.assertIn("--device places one trace", p.stderr)
+
+    def test_device_out_of_range(self):
+        # the snapshot's device_traces is a list indexed by device: a huge --device used to build
+        # a list that long (--device 10**12 ran out of memory); gmlake serves devices 0 to 63
+        trace = self.write("t.trace", SYNTH)
+        for dev, want in (("1000000000000", "device 1000000000000: gmlake serves devices 0 to 63"),
+                          ("64", "device 64: gmlake serves devices 0 to 63"),
+                          ("-1", "device -1: gmlake serves devices 0 to 63")):
+            out = self.path("d.pickle")
+            p = run(sys.executable, os.path.join(TOOLS, "gmlake-export-snapshot"), "--device", dev,
+                    trace, "-o", out, check=False, timeout=20)
+            self.assertEqual(p.returncode, 2, (dev, p.stderr))
+            self.assertIn(want, p.stderr)
+            self.assertFalse(os.path.exists(out), dev)
+        exporter("-q", "--device", "63", trace, "-o", self.path("d63.pickle"))
+        self.assertEqual(len(pickle.loads(load(self.path("d63.pickle")))["device_traces"]), 64)
+        # 65 traces would put the last on device 64
+        p = exporter(*[trace] * 65, "-o", self.path("many.pickle"), check=False)
+        self.assertEqual(p.returncode, 2)
+        self.assertIn("65 traces: gmlake serves devices 0 to 63", p.stderr)
 
     def test_event_window_like_the_ring_buffer(self):
         trace = self.write("t.trace", SYNTH)
