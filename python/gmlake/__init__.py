@@ -20,6 +20,7 @@ None and ``empty_cache()`` does nothing.
 
 import ctypes
 import importlib.util
+import operator
 import os
 
 __all__ = ["enabled", "stats", "memory_summary", "empty_cache", "reset_peak_stats", "check",
@@ -28,6 +29,7 @@ __all__ = ["enabled", "stats", "memory_summary", "empty_cache", "reset_peak_stat
 GMLAKE_OK = 0
 GMLAKE_ERR_NO_POOL = 5
 _DEVCALL_COUNT = 14  # GMLAKE_DC_COUNT
+_INT_MAX = 2 ** 31 - 1  # the C API's `int device`
 
 # The fields of struct gmlake_stats, in order (include/gmlake.h).
 _U64_BEFORE = ["active_bytes", "peak_active_bytes", "reserved_bytes", "peak_reserved_bytes",
@@ -86,6 +88,25 @@ def _raise(status):
     raise GmlakeError(lib.gmlake_strerror(status).decode() if lib else "gmlake is not loaded")
 
 
+def _device(device):
+    """`device` as the C API's int.  ctypes would cut a larger int to its low 32 bits (2**32 acted
+    on device 0) and read 0.9 as 0, so anything that is not a CUDA device ordinal is refused:
+    TypeError for a non-integer (a bool too: True is not device 1), ValueError for a negative
+    number or one past the C int range.  Checked whether or not gmlake is loaded, so that a bad
+    call fails the same with and without it."""
+    if isinstance(device, bool):
+        raise TypeError(f"device {device!r}: a device is an integer (a CUDA device ordinal), "
+                        "not a bool")
+    try:
+        d = operator.index(device)
+    except TypeError:
+        raise TypeError(f"device {device!r}: a device is an integer (a CUDA device ordinal), not "
+                        f"{type(device).__name__}") from None
+    if not 0 <= d <= _INT_MAX:
+        raise ValueError(f"device {d}: a CUDA device ordinal is from 0 to {_INT_MAX}")
+    return d
+
+
 def enabled():
     """Whether libgmlake is loaded in this process (preloaded or linked)."""
     return _lib() is not None
@@ -93,16 +114,19 @@ def enabled():
 
 def stats(device=0):
     """gmlake's figures for `device` as a dict, or None when gmlake is not loaded or has served
-    nothing on that device yet.  Sizes are in bytes; device_calls maps each kind of driver call
+    nothing on that device (no allocation there yet; a device past the 64 gmlake serves never
+    has one).  `device` is an int from 0: TypeError for a non-integer, ValueError for a negative
+    one or one that does not fit the C API's int.  Sizes are in bytes; device_calls maps each kind of driver call
     (chunk_create, map, set_access, ...) to its count, device_seconds_by_call to the time spent
     in those calls (device_seconds: all of them), in seconds; host_seconds_alloc and
     host_seconds_free the wall time the calling threads spent in the pool's allocations and frees
     (lock waits and their device calls included), in seconds."""
+    device = _device(device)
     lib = _lib()
     if lib is None:
         return None
     s = _Stats()
-    rc = lib.gmlake_get_stats(int(device), ctypes.byref(s))
+    rc = lib.gmlake_get_stats(device, ctypes.byref(s))
     if rc == GMLAKE_ERR_NO_POOL:
         return None
     if rc != GMLAKE_OK:
@@ -116,9 +140,9 @@ def stats(device=0):
                                      for i, n in enumerate(names)}
     host = getattr(lib, "gmlake_get_host_seconds", None)
     a, f = ctypes.c_double(), ctypes.c_double()
-    if host is not None and host(int(device), ctypes.byref(a), ctypes.byref(f)) == GMLAKE_OK:
+    if host is not None and host(device, ctypes.byref(a), ctypes.byref(f)) == GMLAKE_OK:
         out["host_seconds_alloc"], out["host_seconds_free"] = a.value, f.value
-    out["device"] = int(device)
+    out["device"] = device
     return out
 
 
@@ -131,7 +155,8 @@ def _size(n):
 
 def memory_summary(device=0):
     """A readable table of gmlake's figures for `device` (in the spirit of
-    torch.cuda.memory_summary)."""
+    torch.cuda.memory_summary).  `device` as for stats()."""
+    device = _device(device)
     s = stats(device)
     if s is None:
         why = "gmlake is not loaded in this process" if not enabled() else \
@@ -167,28 +192,33 @@ def memory_summary(device=0):
 
 
 def _call(name, device):
-    """Calls gmlake_<name>(device); no pool on that device, or gmlake not loaded: nothing to do."""
+    """Calls gmlake_<name>(device); no pool on that device, or gmlake not loaded: nothing to do.
+    A device that is no CUDA ordinal raises as in stats()."""
+    device = _device(device)
     lib = _lib()
     if lib is None:
         return
-    rc = getattr(lib, "gmlake_" + name)(int(device))
+    rc = getattr(lib, "gmlake_" + name)(device)
     if rc not in (GMLAKE_OK, GMLAKE_ERR_NO_POOL):
         _raise(rc)
 
 
 def empty_cache(device=0):
     """Return every cached free chunk of `device` to the GPU (waits for the device first).
-    Does nothing where gmlake is not loaded or has no pool on that device."""
+    Does nothing where gmlake is not loaded or has no pool on that device; TypeError or
+    ValueError for a device that is no CUDA ordinal, as in stats()."""
     _call("empty_cache", device)
 
 
 def reset_peak_stats(device=0):
-    """Set the peaks of `device` to the current values."""
+    """Set the peaks of `device` to the current values (nothing to do and errors as for
+    empty_cache())."""
     _call("reset_peak_stats", device)
 
 
 def check(device=0):
-    """Run gmlake's whole-pool consistency checker; raises GmlakeError when an invariant broke."""
+    """Run gmlake's whole-pool consistency checker; raises GmlakeError when an invariant broke
+    (nothing to do and errors as for empty_cache())."""
     _call("check", device)
 
 

@@ -33,6 +33,7 @@ def not_loaded():
     gmlake.empty_cache()
     gmlake.reset_peak_stats()
     gmlake.check()
+    bad_devices()
     export_device_range()
 
 
@@ -124,6 +125,43 @@ def preloaded(cudart_path):
     gmlake.reset_peak_stats(0)
     check(gmlake.stats(0)["peak_active_bytes"] == 0, "peaks reset")
     check(gmlake.stats(3) is None, "a device with no pool")
+    bad_devices(rt)
+
+
+def refused(f, dev, exc):
+    try:
+        f(dev)
+    except exc as e:
+        return "device" in str(e)
+    except Exception as e:
+        print("  %s(%r) raised %r" % (f.__name__, dev, e))
+    return False
+
+
+def bad_devices(rt=None):
+    """A device that is not a CUDA device ordinal is refused, never cut to 32 bits (2**32 used to
+    act on device 0) nor quietly read as another (0.9: device 0; -1: nothing, no word)."""
+    import gmlake
+    p = ctypes.c_void_p()
+    if rt is not None:
+        check(rt.cudaMalloc(ctypes.byref(p), 64 * MiB) == 0 and rt.cudaFree(p) == 0, "64 MiB")
+        before = gmlake.stats(0)
+        check(before["reserved_bytes"] >= 64 * MiB, before)
+    for f in (gmlake.stats, gmlake.memory_summary, gmlake.empty_cache, gmlake.reset_peak_stats,
+              gmlake.check):
+        for dev in (2 ** 31, 2 ** 32, 2 ** 64, -1, -5, -2 ** 32):
+            check(refused(f, dev, ValueError), "%s(%r): ValueError" % (f.__name__, dev))
+        for dev in (0.9, 1.0, "0", None, True, False):
+            check(refused(f, dev, TypeError), "%s(%r): TypeError" % (f.__name__, dev))
+    if rt is not None:
+        after = gmlake.stats(0)
+        check(after["reserved_bytes"] == before["reserved_bytes"] and
+              after["peak_active_bytes"] == before["peak_active_bytes"],
+              "device 0 untouched: %r %r" % (before, after))
+        # devices gmlake does not serve (no pool there, or beyond the 64 it supports): nothing
+        check(gmlake.stats(64) is None and gmlake.stats(2 ** 31 - 1) is None, "no pool")
+        gmlake.empty_cache(64)
+        gmlake.check(2 ** 31 - 1)
 
 
 def traced(cudart_path):
