@@ -406,6 +406,34 @@ class ReplayCommandLine(unittest.TestCase):
             self.assertEqual([json.loads(l)["policy"] for l in p.stdout.splitlines()],
                              ["pytorch", "expandable", "gmlake"], args)
 
+    def test_every_option_value_is_a_value_not_a_trace(self):
+        # gmlake replay adds the bundled trace where none is given, so it must know which
+        # arguments are option values: `--gpu-lag 0` used to take 0 for a trace (usage, exit 2).
+        # Every option of gmlake-replay's usage line that takes a value, its short form, the
+        # --opt=value form and an abbreviation getopt_long accepts.
+        usage = run(os.path.join(TOOLS, "gmlake-replay"), "--help").stdout.split("TRACE")[0]
+        opts = re.findall(r"\[(--[a-z-]+) [^]]+\]", usage)
+        values = {"--policy": "pytorch", "--capacity": "140GiB", "--check": "100000000",
+                  "--set": "stitch=on", "--plot": os.path.join(self.dir, "p.svg"),
+                  "--label": "NAME", "--gpu-lag": "0"}
+        short = {"--policy": "-p", "--capacity": "-c", "--check": "-k", "--set": "-s",
+                 "--plot": "-o", "--label": "-l", "--gpu-lag": "-g"}
+        self.assertEqual(sorted(opts), sorted(values), "a value for every option of the usage")
+        g = os.path.join(ROOT, "scripts", "gmlake")
+        forms = [[o, values[o]] for o in opts] + [[short[o], values[o]] for o in opts]
+        forms += [[o + "=" + values[o]] for o in opts] + [["--gpu", "0"], ["--lab", "NAME"]]
+        for form in forms:
+            p = run(g, "replay", "--json", "--policy", "pytorch", *form, check=False)
+            self.assertEqual(p.returncode, 0, (form, p.stderr))
+            self.assertEqual([json.loads(l)["policy"] for l in p.stdout.splitlines()],
+                             ["pytorch"], form)
+        # after --, every argument is a trace, even one that looks like an option
+        t = os.path.join(self.dir, "-x.trace")
+        shutil.copy(self.trace, t)
+        p = run(g, "replay", "--json", "--policy", "pytorch", "--", t, check=False)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual(json.loads(p.stdout)["trace"], "-x.trace")
+
     def test_json_escapes_the_file_name(self):
         name = os.path.join(self.dir, 'a"b\\c\td.trace.gz')
         shutil.copy(self.trace, name)
