@@ -15,11 +15,12 @@ trap 'rm -rf "$tmp"' EXIT
 pass=0 fail=0
 check() { if eval "$2"; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: $1"; fi; }
 
-out=$(LD_PRELOAD=libm.so.6 "$g" run --config /tmp/some.conf --set log_level=debug --set=auto_gc=5 -- env 2>/dev/null)
+printf 'stitch = on\n' >"$tmp/some.conf"
+out=$(LD_PRELOAD=libm.so.6 "$g" run --config "$tmp/some.conf" --set log_level=debug --set=auto_gc=5 -- env 2>/dev/null)
 check "LD_PRELOAD starts with libgmlake" '[[ "$out" == *"LD_PRELOAD=$lib:libm.so.6"* ]]'
 check "PyTorch backend (set by the library)" '[[ "$out" == *"PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync"* ]]'
 check "JAX allocator" '[[ "$out" == *"XLA_PYTHON_CLIENT_ALLOCATOR=platform"* ]]'
-check "--config" '[[ "$out" == *"GMLAKE_CONFIG=/tmp/some.conf"* ]]'
+check "--config" '[[ "$out" == *"GMLAKE_CONFIG=$tmp/some.conf"* ]]'
 check "--set" '[[ "$out" == *"GMLAKE_LOG_LEVEL=debug"* && "$out" == *"GMLAKE_AUTO_GC=5"* ]]'
 
 # --- PyTorch's route: the same rule with a plain LD_PRELOAD (no launcher, no variables)
@@ -69,13 +70,34 @@ check "run: --set refused by the shared validation, up front" '[ $? -eq 2 ] && [
 err=$(GMLAKE_STICH=off "$g" run -- "$prog" alloc 2>&1)
 check "an unknown GMLAKE_ variable is a warning at start-up, with the closest key" '[[ "$err" == *"GMLAKE_STICH: no such setting, ignored; did you mean GMLAKE_STITCH?"* ]]'
 "$g" config --check --set stich=off >/dev/null 2>"$tmp/err"
-check "... and an error in config --check" '[ $? -eq 1 ] && grep -q "did you mean GMLAKE_STITCH" "$tmp/err"'
+check "... and refused by config --set, naming the argument" '[ $? -eq 2 ] && grep -q -- "--set stich=off: unknown key .stich.; did you mean .stitch.?" "$tmp/err"'
+out=$("$g" config --check --set stitch=maybe 2>"$tmp/err")
+check "config --set with a bad value: refused naming --set, not an environment variable the user never set" \
+  '[ $? -eq 2 ] && [ -z "$out" ] && grep -q -- "--set stitch=maybe: stitch = .maybe. is not valid" "$tmp/err" && ! grep -q "GMLAKE_STITCH" "$tmp/err"'
 GMLAKE_STICH=off "$g" config --check >/dev/null 2>&1
 check "an unknown GMLAKE_ variable is an error in config --check" '[ $? -eq 1 ]'
 "$g" config --check --set small_limit=1GiB >/dev/null 2>"$tmp/err"
-check "config --check applies the pool's rules" '[ $? -eq 1 ] && grep -q "small_limit must not exceed chunk_size" "$tmp/err"'
+check "config --check applies the pool's rules" '[ $? -eq 2 ] && grep -q "small_limit must not exceed chunk_size" "$tmp/err"'
+printf 'small_limit = 1GiB\n' >"$tmp/small.conf"
+GMLAKE_CONFIG="$tmp/small.conf" "$g" config --check >/dev/null 2>"$tmp/err"
+check "config --check: a file the pool would refuse is an error (1)" '[ $? -eq 1 ] && grep -q "small_limit must not exceed chunk_size" "$tmp/err"'
 "$g" config --check --set auto_gc=7 >/dev/null
 check "config --check passes on good settings" '[ $? -eq 0 ]'
+
+# --- run --config: a file that is missing, a folder or has errors is refused before the program
+# starts (exit 2), naming the file, as --set is (the program used to start, silently)
+mkdir "$tmp/confdir"
+printf 'stitch = maybe\nfoo = 1\n' >"$tmp/bad.conf"
+for f in "$tmp/missing.conf" "$tmp/confdir" "$tmp/bad.conf"; do
+  err=$("$g" run --config "$f" -- sh -c 'echo RAN' 2>&1)
+  check "run --config $f: refused before the program starts" \
+    '[ $? -eq 2 ] && [[ "$err" != *RAN* && "$err" == *"gmlake run: --config $f"*"not started"* ]]'
+done
+check "... saying what is wrong" '[[ "$("$g" run --config "$tmp/missing.conf" -- true 2>&1)" == *"No such file or directory"* &&
+  "$("$g" run --config "$tmp/confdir" -- true 2>&1)" == *"is a directory"* &&
+  "$("$g" run --config="$tmp/bad.conf" -- true 2>&1)" == *"bad.conf:1: stitch = '"'"'maybe'"'"' is not valid"*"bad.conf:2: unknown key"* ]]'
+err=$(GMLAKE_STICH=off "$g" run --config "$tmp/some.conf" -- sh -c 'echo RAN' 2>&1)
+check "run --config checks the file only (a variable is reported as the program starts)" '[[ "$err" == *RAN* ]]'
 
 # --- one validation: config --check, replay and the library give one answer to one setting
 verdicts() { # prints "check replay library" for --set $1: 0 accepted, 1 refused
@@ -111,6 +133,11 @@ check "exit status is the program's" '[ $? -eq 7 ]'
 check "--set without = is refused" '[ $? -eq 2 ]'
 "$g" run 2>/dev/null
 check "no command is refused" '[ $? -eq 2 ]'
+err=$("$g" run -- --set x 2>&1)
+check "run -- CMD: CMD is the program to run, even with a leading dash; not found: said clearly" \
+  '[ $? -eq 127 ] && [ "$err" = "gmlake run: --set: command not found" ]'
+err=$("$g" run -- "$tmp/confdir" 2>&1)
+check "run -- CMD: a folder is not run" '[ $? -eq 126 ] && [[ "$err" == *"gmlake run: $tmp/confdir: "*"not an executable file"* ]]'
 "$g" frobnicate 2>/dev/null
 check "unknown command" '[ $? -eq 2 ]'
 check "help" '"$g" --help | grep -q "^  run " && "$g" run --help | grep -q -- "--set key=value"'
