@@ -16,16 +16,19 @@ free was issued on, so that a gmlake trace comes back unchanged).  Allocations
 live before the ring buffer's first entry are reconstructed: a free of an address the buffer
 never allocated is an allocation made before it (its size is in the free entry); a block still
 allocated in `segments` whose address the buffer never mentions was live all along.  They are
-allocated at the start of the trace, and counted in the header.  The header also carries what
+allocated at the start of the trace, and counted in the header.  A 0-byte allocation (PyTorch
+never hands one to the device allocator; a trace has none) is left out with its frees, and
+counted in the header.  The header also carries what
 PyTorch reserved over the recorded window (from the segment entries and `segments`), so that a
 replay under the `pytorch` or `expandable` policy can be compared with it.
 
-Only the Python standard library is used; the pickle is read with an unpickler that refuses
+Only the Python standard library is used; the pickle (any protocol) is read with an unpickler that refuses
 every class, so a file that is not a plain snapshot cannot run code.  A malformed snapshot (a
 field of the wrong type, an address or size that is negative, zero where it cannot be, or not
 below 2^64) is refused with one line naming the field, exit status 2; the output may not name
 the input; the traces are written to temporary files renamed into place only once every
-device's trace is written whole, so that a failure leaves nothing behind (exit status 1).
+device's trace is written whole, so that a failure leaves nothing behind (exit status 1, the
+message naming the output as given).
 """
 import argparse
 import gzip
@@ -41,6 +44,11 @@ MASK64 = (1 << 64) - 1
 
 class SnapshotError(Exception):
     pass
+
+
+class OutputError(Exception):
+    """An output that cannot be written; the message names it as the user gave it (never the
+    temporary file written beside it)."""
 
 
 class _PlainUnpickler(pickle.Unpickler):
@@ -60,14 +68,15 @@ def load_snapshot(path):
             data = gzip.decompress(data)
         except (OSError, EOFError, zlib.error) as e:
             raise SnapshotError(f"bad gzip data (truncated or corrupt): {e}")
-    if not data.startswith(b"\x80"):
-        raise SnapshotError("not a pickle (a PyTorch memory snapshot is written by "
-                            "torch.cuda.memory._dump_snapshot)")
     try:
         snap = _PlainUnpickler(io.BytesIO(data)).load()
     except SnapshotError:
         raise
     except Exception as e:  # any malformed pickle: say so, never a traceback
+        if not data.startswith(b"\x80"):
+            # protocols 2 and later start with 0x80; 0 and 1 (read above all the same) do not
+            raise SnapshotError("not a pickle (a PyTorch memory snapshot is written by "
+                                "torch.cuda.memory._dump_snapshot)")
         raise SnapshotError(f"cannot unpickle: {type(e).__name__}: {e}")
     if not isinstance(snap, dict):
         raise SnapshotError(f"the pickle holds a {type(snap).__name__}, not a snapshot dict")
@@ -124,6 +133,8 @@ def convert_device(snap, device):
     live = {}       # addr -> (size, stream)
     seen = set()    # addresses the buffer mentions
     initial = {}    # addr -> (size, stream): live before the first entry
+    zero = set()    # addresses of 0-byte allocations not freed yet: left out
+    zeros = 0       # 0-byte allocations left out
     events = []     # (op, addr, size, stream, t)
     seg_delta = []  # (t index, +bytes / -bytes)
     counts = {}
@@ -162,15 +173,27 @@ def convert_device(snap, device):
                 raise SnapshotError(f"{where}: 'size' is {size}: larger than 2^64-1")
             if addr in live:
                 raise SnapshotError(f"{where}: alloc of {addr:#x}, which is still allocated")
-            if size <= 0:
+            if size == 0:
+                # PyTorch never hands a 0-byte block to the device allocator and a trace has
+                # no 0-byte allocation: left out (counted in the header), as are its frees
+                zeros += 1
+                zero.add(addr)
                 continue
             seen.add(addr)
             live[addr] = (size, stream)
             events.append(("A", addr, size, stream, t))
             continue
+        if addr not in live and (addr in zero or size == 0):
+            # the free of a 0-byte allocation (one made before the buffer: its free's size is 0)
+            if addr not in zero:
+                zeros += 1
+                zero.add(addr)
+            if action == "free_completed":
+                zero.discard(addr)
+            continue
         if addr not in live and addr not in seen:
             # allocated before the buffer's first entry
-            initial[addr] = (max(size, 1), stream)
+            initial[addr] = (size, stream)
             live[addr] = initial[addr]
             seen.add(addr)
         if action == "free_completed":
@@ -216,7 +239,8 @@ def convert_device(snap, device):
     expandable = bool(settings.get("expandable_segments", False)) or any(
         isinstance(s, dict) and s.get("is_expandable") for s in snap.get("segments", []))
     summary = {
-        "device": device, "entries": len(trace), "allocs": counts.get("alloc", 0),
+        "device": device, "entries": len(trace),
+        "allocs": sum(1 for e in events if e[0] == "A"), "zeros": zeros,
         "frees": counts.get("free_completed", 0), "initial": len(initial),
         "initial_bytes": sum(v[0] for v in initial.values()), "oom": ooms,
         "reserved_start": reserved_start, "reserved_peak": peak, "reserved_end": reserved_end,
@@ -235,6 +259,8 @@ def convert_device(snap, device):
         f"(replay with --policy {'expandable' if expandable else 'pytorch'}), "
         f"max_split_size {_split_text(summary['max_split_size'], expandable)}",
     ]
+    if zeros:
+        head.append(f"# {zeros} allocations of 0 bytes left out (a trace has none)")
     if not_in_segments:
         head.append(f"# {not_in_segments} allocations live at the end of the buffer are not "
                     "allocated in the snapshot's segments")
@@ -282,22 +308,25 @@ def write_all(outputs):
             if path == "-":
                 sys.stdout.write(text)
                 continue
+            if not path:
+                raise OutputError("the output is an empty name: name the trace file to write")
+            if os.path.isdir(path):
+                raise OutputError(f"{path}: is a directory: name the trace file to write")
             d = os.path.dirname(path) or "."
-            fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".tmp-", dir=d)
+            try:
+                fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".tmp-", dir=d)
+            except OSError as e:
+                raise OutputError(f"{path}: cannot write in {d}: {e.strerror}")
             done.append((tmp, path))
-            with os.fdopen(fd, "wb") as raw:
-                if path.endswith(".gz"):
-                    with gzip.GzipFile(fileobj=raw, mode="wb", filename="") as f:
-                        f.write(text.encode())
-                else:
-                    raw.write(text.encode())
-                raw.flush()
-                os.fsync(raw.fileno())
-            mask = os.umask(0)
-            os.umask(mask)
-            os.chmod(tmp, 0o666 & ~mask)
+            try:
+                write_file(fd, path, text)
+            except OSError as e:
+                raise OutputError(f"{path}: cannot write: {e.strerror}")
         for tmp, path in done:
-            os.replace(tmp, path)
+            try:
+                os.replace(tmp, path)
+            except OSError as e:
+                raise OutputError(f"{path}: cannot write: {e.strerror}")
     except BaseException:
         for tmp, path in done:
             try:
@@ -305,6 +334,22 @@ def write_all(outputs):
             except OSError:
                 pass
         raise
+
+
+def write_file(fd, path, text):
+    """text into the open temporary file fd, gzip-compressed where path ends in .gz, with the
+    mode a new file gets."""
+    with os.fdopen(fd, "wb") as raw:
+        if path.endswith(".gz"):
+            with gzip.GzipFile(fileobj=raw, mode="wb", filename="") as f:
+                f.write(text.encode())
+        else:
+            raw.write(text.encode())
+        raw.flush()
+        os.fsync(raw.fileno())
+        mask = os.umask(0)
+        os.umask(mask)
+        os.fchmod(raw.fileno(), 0o666 & ~mask)
 
 
 def main(argv=None):
@@ -345,7 +390,8 @@ def main(argv=None):
         write_all(outputs)  # every device's trace, or none
         if not a.quiet:
             for path, d, s in summaries:
-                print(f"{path}: device {d}, {s['allocs']} allocations, {s['frees']} frees, "
+                zeros = f", {s['zeros']} of 0 bytes left out" if s["zeros"] else ""
+                print(f"{path}: device {d}, {s['allocs']} allocations{zeros}, {s['frees']} frees, "
                       f"{s['initial']} live before the first entry ({s['initial_bytes']} bytes); "
                       f"PyTorch reserved peak {s['reserved_peak']} bytes in the window "
                       f"({'expandable segments' if s['expandable'] else 'native allocator'})",
@@ -353,6 +399,9 @@ def main(argv=None):
     except SnapshotError as e:
         print(f"gmlake import-snapshot: {a.snapshot}: {e}", file=sys.stderr)
         return 2
+    except OutputError as e:
+        print(f"gmlake import-snapshot: {e} (nothing written)", file=sys.stderr)
+        return 1
     except OSError as e:
         print(f"gmlake import-snapshot: {e.filename or a.output}: {e.strerror} (nothing written)",
               file=sys.stderr)
