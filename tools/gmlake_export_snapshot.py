@@ -39,6 +39,7 @@ import argparse
 import gzip
 import os
 import pickle
+import re
 import sys
 import tempfile
 import zlib
@@ -56,7 +57,8 @@ class ExportError(Exception):
     line and names the file."""
 
 
-def _read_text(path):
+def _read_bytes(path):
+    """The trace's bytes, gzip or plain; refuses a pickle (a snapshot: the other direction)."""
     try:
         with open(path, "rb") as f:
             data = f.read()
@@ -73,42 +75,41 @@ def _read_text(path):
     if data[:1] == b"\x80":
         raise ExportError(f"{path}: a Python pickle, not a gmlake trace (a PyTorch snapshot "
                           "converts the other way: gmlake import-snapshot)")
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        line = data[:e.start].count(b"\n") + 1
-        raise ExportError(f"{path}:{line}: not text (a gmlake trace is gmlake-trace v1 lines)")
+    return data
 
 
-def _number(tok, base):
-    if not tok or tok[0] in "+-":
-        raise ValueError
+# The rules and messages of gmlake replay's reader (tools/trace.c, core/trace_format.c), so that
+# the two accept the same traces: fields split at blanks, tabs, CR and LF only; numbers in ASCII
+# digits, hexadecimal with an optional 0x, no sign, no '_' (which Python's int() would take).
+LINE_MAX_LEN = 512  # a line and its newline take fewer bytes (tools/trace.c)
+_FIELD_SEP = re.compile(rb"[ \t\r\n]+")
+_DIGITS = {16: re.compile(rb"(?:0[xX])?[0-9a-fA-F]+"), 10: re.compile(rb"[0-9]+")}
+_FIELDS = (("pointer", 16), ("size", 10), ("stream", 16), ("time", 10))
+
+
+def _number(tok, what, base):
+    if tok.startswith(b"-"):
+        raise ValueError(f"the {what} is negative")
+    if not _DIGITS[base].fullmatch(tok):
+        raise ValueError(f"the {what} is not a {'hexadecimal' if base == 16 else 'decimal'} number")
     v = int(tok, base)
     if v > MASK64:
-        raise ValueError
+        raise ValueError(f"the {what} is larger than 2^64-1 "
+                         f"({'0xffffffffffffffff' if base == 16 else MASK64})")
     return v
 
 
 def parse_line(s):
-    """One event line as (op, ptr, size, stream, t_us); ValueError saying what is wrong (the same
-    rules as core/trace_format.c's gml_trace_parse_line)."""
-    tok = s.split()
+    """One event line (bytes) as (op, ptr, size, stream, t_us); ValueError saying what is wrong,
+    as core/trace_format.c's gml_trace_parse_line."""
+    tok = [t for t in _FIELD_SEP.split(s) if t]
     if len(tok) != 5:
         raise ValueError("too many fields (want: OP PTR SIZE STREAM T_US)" if len(tok) > 5
                          else "expected 5 fields: OP PTR SIZE STREAM T_US")
-    op = tok[0]
-    if op not in ("A", "F"):
+    if tok[0] not in (b"A", b"F"):
         raise ValueError("the operation must be A or F")
-    fields = []
-    for t, base, what in ((tok[1], 16, "the pointer is not a hexadecimal number"),
-                          (tok[2], 10, "the size is not a decimal number"),
-                          (tok[3], 16, "the stream is not a hexadecimal number"),
-                          (tok[4], 10, "the time is not a decimal number")):
-        try:
-            fields.append(_number(t, base))
-        except ValueError:
-            raise ValueError(what)
-    ptr, size, stream, t_us = fields
+    op = tok[0].decode()
+    ptr, size, stream, t_us = (_number(t, what, base) for t, (what, base) in zip(tok[1:], _FIELDS))
     if op == "A" and (size == 0 or ptr == 0):
         raise ValueError("an allocation needs a non-zero pointer and size")
     if op == "F" and size != 0:
@@ -116,31 +117,50 @@ def parse_line(s):
     return op, ptr, size, stream, t_us
 
 
+def _header_problem(line):
+    """The first line: "# gmlake-trace v1" then ':', a blank or the end (tools/trace.c)."""
+    magic = b"# gmlake-trace "
+    if not line.startswith(magic):
+        return "no '# gmlake-trace v1' header on the first line: not a gmlake trace"
+    v = line[len(magic):]
+    if v == b"v1" or (v[:2] == b"v1" and v[2:3] in (b":", b" ", b"\t", b"\r")):
+        return None
+    return "unsupported trace format version (this reader reads gmlake-trace v1)"
+
+
 def read_trace(path):
-    """(header lines, events): events as (op, ptr, size, stream, t_us, line number)."""
-    text = _read_text(path)
-    lines = text.split("\n")
-    if lines and lines[-1] == "":
+    """(header lines, events): events as (op, ptr, size, stream, t_us, line number); the header
+    is the comment lines before the first event."""
+    data = _read_bytes(path)
+    if not data:
+        raise ExportError(f"{path}: empty: no '# gmlake-trace v1' header and no events")
+    nul = data.find(b"\0")
+    if nul >= 0:
+        line = data.count(b"\n", 0, nul) + 1
+        raise ExportError(f"{path}:{line}: a NUL byte: binary data, not a text trace")
+    lines = data.split(b"\n")
+    ended = lines[-1] == b""  # the last line ends with a newline (none is fine too)
+    if ended:
         lines.pop()
-    elif lines and lines[-1].strip() and not lines[-1].lstrip().startswith("#"):
-        raise ExportError(f"{path}:{len(lines)}: truncated: the last line ends without a newline")
     header, events = [], []
     for n, line in enumerate(lines, 1):
-        s = line.strip()
-        if not s:
-            continue
-        if s.startswith("#"):
-            if not events:
-                header.append(s)
+        if len(line) + (n < len(lines) or ended) >= LINE_MAX_LEN:
+            raise ExportError(f"{path}:{n}: line too long (more than {LINE_MAX_LEN - 2} bytes)")
+        if n == 1:
+            why = _header_problem(line)
+            if why:
+                raise ExportError(f"{path}:1: {why}")
+        s = line.lstrip(b" \t")
+        if not s or s[:1] in (b"#", b"\r"):
+            if s[:1] == b"#" and not events:  # only shown: any bytes, as replay takes them
+                header.append(s.decode("utf-8", "replace").strip())
             continue
         try:
             events.append(parse_line(s) + (n,))
         except ValueError as e:
             raise ExportError(f"{path}:{n}: {e}")
     if not events:
-        raise ExportError(f"{path}: no events (an empty or header-only trace)")
-    if header and "gmlake-trace" in header[0] and "gmlake-trace v1" not in header[0]:
-        raise ExportError(f"{path}:1: not gmlake-trace v1: {header[0]}")
+        raise ExportError(f"{path}: no events")
     return header, events
 
 

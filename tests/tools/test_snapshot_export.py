@@ -225,23 +225,23 @@ class Export(unittest.TestCase):
         good = gzip.compress(("\n".join([HEADER] + SYNTH) + "\n").encode())
         cases = [
             ("missing.trace", None, "cannot read: No such file or directory"),
-            ("empty.trace", b"", "no events"),
+            ("empty.trace", b"", "empty: no '# gmlake-trace v1' header and no events"),
             ("header.trace", (HEADER + "\n").encode(), "no events"),
             ("corrupt.trace.gz", b"\x1f\x8b" + b"\x00" * 40, "bad gzip data"),
             ("truncated.trace.gz", good[:len(good) // 2], "truncated gzip data"),
             ("cut.trace", ("\n".join([HEADER] + SYNTH) + "\nA 0x7f00").encode(),
-             ":10: truncated: the last line ends without a newline"),
+             ":10: expected 5 fields"),
             ("fields.trace", (HEADER + "\nA 0x10 100 0x0\n").encode(), ":2: expected 5 fields"),
             ("op.trace", (HEADER + "\nX 0x10 100 0x0 1\n").encode(), ":2: the operation must be A or F"),
             ("hex.trace", (HEADER + "\nA zz 100 0x0 1\n").encode(), "the pointer is not a hexadecimal"),
-            ("neg.trace", (HEADER + "\nA 0x10 -1 0x0 1\n").encode(), "the size is not a decimal"),
+            ("neg.trace", (HEADER + "\nA 0x10 -1 0x0 1\n").encode(), "the size is negative"),
             ("freesize.trace", (HEADER + "\nA 0x10 1 0x0 1\nF 0x10 5 0x0 2\n").encode(), ":3: a free has size 0"),
             ("notlive.trace", (HEADER + "\nF 0x10 0 0x0 1\n").encode(), ":2: free of pointer 0x10 that is not live"),
             ("twice.trace", (HEADER + "\nA 0x10 1 0x0 1\nA 0x10 1 0x0 2\n").encode(),
              ":3: allocation of 0x10, which is still live"),
-            ("binary.trace", b"\xff\xfe\x00garbage\n", "not text"),
+            ("binary.trace", b"\xff\xfe\x00garbage\n", ":1: a NUL byte: binary data, not a text trace"),
             ("snap.pickle", pickle.dumps({"segments": []}), "a Python pickle, not a gmlake trace"),
-            ("v2.trace", b"# gmlake-trace v2: something\nA 0x10 1 0x0 1\n", "not gmlake-trace v1"),
+            ("v2.trace", b"# gmlake-trace v2: something\nA 0x10 1 0x0 1\n", ":1: unsupported trace format version"),
         ]
         for name, raw, want in cases:
             trace = self.path(name) if raw is None else self.write(name, [], raw=raw)
@@ -256,6 +256,39 @@ class Export(unittest.TestCase):
             self.assertNotIn("Traceback", p.stderr)
             self.assertEqual(load(out), b"previous", f"{name}: an earlier output is kept")
         self.assertFalse([f for f in os.listdir(self.dir) if f.endswith(".tmp")], "no temporary left")
+
+    def test_the_same_traces_as_replay(self):
+        # export-snapshot reads a trace by gmlake replay's rules (tools/trace.c,
+        # core/trace_format.c): it accepted a trace with no header and Python's int() forms
+        # ('1_00', Unicode digits), and refused a last line without a newline that replay reads
+        ok = "A 0x1000 100 0 1\nF 0x1000 0 0 2\n"
+        h = "# gmlake-trace v1\n"
+        cases = [
+            ("no header", ok.encode(), False),
+            ("underscores", (h + "A 0x1_000 1_00 0 1\n").encode(), False),
+            ("unicode digits", (h + "A 0x1000 \u0661\u0660 0 1\n").encode(), False),
+            ("vertical tab between fields", (h + "A\x0b0x1000 100 0 1\n").encode(), False),
+            ("header after a blank", (" " + h + ok).encode(), False),
+            ("header v1x", ("# gmlake-trace v1x\n" + ok).encode(), False),
+            ("a NUL in a comment", (h + "# a\x00b\n" + ok).encode(), False),
+            ("a line too long", (h + "#" + "x" * 600 + "\n" + ok).encode(), False),
+            ("plus sign", (h + "A 0x1000 +100 0 1\n").encode(), False),
+            ("last line without a newline", (h + ok.rstrip("\n")).encode(), True),
+            ("CRLF", (h + ok).replace("\n", "\r\n").encode(), True),
+            ("0X prefix, tabs", (h + "A\t0X1000\t100\t0x0\t1\n").encode(), True),
+            ("not UTF-8 in a comment", (h + "# caf\xe9\n").encode("latin-1") + ok.encode(), True),
+            ("header with a blank and more", ("# gmlake-trace v1 recorded\n" + ok).encode(), True),
+        ]
+        for name, raw, good in cases:
+            trace = self.write(name.replace(" ", "_") + ".trace", [], raw=raw)
+            r = run(os.path.join(TOOLS, "gmlake-replay"), "--policy", "pytorch", trace, check=False)
+            self.assertEqual(r.returncode == 0, good, (name, "replay", r.stderr))
+            p = exporter("-q", trace, "-o", self.path("x.pickle"), check=False)
+            self.assertEqual(p.returncode == 0, good, (name, "export", p.stderr))
+            if not good:
+                self.assertEqual(p.stderr.count("\n"), 1, (name, p.stderr))
+                why = r.stderr.strip().split(": ", 1)[1]
+                self.assertIn(why, p.stderr, name)
 
     def test_output_safety(self):
         trace = self.write("t.trace", SYNTH)
