@@ -71,11 +71,6 @@ const gml_option gml_options[] = {
      "before a stitch grows the pool for a request of at least 1/16 of it, take the free memory "
      "of the other streams whose work may still run, by a wait on the GPU (stream_wait); guards "
      "against growth where the GPU runs far behind the host (measured: docs/ARCHITECTURE.md)"},
-    {"free_marks", NULL, GML_OPT_UINT, "8", 0, 1000000, NULL,
-     "while two or more streams use the pool, each records an event after every free_marks-th "
-     "free of 1 MiB or more, so that another stream taking its freed block (stream_wait) waits on "
-     "the GPU for its work up to about that free, not up to the moment of the miss; 0: no such "
-     "events"},
 };
 const int gml_option_count = (int)(sizeof gml_options / sizeof gml_options[0]);
 _Static_assert(sizeof gml_options / sizeof gml_options[0] <= GML_OPTION_MAX, "GML_OPTION_MAX rows at most");
@@ -106,7 +101,6 @@ static void *field_of(gml_config *c, int i)
     case 19: return &c->pool.churn_limit;
     case 20: return &c->pool.stitch_patch;
     case 21: return &c->pool.stitch_borrow;
-    case 22: return &c->pool.free_marks;
     default: return NULL;
     }
 }

@@ -30,8 +30,6 @@ typedef struct gml_pool_settings {
                                 * stream's work on the GPU (cuStreamWaitEvent) */
     unsigned extent_share;     /* an extent is at most 1/extent_share of the memory reserved
                                 * when it is created, and at least one chunk (0: no such bound) */
-    unsigned free_marks;       /* while two or more streams hold blocks, an event on a stream
-                                * after every free_marks-th free of 1 MiB or more (0: none) */
     /* stitching */
     bool vmm_defragment;       /* stitching on */
     size_t frag_limit;         /* smallest request stitched while the pool may still grow */

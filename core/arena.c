@@ -73,7 +73,6 @@ int gml_heap_init(gml_heap *h, gml_device *dev, const gml_pool_settings *s, cons
     h->extent_chunks = s->extent_size / chunk ? s->extent_size / chunk : 1;
     h->extent_share = s->extent_share;
     h->stream_wait = s->stream_wait;
-    h->free_marks = s->free_marks;
     h->limit = s->limit_bytes ? s->limit_bytes : total;
     h->arena_size = GML_ROUND_UP(s->arena_bytes ? s->arena_bytes : 4 * total, chunk);
     h->nslots = h->arena_size >> h->chunk_shift;

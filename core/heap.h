@@ -135,24 +135,13 @@ LIST_HEAD(gml_block_list, gml_block);
 RB_HEAD(gml_cand_large, gml_bin);
 RB_HEAD(gml_cand_small, gml_bin);
 
-/* Marks: events a stream bin records on its stream, kept GML_BIN_MARKS at a time.  Besides the
- * event a miss records (covering every free so far), while two or more stream bins exist a bin
- * records one after every heap->free_marks-th free of GML_MARK_MIN bytes or more
- * (gml_bin_note_free), so that a block another stream takes by a GPU-side wait is covered by a
- * mark close after its free: the wait holds that stream only for the work given before about
- * then, not for all the work given since (streams.c). */
-#define GML_BIN_MARKS 8
-#define GML_MARK_MIN ((size_t)1 << 20)
 struct gml_bin {
     gml_stream stream;               /* key; GML_STREAM_NONE for the ready bin; a retired bin's is
                                         GML_BIN_RETIRED | n, which no stream names */
     struct gml_size_tree free[GML_NSPACES];
     size_t nfree;
-    gml_event ev[GML_BIN_MARKS];     /* events on its stream (marks), each created on first
-                                        need, recorded in turn (streams.c) */
-    uint64_t ev_seq[GML_BIN_MARKS];  /* heap->seq when ev[i] was recorded (0: never) */
-    unsigned ev_next;                /* the mark the next record reuses: the oldest */
-    unsigned unmarked;               /* frees of >= GML_MARK_MIN bytes since its newest mark */
+    gml_event ev;                    /* created on first need */
+    uint64_t ev_seq;                 /* heap->seq when ev was recorded (0: never) */
     uint64_t done_seq;               /* work up to this seq is known complete */
     bool retired;                    /* its stream was destroyed: no event is recorded any more */
     bool foreign;                    /* its stream is another device's: a synchronisation of this
@@ -205,8 +194,6 @@ typedef struct gml_heap {
     size_t extent_chunks;            /* most chunks in one extent */
     size_t extent_share;             /* an extent <= mapped slots / extent_share (0: no bound) */
     bool stream_wait;                /* gml_borrow may make a stream wait for another's work */
-    unsigned free_marks;             /* a mark at every this many large frees of a stream bin
-                                        while two or more stream bins exist (0: none) */
     unsigned chunk_shift;
     uintptr_t arena;
     size_t arena_size, nslots, slot_hint, mapped_slots;
@@ -415,10 +402,6 @@ size_t gml_borrow_all(gml_heap *p, gml_bin *bin, int space, size_t want);
 size_t gml_join_for(gml_heap *p, gml_bin *bin, int space, size_t need);
 /* Records bin's event now if its stream can be named here (the want_record request). */
 void gml_bin_record(gml_heap *p, gml_bin *bin);
-/* A block of `bytes` was just freed into bin: with heap->free_marks set, two or more stream bins,
- * and its stream nameable here, records a mark on the bin after every free_marks-th free of
- * GML_MARK_MIN bytes or more (an event record: no driver call of memory management). */
-void gml_bin_note_free(gml_heap *p, gml_bin *bin, size_t bytes);
 /* Whether some stream bin (not the ready bin) holds free blocks: a device wait would let them serve
  * every stream and be released (the asking stream's own too: release takes ready memory only). */
 bool gml_bins_hold_blocks(gml_heap *p);

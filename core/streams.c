@@ -4,16 +4,9 @@
  * A block freed on stream S goes to S's bin: S may reuse it at once, because S's later work runs
  * after the work that used the block.  Another stream T may use it only once the work S had been
  * given before the free has completed.  gmlake records no event per free (a steady loop must make
- * no driver call of memory management, and few of any kind); instead, when T misses and S's bin
- * holds free blocks, the pool records one event on S (covering every free on S so far, seq <=
- * ev_seq) and queries it.  Once it has completed, blocks may move.  Marks: while two or more
- * stream bins exist, a bin also records an event after every heap->free_marks-th free of
- * GML_MARK_MIN bytes or more (gml_bin_note_free), keeping its last GML_BIN_MARKS events with the
- * seq each covers.  A miss learns from the oldest unfinished marks first (an earlier point of S's
- * work may have completed when the latest has not), and a GPU-side wait (gml_borrow) names the
- * oldest mark that covers the block: T then waits for S's work up to about the block's free, not
- * for all the work S was given until the miss (on FSDP2 the all-gather stream taking the compute
- * stream's block waited for the whole layer the host had queued since).  A miss moves only the one block it needs when one fits
+ * no device calls); instead, when T misses and S's bin holds free blocks, the pool records one
+ * event on S (covering every free on S so far, seq <= ev_seq) and queries it.  Once it has
+ * completed, blocks may move.  A miss moves only the one block it needs when one fits
  * (gml_promote with need: the smallest block >= need among those known to have passed, else asking
  * only the bins holding one that large), into T's bin, where T's later frees merge with what T's
  * request leaves of it; and every passed block, to the ready bin that every stream searches, only
@@ -137,29 +130,7 @@ gml_bin *gml_bin_get(gml_heap *p, gml_stream s)
     return b;
 }
 
-/* ---- marks: a bin's events, the oldest at ev_next ---- */
-static inline unsigned newest(const gml_bin *bin) { return (bin->ev_next + GML_BIN_MARKS - 1) % GML_BIN_MARKS; }
-static inline uint64_t newest_seq(const gml_bin *bin) { return bin->ev_seq[newest(bin)]; }
-
-/* Records a mark on bin's stream, which this thread can name, reusing the oldest (its event
- * created in this thread's context on first use). */
-static bool mark(gml_heap *p, gml_bin *bin)
-{
-    unsigned i = bin->ev_next;
-    if (!bin->ev[i] && gml_dev_event_create(p->dev, &bin->ev[i]) != GMLAKE_OK) {
-        bin->ev[i] = NULL;
-        return false;
-    }
-    bin->ev_seq[i] = 0; /* what it covered is lost, recorded or not */
-    if (gml_dev_event_record(p->dev, bin->ev[i], bin->stream) != GMLAKE_OK)
-        return false;
-    bin->ev_seq[i] = p->seq;
-    bin->ev_next = (i + 1) % GML_BIN_MARKS;
-    bin->unmarked = 0;
-    return true;
-}
-
-/* Records a mark covering bin's frees so far, or asks the stream's own thread to (want_record). */
+/* Creates bin's event (in this thread's context) if needed and records it on bin's stream. */
 static bool record(gml_heap *p, gml_bin *bin)
 {
     if (!gml_dev_stream_here(p->dev, bin->stream)) {
@@ -167,48 +138,14 @@ static bool record(gml_heap *p, gml_bin *bin)
         return false;
     }
     bin->want_record = false;
-    return mark(p, bin);
-}
-
-void gml_bin_note_free(gml_heap *p, gml_bin *bin, size_t bytes)
-{
-    if (!p->free_marks || bytes < GML_MARK_MIN || p->nbins < 3 || bin == p->ready || bin->retired)
-        return; /* nbins counts the ready bin: fewer than 3, no other stream could take the block */
-    if (++bin->unmarked >= p->free_marks && gml_dev_stream_here(p->dev, bin->stream)) {
-        bin->unmarked = 0; /* a record refused (a capturing stream) is tried again as late */
-        mark(p, bin);
+    if (!bin->ev && gml_dev_event_create(p->dev, &bin->ev) != GMLAKE_OK) {
+        bin->ev = NULL;
+        return false;
     }
-}
-
-/* Queries bin's marks not known to have completed, oldest first, up to the first busy one. */
-static void learn(gml_heap *p, gml_bin *bin)
-{
-    for (unsigned k = 0; k < GML_BIN_MARKS; k++) {
-        unsigned i = (bin->ev_next + k) % GML_BIN_MARKS;
-        if (!bin->ev_seq[i] || bin->ev_seq[i] <= bin->done_seq)
-            continue;
-        if (gml_dev_event_query(p->dev, bin->ev[i]) != GMLAKE_OK)
-            return;
-        bin->done_seq = bin->ev_seq[i];
-    }
-}
-
-/* The oldest of bin's marks covering its frees up to seq, -1 if none. */
-static int covering(const gml_bin *bin, uint64_t seq)
-{
-    for (unsigned k = 0; k < GML_BIN_MARKS; k++) {
-        unsigned i = (bin->ev_next + k) % GML_BIN_MARKS;
-        if (bin->ev_seq[i] && bin->ev_seq[i] >= seq)
-            return (int)i;
-    }
-    return -1;
-}
-
-static void destroy_marks(gml_heap *p, gml_bin *bin)
-{
-    for (unsigned i = 0; i < GML_BIN_MARKS; i++)
-        if (bin->ev[i])
-            gml_dev_event_destroy(p->dev, bin->ev[i]);
+    if (gml_dev_event_record(p->dev, bin->ev, bin->stream) != GMLAKE_OK)
+        return false;
+    bin->ev_seq = p->seq;
+    return true;
 }
 
 void gml_bin_record(gml_heap *p, gml_bin *bin)
@@ -222,15 +159,20 @@ static bool bin_passed(gml_heap *p, gml_bin *bin, uint64_t seq)
 {
     if (bin == p->ready || gml_bin_known_done(p, bin) >= seq)
         return true;
-    /* marks recorded earlier may have completed: learn that before recording a newer one */
-    learn(p, bin);
-    if (bin->done_seq >= seq)
-        return true;
-    if (bin->retired || newest_seq(bin) >= seq)
-        return false; /* gone, or a mark covering seq is still busy (learn asked it) */
-    if (!record(p, bin) || gml_dev_event_query(p->dev, bin->ev[newest(bin)]) != GMLAKE_OK)
+    /* an event recorded earlier may have completed: learn that before recording a newer one */
+    if (bin->ev && bin->ev_seq > bin->done_seq &&
+        gml_dev_event_query(p->dev, bin->ev) == GMLAKE_OK) {
+        bin->done_seq = bin->ev_seq;
+        if (bin->done_seq >= seq)
+            return true;
+    }
+    if (bin->retired)
+        return false; /* the stream is gone: only its last event or a device sync can tell */
+    if (bin->ev_seq < seq && !record(p, bin))
         return false;
-    bin->done_seq = newest_seq(bin);
+    if (!bin->ev || gml_dev_event_query(p->dev, bin->ev) != GMLAKE_OK)
+        return false;
+    bin->done_seq = bin->ev_seq;
     return bin->done_seq >= seq;
 }
 
@@ -246,7 +188,8 @@ bool gml_bin_passed(gml_heap *p, gml_bin *bin, uint64_t seq)
 static void bin_free(gml_heap *p, gml_bin *bin)
 {
     gml_bin_forget(p, bin);
-    destroy_marks(p, bin);
+    if (bin->ev)
+        gml_dev_event_destroy(p->dev, bin->ev);
     if (!bin->retired)
         map_del(p, bin);
     LIST_REMOVE(bin, all);
@@ -452,18 +395,16 @@ static bool may_borrow(gml_heap *p, const gml_bin *bin)
     return p->stream_wait && bin != p->ready && !bin->retired && gml_dev_stream_here(p->dev, bin->stream);
 }
 
-/* Makes bin's stream wait on the GPU for the work of `from` up to `seq`: from's oldest mark
- * recorded after seq, else a new one; false when that cannot be done. */
+/* Makes bin's stream wait on the GPU for the work of `from` up to `seq` (from's event when it was
+ * recorded after seq, else a new one); false when that cannot be done. */
 static bool wait_for(gml_heap *p, gml_bin *bin, gml_bin *from, uint64_t seq)
 {
     /* the event the wait names must capture the block's free: one recorded after it */
-    int i = covering(from, seq);
-    if (i < 0) {
+    if (!from->ev || from->ev_seq < seq) {
         if (from->retired || !record(p, from))
             return false;
-        i = (int)newest(from);
     }
-    return gml_dev_stream_wait(p->dev, bin->stream, from->ev[i]) == GMLAKE_OK;
+    return gml_dev_stream_wait(p->dev, bin->stream, from->ev) == GMLAKE_OK;
 }
 
 size_t gml_borrow(gml_heap *p, gml_bin *bin, int space, size_t need)
@@ -544,7 +485,8 @@ void gml_bins_destroy(gml_heap *p)
 {
     gml_bin *bin;
     while ((bin = LIST_FIRST(&p->all_bins))) {
-        destroy_marks(p, bin);
+        if (bin->ev)
+            gml_dev_event_destroy(p->dev, bin->ev);
         LIST_REMOVE(bin, all);
         free(bin);
     }

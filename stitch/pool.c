@@ -359,13 +359,11 @@ int gml_pool_free(gml_pool *p, uintptr_t ptr, gml_stream stream)
     }
     p->frees++;
     p->nlive--;
-    size_t req = b->req;
-    add_active(p, -(long long)req);
+    add_active(p, -(long long)b->req);
     if (b->state == GML_B_VIEW)
         gml_stitch_free(&p->st, b, bin);
     else
         gml_free_insert(&p->heap, b, bin);
-    gml_bin_note_free(&p->heap, bin, req);
     if (__builtin_expect(bin->want_record, 0))
         gml_bin_record(&p->heap, bin);
     debug_check(p);

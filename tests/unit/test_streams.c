@@ -463,10 +463,9 @@ Test(streams, borrow_all_moves_nothing_it_cannot_cover_by_a_wait)
     /* once the other thread recorded its event (at its own next call: gml_bin_record there),
      * its bin lends by that event, which this thread may wait for */
     uint64_t waits = hf_calls(&f, GMLAKE_DC_STREAM_WAIT);
-    cr_assert_eq(gml_dev_event_create(f.dev, &o->ev[0]), GMLAKE_OK);
-    cr_assert_eq(gml_dev_event_record(f.dev, o->ev[0], other), GMLAKE_OK);
-    o->ev_seq[0] = f.h.seq;
-    o->ev_next = 1;
+    cr_assert_eq(gml_dev_event_create(f.dev, &o->ev), GMLAKE_OK);
+    cr_assert_eq(gml_dev_event_record(f.dev, o->ev, other), GMLAKE_OK);
+    o->ev_seq = f.h.seq;
     o->want_record = false;
     cr_assert_eq(gml_borrow_all(&f.h, s2, GML_SPACE_LARGE, 0), 2, "x by the other thread's event, y by S1's");
     cr_assert_eq(hf_calls(&f, GMLAKE_DC_STREAM_WAIT), waits + 2);
@@ -499,128 +498,4 @@ Test(streams, borrow_all_waits_only_when_the_lenders_can_cover_what_is_lacking)
     hf_check(&f, 0);
     gml_sim_finish(f.dev, S1);
     hf_free(&f);
-}
-
-/* ---- marks (free_marks): events recorded at frees while two or more streams use the pool ---- */
-static void marks_every_free(gml_pool_settings *s) { s->vmm_defragment = false, s->free_marks = 1; }
-static void no_marks(gml_pool_settings *s) { s->vmm_defragment = false, s->free_marks = 0; }
-static uint64_t records_of(gml_pool *p) { return stats_of(p).device_calls[GMLAKE_DC_EVENT_RECORD]; }
-
-/* s2 takes a block s1 freed while s1's work still runs: s2's next work must run after s1's work
- * given before the free, and not after the work s1 was given since (the event a miss recorded
- * covered that too: on FSDP2, the all-gather stream taking a block of the compute stream waited
- * for the whole layer the host had queued since the free). */
-Test(streams, a_wait_for_a_busy_block_holds_the_stream_only_until_the_free)
-{
-    fixture f = fx_make(64 * MiB, false, marks_every_free);
-    gml_pool *p = f.pool;
-    const gml_stream s1 = 0x10, s2 = 0x20;
-    uintptr_t x = must_alloc(p, 4 * MiB, s1), keep = must_alloc(p, 4 * MiB, s2);
-    cr_assert_eq(gml_sim_launch(f.dev, s1), GMLAKE_OK); /* s1's kernel uses x */
-    uint64_t before_free = gml_sim_submitted(f.dev, s1);
-    must_free(p, x, s1);
-    cr_assert_eq(gml_sim_launch(f.dev, s1), GMLAKE_OK); /* s1's later work, not on x */
-    cr_assert_eq(gml_sim_launch(f.dev, s1), GMLAKE_OK);
-    uint64_t since = gml_sim_submitted(f.dev, s1);
-    uint64_t reserved = stats_of(p).reserved_bytes;
-    cr_assert_eq(must_alloc(p, 4 * MiB, s2), x, "s2 takes s1's block");
-    gmlake_stats st = stats_of(p);
-    cr_assert_eq(st.reserved_bytes, reserved, "no growth");
-    cr_assert_eq(st.device_calls[GMLAKE_DC_STREAM_WAIT], 1, "one wait on the GPU");
-    cr_assert(gml_sim_ordered(f.dev, s1, before_free, s2, false),
-              "s2's next work runs after s1's work on the block");
-    cr_assert(!gml_sim_ordered(f.dev, s1, since, s2, false),
-              "but not after the work s1 was given after the free");
-    CHECK_POOL(p);
-    gml_sim_finish(f.dev, s1);
-    must_free(p, keep, s2);
-    fx_free(&f);
-}
-
-/* A miss learns from an older mark that completed when a later one has not: the block freed before
- * it passes with no wait and no new event (a single event recorded at the miss covered s1's later
- * work too, so the block stayed busy and s2 waited for it). */
-Test(streams, a_block_freed_before_a_completed_mark_passes_without_a_wait)
-{
-    fixture f = fx_make(64 * MiB, false, marks_every_free);
-    gml_pool *p = f.pool;
-    const gml_stream s1 = 0x10, s2 = 0x20;
-    uintptr_t x = must_alloc(p, 4 * MiB, s1), apart = must_alloc(p, 1 * MiB, s1);
-    uintptr_t y = must_alloc(p, 8 * MiB, s1), keep = must_alloc(p, 4 * MiB, s2);
-    uint64_t base = records_of(p); /* s2's miss asked s1's bin */
-    cr_assert_eq(gml_sim_launch(f.dev, s1), GMLAKE_OK);
-    uint64_t first = gml_sim_submitted(f.dev, s1);
-    must_free(p, x, s1);
-    cr_assert_eq(gml_sim_launch(f.dev, s1), GMLAKE_OK);
-    must_free(p, y, s1);
-    cr_assert_eq(gml_sim_launch(f.dev, s1), GMLAKE_OK);
-    gml_sim_finish_to(f.dev, s1, first); /* s1's work up to x's free completed, not y's */
-    uint64_t records = records_of(p);
-    cr_assert_eq(records, base + 2, "one mark at each large free");
-    cr_assert_eq(must_alloc(p, 4 * MiB, s2), x, "x has passed");
-    gmlake_stats st = stats_of(p);
-    cr_assert_eq(st.device_calls[GMLAKE_DC_STREAM_WAIT], 0, "no wait");
-    cr_assert_eq(st.device_calls[GMLAKE_DC_EVENT_RECORD], records, "no new event");
-    CHECK_POOL(p);
-    gml_sim_finish(f.dev, s1);
-    must_free(p, keep, s2);
-    must_free(p, apart, s1);
-    fx_free(&f);
-}
-
-static void marks_every_third(gml_pool_settings *s) { s->vmm_defragment = false, s->free_marks = 3; }
-
-/* Marks cost nothing where no other stream could take the block (one stream), count only frees
- * of GML_MARK_MIN bytes or more, and come every free_marks-th of those; free_marks 0: none. */
-Test(streams, marks_come_every_nth_large_free_only_with_two_streams)
-{
-    fixture f = fx_make(64 * MiB, false, marks_every_third);
-    gml_pool *p = f.pool;
-    const gml_stream s1 = 0x10, s2 = 0x20;
-    for (int i = 0; i < 6; i++)
-        must_free(p, must_alloc(p, 2 * MiB, s1), s1);
-    cr_assert_eq(records_of(p), 0, "one stream: no mark");
-    uintptr_t keep = must_alloc(p, 2 * MiB, s2); /* its miss asks s1's bin: one event */
-    uint64_t base = records_of(p);
-    for (int i = 0; i < 6; i++)
-        must_free(p, must_alloc(p, 512 * KiB, s1), s1);
-    cr_assert_eq(records_of(p), base, "small frees: no mark");
-    for (int i = 0; i < 2; i++)
-        must_free(p, must_alloc(p, 1 * MiB, s1), s1);
-    cr_assert_eq(records_of(p), base, "two large frees: no mark yet");
-    must_free(p, must_alloc(p, 1 * MiB, s1), s1);
-    cr_assert_eq(records_of(p), base + 1, "the third: a mark");
-    for (int i = 0; i < 6; i++)
-        must_free(p, must_alloc(p, 3 * MiB, s1), s1);
-    cr_assert_eq(records_of(p), base + 3);
-    CHECK_POOL(p);
-    must_free(p, keep, s2);
-    fx_free(&f);
-
-    /* the defaults (but for stitching) */
-    f = fx_make(64 * MiB, false, no_stitch);
-    p = f.pool;
-    must_free(p, must_alloc(p, 2 * MiB, s1), s1);
-    keep = must_alloc(p, 2 * MiB, s2);
-    base = records_of(p);
-    gml_pool_settings d;
-    gml_pool_settings_default(&d);
-    cr_assert_gt(d.free_marks, 0);
-    for (unsigned i = 0; i < 2 * d.free_marks; i++)
-        must_free(p, must_alloc(p, 2 * MiB, s1), s1);
-    cr_assert_eq(records_of(p), base + 2, "the default: a mark every %u", d.free_marks);
-    must_free(p, keep, s2);
-    fx_free(&f);
-
-    /* free_marks 0: none */
-    f = fx_make(64 * MiB, false, no_marks);
-    p = f.pool;
-    must_free(p, must_alloc(p, 2 * MiB, s1), s1);
-    keep = must_alloc(p, 2 * MiB, s2);
-    base = records_of(p);
-    for (int i = 0; i < 20; i++)
-        must_free(p, must_alloc(p, 2 * MiB, s1), s1);
-    cr_assert_eq(records_of(p), base, "free_marks 0: no mark");
-    must_free(p, keep, s2);
-    fx_free(&f);
 }
