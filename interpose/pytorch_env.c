@@ -7,8 +7,8 @@
  * which gmlake serves.  PyTorch reads PYTORCH_ALLOC_CONF and, when that is unset, the older
  * PYTORCH_CUDA_ALLOC_CONF; the variable in effect decides (gml_torch_plan, rules in
  * interpose.h).  The constructor applies the plan before the program's main runs (PyTorch reads
- * the variable when its allocator starts); `pytorch_backend = off` (GMLAKE_PYTORCH_BACKEND=0) or
- * GMLAKE_ENABLE=0 leaves the environment alone.  `gmlake run` relies on this too: one rule.
+ * the variable when its allocator starts); `pytorch_backend = off` (GMLAKE_PYTORCH_BACKEND=0),
+ * GMLAKE_ENABLE=0 or settings that turn gmlake off (config/check.c) leave the environment alone.  `gmlake run` relies on this too: one rule.
  *
  * Where it sets the backend, or finds it set, it also names the variable in GMLAKE_PYTORCH_ROUTE
  * and appends the folder of python/torch_route (installed: DATADIR/gmlake/python) to PYTHONPATH:
@@ -162,7 +162,9 @@ __attribute__((constructor)) static void pytorch_route(void)
 {
     gml_config c;
     quiet_settings(&c);
-    if (!c.enable || !c.pytorch_backend)
+    /* settings the pool would refuse turn gmlake off at its first call (settings.c): PyTorch then
+     * keeps its own allocator, as without gmlake, rather than a backend nothing of gmlake's serves */
+    if (!c.enable || !c.pytorch_backend || gml_config_check(&c, 0, (char[8]){0}, 8) != 0)
         return;
     const char *var;
     char value[4096];

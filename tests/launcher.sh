@@ -39,6 +39,12 @@ check "backend:native is kept, with a warning naming the variable" \
   grep -q "gmlake serves its segments" "$tmp/err" && ! grep -q "will not reach gmlake" "$tmp/err"'
 check "pytorch_backend=off leaves the environment alone" '[ "$(pt GMLAKE_PYTORCH_BACKEND=off)" = "cuda=unset alloc=unset" ]'
 check "GMLAKE_ENABLE=0 leaves the environment alone" '[ "$(pt GMLAKE_ENABLE=0)" = "cuda=unset alloc=unset" ]'
+# settings the pool would refuse turn gmlake off at its first call: PyTorch then keeps its own
+# allocator, as without gmlake (it used to be switched to cudaMallocAsync, which gmlake off serves not)
+check "invalid settings (gmlake OFF) leave the environment alone" \
+  '[ "$(pt GMLAKE_SMALL_LIMIT=1GiB)" = "cuda=unset alloc=unset" ] && [ "$(pt GMLAKE_CHUNK_SIZE=3MiB)" = "cuda=unset alloc=unset" ]'
+out=$(env -u PYTHONPATH GMLAKE_SMALL_LIMIT=1GiB "$g" run -- sh -c 'echo "cuda=${PYTORCH_CUDA_ALLOC_CONF-unset} py=${PYTHONPATH-unset}"' 2>/dev/null)
+check "... under gmlake run too (no backend, no torch route on PYTHONPATH)" '[ "$out" = "cuda=unset py=unset" ]'
 err=$(PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True "$g" run -- sh -c 'echo "$PYTORCH_CUDA_ALLOC_CONF"' 2>&1)
 check "the launcher follows the library's rule" '[[ "$err" == *"will not reach gmlake"* && "$err" == *$'"'"'\n'"'"'expandable_segments:True ]]'
 
