@@ -3,12 +3,15 @@
  * active, peak reserved, utilization, stitches), the stats file (stats_file: one JSON object a
  * line per device, gmlake_stats' fields, device calls and their driver time by kind, the host
  * time of the pool's allocations and frees), the count of log lines not
- * printed, and the trace flushed.  A process that served no allocation writes no stats file; a
+ * printed, and the trace flushed.  A stats file that cannot be written whole is an error in the
+ * log, naming the file and why.  A process that served no allocation writes no stats file; a
  * forked child writes nothing (the summary is the parent's).
  */
+#include <errno.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "stitch/registry.h"
 #include "interpose.h"
@@ -48,7 +51,7 @@ static void at_exit(void)
         served = served || gml_registry_get(d) != NULL;
     FILE *stats = stats_path[0] && served ? fopen(stats_path, "w") : NULL;
     if (stats_path[0] && served && !stats)
-        gml_log(GML_LOG_ERROR, "cannot write stats_file %s", stats_path);
+        gml_log(GML_LOG_ERROR, "cannot write stats_file %s: %s", stats_path, strerror(errno));
     for (int d = 0; d < GML_MAX_DEVICES; d++) {
         gml_pool *p = gml_registry_get(d);
         if (!p)
@@ -65,8 +68,10 @@ static void at_exit(void)
         if (stats)
             write_stats(stats, d, p, &s);
     }
-    if (stats)
-        fclose(stats);
+    /* a write that failed (a full disk) is said: a stats file cut short is no statistics */
+    if (stats && (ferror(stats) | fclose(stats)) != 0)
+        gml_log(GML_LOG_ERROR, "cannot write stats_file %s: %s", stats_path,
+                strerror(errno ? errno : EIO));
     if (gml_log_suppressed())
         gml_log(GML_LOG_INFO, "%lu errors and warnings were not printed", gml_log_suppressed());
     gml_trace_flush();

@@ -2,11 +2,14 @@
  * trace.c — the trace recorder: with trace_file set, every allocation and free gmlake serves is
  * appended as one gmlake-trace v1 line (core/trace_format.h), whole lines (readable while the
  * job runs).  The file is created on the first event, so a process that served nothing leaves no
- * trace file.  A free holds the trace lock across the pool free (gml_trace_free_begin/end), so a
+ * trace file.  A write that fails (a full disk) is said once and ends the recording (trace_broken).
+ * A free holds the trace lock across the pool free (gml_trace_free_begin/end), so a
  * recorded `A X` never precedes the `F X` that freed X, whatever the threads.
  */
+#include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <string.h>
 #include <time.h>
 
 #include "core/trace_format.h"
@@ -24,6 +27,22 @@ void gml_trace_setup(const char *pattern)
     }
 }
 
+/* Whether the trace file has lost a write (a full disk: trace_mu held).  The first loss is said
+ * once and ends the recording: a trace with a gap in it would replay to wrong figures. */
+static bool trace_broken(void)
+{
+    static bool said;
+    if (!trace_out || !ferror(trace_out))
+        return false;
+    if (!said) {
+        said = true;
+        gml_log(GML_LOG_ERROR, "trace_file %s: write failed (%s): the trace is incomplete and "
+                "recording stops (replaying it would give wrong figures)", trace_path,
+                strerror(errno ? errno : EIO));
+    }
+    return true;
+}
+
 /* Opens the trace file on the first event (trace_mu held); false when it cannot be written. */
 static bool trace_open(void)
 {
@@ -38,17 +57,20 @@ static bool trace_open(void)
     }
     setvbuf(trace_out, NULL, _IOLBF, 0); /* whole lines, readable while the job runs */
     gml_trace_write_header(trace_out, "recorded by libgmlake");
-    return true;
+    return !trace_broken();
 }
 
 /* One trace line; trace_mu held and the file open. */
 static void trace_line(char op, uintptr_t ptr, size_t size, uintptr_t stream)
 {
+    if (trace_broken())
+        return;
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
     gml_trace_rec r = {.op = op, .ptr = ptr, .size = size, .stream = stream,
                        .t_us = (uint64_t)t.tv_sec * 1000000 + (uint64_t)t.tv_nsec / 1000};
     gml_trace_write_line(trace_out, &r);
+    trace_broken();
 }
 
 void gml_trace_event(char op, uintptr_t ptr, size_t size, uintptr_t stream)
@@ -84,8 +106,8 @@ void gml_trace_free_end(bool tracing, bool freed, uintptr_t ptr, uintptr_t strea
 
 void gml_trace_flush(void)
 {
-    if (trace_out)
-        fflush(trace_out); /* at exit, without the lock (stdio locks the file itself) */
+    if (trace_out && fflush(trace_out) != 0) /* at exit, without the lock (stdio locks the file) */
+        trace_broken();
 }
 
 void gml_trace_hold(bool hold)

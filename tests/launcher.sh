@@ -61,6 +61,13 @@ check "%r %p %% expand" 'ls "$tmp" | grep -Eq "^s-3-[0-9]+-%\.json$"'
 check "one process: the name as given" '[ -s "$tmp/one.json" ]'
 "$g" run --set stats_file="$tmp/none.json" --set trace_file="$tmp/none.trace" -- true
 check "a process that served nothing writes no stats or trace file" '[ ! -e "$tmp/none.json" ] && [ ! -e "$tmp/none.trace" ]'
+# a stats or trace file that cannot be written whole (a full disk) is said, never lost in silence
+err=$("$g" run --set stats_file=/dev/full -- "$prog" alloc 2>&1 >/dev/null)
+check "stats_file on a full device: an error naming the file and why" \
+  '[[ "$err" == *"cannot write stats_file /dev/full: No space left on device"* ]]'
+err=$("$g" run --set trace_file=/dev/full -- "$prog" alloc 2>&1 >/dev/null)
+check "trace_file on a full device: one error naming the file and why, the trace said incomplete" \
+  '[ "$(grep -c "trace_file /dev/full: write failed (No space left on device): the trace is incomplete" <<<"$err")" = 1 ]'
 err=$(RANK=5 GMLAKE_MEMORY_LIMIT=0x10 "$g" run -- "$prog" alloc 2>&1)
 check "log lines name pid and rank" '[[ "$err" =~ gmlake\[[0-9]+\ rank\ 5\]:\ environment\ GMLAKE_MEMORY_LIMIT ]]'
 
