@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "../config/config.h"
+#include "outfile.h"
 
 /* --check-set KEY=VALUE...: the messages name the --set argument; the sources' own messages are
  * the library's to give (once, as the program starts), not repeated here. */
@@ -45,6 +46,7 @@ static int check_sets(int n, char **kv)
 int main(int argc, char **argv)
 {
     bool check = false;
+    gml_stdout_checked("gmlake config");
     if (argc >= 2 && strcmp(argv[1], "--check-set") == 0)
         return check_sets(argc - 2, argv + 2);
     for (int i = 1; i < argc; i++) {

@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <stdio.h>
+#include <stdio_ext.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -89,4 +90,28 @@ void gml_outfile_abort(gml_outfile *o)
         o->f = NULL;
     }
     unlink(o->tmp);
+}
+
+static const char *stdout_prog;
+
+static void stdout_at_exit(void)
+{
+    bool pending = __fpending(stdout) != 0, earlier = ferror(stdout) != 0;
+    int e = 0;
+    if (fflush(stdout) != 0)
+        e = errno;
+    errno = 0;
+    if (fclose(stdout) != 0 && !e && (pending || errno != EBADF))
+        e = errno ? errno : EIO;
+    if (e || earlier) {
+        fprintf(stderr, "%s: standard output: %s: the output is incomplete\n", stdout_prog,
+                strerror(e ? e : EIO));
+        _exit(1);
+    }
+}
+
+void gml_stdout_checked(const char *prog)
+{
+    stdout_prog = prog;
+    atexit(stdout_at_exit);
 }

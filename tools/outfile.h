@@ -3,7 +3,8 @@
  * same directory, which replaces PATH (rename) only once everything is written and flushed.  A
  * run that fails (a full disk, an error on the way) removes the temporary file and leaves PATH
  * as it was: never half written.  Used by plot.c (replay --plot); a file of its own so that any
- * tool that writes a file can use it.
+ * tool that writes a file can use it.  Standard output, which cannot be written that way, is
+ * checked at exit instead (gml_stdout_checked: gmlake-replay, gmlake-config).
  */
 #ifndef GML_OUTFILE_H
 #define GML_OUTFILE_H
@@ -33,5 +34,11 @@ int gml_outfile_open(gml_outfile *o, const char *path, char *err, size_t errlen)
 int gml_outfile_commit(gml_outfile *o, char *err, size_t errlen);
 /* Closes and removes the temporary file. */
 void gml_outfile_abort(gml_outfile *o);
+
+/* Checks standard output at the tool's exit (atexit): where what the tool printed there could not
+ * all be written (a full device, a closed descriptor), says "PROG: standard output: why: the
+ * output is incomplete" on stderr and exits 1, so that a lost report never ends with status 0.
+ * A closed standard output the tool printed nothing to is no error.  Call once, first in main. */
+void gml_stdout_checked(const char *prog);
 
 #endif /* GML_OUTFILE_H */

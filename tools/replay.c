@@ -230,6 +230,7 @@ int main(int argc, char **argv)
     long check = 0;
     unsigned long long gpu_lag = 0;
     int c;
+    gml_stdout_checked("gmlake replay");
     gml_config_defaults(&base);
     gml_model_options_default(&model_opt);
     /* traces in order, each with the name it is reported under */
