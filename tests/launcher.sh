@@ -158,6 +158,10 @@ check "--version" '[[ "$("$g" --version)" =~ ^gmlake\ [0-9]+\.[0-9]+ ]]'
 out=$("$g" replay --set stitch_strategy=bestfit 2>&1)
 check "replay --set KEY=VALUE, bundled trace under pytorch, expandable and gmlake side by side" \
   '[[ "$out" == "mixtral_moe.trace.gz: "*$'"'"'\n  policy '"'"'*$'"'"'\n  pytorch '"'"'*$'"'"'\n  expandable '"'"'*$'"'"'\n  gmlake '"'"'* ]]'
+printf '# gmlake-trace v1\nA 0x1000 100 0 1\nF 0x1000 0 0 2\n' >"$tmp/piped.trace"
+out=$("$g" replay --policy pytorch - <"$tmp/piped.trace" 2>&1)
+check "replay -: the trace on standard input, alone (not the bundled one as well)" \
+  '[ $? -eq 0 ] && [[ "$out" == "-: 2 events"* && "$out" != *mixtral* && "$out" != *"cannot open"* ]]'
 "$g" replay --set stitch_strategy=worst >/dev/null 2>&1
 check "replay --set with a bad value fails" '[ $? -ne 0 ]'
 echo "$pass passed, $fail failed"

@@ -28,11 +28,12 @@ static void usage(FILE *f)
             "usage: gmlake replay [--json] [--policy LIST] [--capacity SIZE] [--plot FILE.svg] [--check N]\n"
             "                     [--set KEY=VALUE] [--label NAME] [--stream-ordered] [--gpu-lag US]\n"
             "                     TRACE...\n"
-            "Replays gmlake-trace v1 files (plain or gzip) under each policy on a simulated device\n"
-            "and prints, per trace, the policies side by side: peak active and reserved bytes,\n"
-            "utilization (peak active / peak reserved), memory saved against pytorch, device\n"
-            "calls and their estimated driver time (core/cost.h), stitches; then each policy's\n"
-            "device calls by kind, with the count and driver time of the trace's second half.\n"
+            "Replays gmlake-trace v1 files (plain or gzip; '-': standard input, once) under each\n"
+            "policy on a simulated device and prints, per trace, the policies side by side: peak\n"
+            "active and reserved bytes, utilization (peak active / peak reserved), memory saved\n"
+            "against pytorch, device calls and their estimated driver time (core/cost.h),\n"
+            "stitches; then each policy's device calls by kind, with the count and driver time\n"
+            "of the trace's second half.\n"
             "  --json          one JSON object per trace and policy instead of the table\n"
             "  --policy LIST   comma-separated, default pytorch,expandable,gmlake:\n"
             "                    gmlake      gmlake's pool (stitching, default strategy)\n"
@@ -360,6 +361,11 @@ int main(int argc, char **argv)
         usage(stderr);
         return 2;
     }
+    for (size_t i = 0, seen = 0; i < ntrace; i++)
+        if (strcmp(paths[i], "-") == 0 && seen++) {
+            fprintf(stderr, "gmlake replay: '-' (standard input) is named twice: it can be read once\n");
+            return 2;
+        }
     enum { MAXPOL = 16 };
     const char *names[MAXPOL];
     size_t npol = 0;

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <zlib.h>
 
 enum { IN_SIZE = 1 << 16, OUT_SIZE = 1 << 16, LINE_MAX_LEN = 512 };
@@ -300,9 +301,15 @@ static int load_from(const char *name, FILE *f, const void *mem, size_t len, gml
 int gml_trace_load(const char *path, gml_trace *out, char *err, size_t errlen)
 {
     memset(out, 0, sizeof *out);
-    FILE *f = fopen(path, "rb");
+    bool in = strcmp(path, "-") == 0; /* standard input (a copy: closing it leaves fd 0 alone) */
+    int fd = in ? dup(STDIN_FILENO) : -1;
+    FILE *f = in ? (fd >= 0 ? fdopen(fd, "rb") : NULL) : fopen(path, "rb");
     if (!f) {
-        snprintf(err, errlen, "%s: cannot open: %s", path, strerror(errno ? errno : ENOENT));
+        int e = errno ? errno : ENOENT;
+        if (fd >= 0)
+            close(fd);
+        snprintf(err, errlen, "%s: cannot %s: %s", path, in ? "read standard input" : "open",
+                 strerror(e));
         return -1;
     }
     int rc = load_from(path, f, NULL, 0, out, err, errlen);

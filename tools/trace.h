@@ -31,7 +31,7 @@ typedef struct gml_trace {
     size_t n;
 } gml_trace;
 
-/* 0 on success; -1 with a message "PATH:LINE: what" in err. */
+/* 0 on success; -1 with a message "PATH:LINE: what" in err.  PATH "-" is standard input. */
 int gml_trace_load(const char *path, gml_trace *out, char *err, size_t errlen);
 /* The same from len bytes in memory, named `name` in messages (the fuzzer's entry point). */
 int gml_trace_load_mem(const char *name, const void *data, size_t len, gml_trace *out, char *err,

@@ -73,5 +73,13 @@ check "a 1200-byte --plot path: written there, nowhere else" "0 1" "$? $(find . 
 out=$("$R" --policy pytorch --plot "$d/$d/$d/$d/long.svg" good.trace 2>"$tmp/err")
 check "a 4800-byte --plot path: refused, saying the limit" "2 1" "$? $(grep -c "longer than the 4095" "$tmp/err")$out"
 
+# '-': the trace on standard input (a pipe from zcat, say), reported as '-'
+out=$(gzip -dc x.trace.gz | "$R" --policy pytorch - 2>"$tmp/err")
+check "- reads the trace from standard input" "0 1 0" "$? $(grep -c '^-: 2 events$' <<<"$out") $(wc -c <"$tmp/err")"
+"$R" --policy pytorch - - <good.trace >/dev/null 2>"$tmp/err"
+check "- named twice: refused up front" "2 1" "$? $(grep -c "'-' (standard input) is named twice" "$tmp/err")"
+"$R" --policy pytorch - <&- >/dev/null 2>"$tmp/err"
+check "- with standard input closed: refused, saying so" "1 1" "$? $(grep -c "^gmlake replay: -: cannot read standard input: Bad file descriptor" "$tmp/err")"
+
 echo "$([ $fail -eq 0 ] && echo all passed || echo some failed)"
 exit $fail
