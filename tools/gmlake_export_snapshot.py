@@ -39,6 +39,7 @@ import argparse
 import gzip
 import os
 import pickle
+import stat
 import re
 import sys
 import tempfile
@@ -253,15 +254,34 @@ def _same_file(a, b):
         return False
 
 
+def _written_through(out):
+    """Whether `out` is written where it leads rather than replaced by a new file: a symbolic
+    link, or a name that exists and is no regular file (/dev/stdout, /dev/null, a FIFO).  A
+    rename over it would replace the link or the device itself (as root, /dev/full became a
+    regular file)."""
+    try:
+        return os.path.islink(out) or not stat.S_ISREG(os.stat(out).st_mode)
+    except OSError:
+        return False
+
+
 def write_snapshot(snap, out):
     """Pickles `snap` to `out` ('-': standard output) through a temporary file in out's
-    directory, renamed into place only once written whole."""
+    directory, renamed into place only once written whole; a link, a device or a FIFO is
+    written to directly (_written_through)."""
     if out == "-":
         pickle.dump(snap, sys.stdout.buffer, protocol=PICKLE_PROTOCOL)
         sys.stdout.buffer.flush()
         return
     if os.path.isdir(out):
         raise ExportError(f"{out}: is a directory: name the snapshot file to write")
+    if _written_through(out):
+        try:
+            with open(out, "wb") as f:
+                pickle.dump(snap, f, protocol=PICKLE_PROTOCOL)
+        except OSError as e:
+            raise ExportError(f"{out}: cannot write: {e.strerror}")
+        return
     d = os.path.dirname(os.path.abspath(out))
     try:
         fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(out) + ".", suffix=".tmp", dir=d)

@@ -35,6 +35,7 @@ import gzip
 import io
 import os
 import pickle
+import stat
 import sys
 import tempfile
 import zlib
@@ -298,6 +299,17 @@ def _same_file(a, b):
         return os.path.realpath(a) == os.path.realpath(b)
 
 
+def _written_through(path):
+    """Whether `path` is written where it leads rather than replaced by a new file: a symbolic
+    link, or a name that exists and is no regular file (/dev/stdout, /dev/null, a FIFO).  A
+    rename over it would replace the link or the device itself (as root, /dev/full became a
+    regular file)."""
+    try:
+        return os.path.islink(path) or not stat.S_ISREG(os.stat(path).st_mode)
+    except OSError:
+        return False
+
+
 def write_all(outputs):
     """outputs: [(path, head, lines)].  Each is written to a temporary file beside it; only when
     all are written whole are they renamed into place.  On any failure nothing is left behind."""
@@ -312,6 +324,13 @@ def write_all(outputs):
                 raise OutputError("the output is an empty name: name the trace file to write")
             if os.path.isdir(path):
                 raise OutputError(f"{path}: is a directory: name the trace file to write")
+            if _written_through(path):
+                try:
+                    write_file(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o666), path, text,
+                               new_file=False)
+                except OSError as e:
+                    raise OutputError(f"{path}: cannot write: {e.strerror}")
+                continue
             d = os.path.dirname(path) or "."
             try:
                 fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".tmp-", dir=d)
@@ -336,9 +355,9 @@ def write_all(outputs):
         raise
 
 
-def write_file(fd, path, text):
-    """text into the open temporary file fd, gzip-compressed where path ends in .gz, with the
-    mode a new file gets."""
+def write_file(fd, path, text, new_file=True):
+    """text into the open file fd, gzip-compressed where path ends in .gz; a new (temporary)
+    file synced and given the mode a new file gets, an existing one (_written_through) as it is."""
     with os.fdopen(fd, "wb") as raw:
         if path.endswith(".gz"):
             with gzip.GzipFile(fileobj=raw, mode="wb", filename="") as f:
@@ -346,10 +365,11 @@ def write_file(fd, path, text):
         else:
             raw.write(text.encode())
         raw.flush()
-        os.fsync(raw.fileno())
-        mask = os.umask(0)
-        os.umask(mask)
-        os.fchmod(raw.fileno(), 0o666 & ~mask)
+        if new_file:
+            os.fsync(raw.fileno())
+            mask = os.umask(0)
+            os.umask(mask)
+            os.fchmod(raw.fileno(), 0o666 & ~mask)
 
 
 def main(argv=None):

@@ -9,6 +9,7 @@ import gzip
 import os
 import pickle
 import shutil
+import stat
 import subprocess
 import sys
 import tempfile
@@ -312,6 +313,28 @@ class Export(unittest.TestCase):
         exporter("-q", trace, "-o", out)
         self.assertEqual(sorted(os.listdir(self.dir)), ["link.trace", "s.pickle", "t.trace"])
         self.assertEqual(pickle.loads(load(out))["segments"][0]["address"], B)
+
+    def test_an_output_that_is_no_regular_file_is_written_through_not_replaced(self):
+        # -o /dev/stdout, /dev/null, a FIFO, a link: the snapshot goes where the name leads; it
+        # used to be renamed over the name (as root, /dev/full became a regular file)
+        trace = self.write("t.trace", SYNTH)
+        fifo = self.path("out.pickle")
+        os.mkfifo(fifo)
+        got = self.path("got.pickle")
+        with open(got, "wb") as sink:
+            reader = subprocess.Popen(["timeout", "20", "cat", fifo], stdout=sink)
+            p = exporter("-q", trace, "-o", fifo, check=False)
+            if reader.wait() != 0:
+                self.fail(f"nothing came through the FIFO (exporter: {p.returncode} {p.stderr})")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertTrue(stat.S_ISFIFO(os.lstat(fifo).st_mode), "the FIFO is still a FIFO")
+        self.assertEqual(pickle.loads(load(got))["segments"][0]["address"], B)
+        target = self.path("target.pickle")
+        link = self.path("link.pickle")
+        os.symlink(target, link)
+        exporter("-q", trace, "-o", link)
+        self.assertTrue(os.path.islink(link), "the link is still a link")
+        self.assertEqual(pickle.loads(load(target))["segments"][0]["address"], B)
 
     def test_checker_catches_what_memory_viz_trips_on(self):
         # the checks themselves must fail on a broken snapshot

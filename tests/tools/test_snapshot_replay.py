@@ -12,6 +12,7 @@ import re
 import resource
 import signal
 import shutil
+import stat
 import subprocess
 import sys
 import tempfile
@@ -226,6 +227,28 @@ class Import(unittest.TestCase):
             self.assertEqual(p.stderr.count("\n"), 1, p.stderr)
         self.assertEqual(sorted(os.listdir(self.dir)), ["snap.pickle", "sub"])
         self.assertEqual(os.listdir(sub), [])
+
+    def test_an_output_that_is_no_regular_file_is_written_through_not_replaced(self):
+        # -o /dev/stdout, /dev/null, a FIFO, a link: the trace goes where the name leads; it used
+        # to be renamed over the name (as root, /dev/full became a regular file)
+        snap = self.write(snapshots.scenario())
+        fifo = os.path.join(self.dir, "out.trace")
+        os.mkfifo(fifo)
+        got = os.path.join(self.dir, "got.trace")
+        with open(got, "wb") as sink:
+            reader = subprocess.Popen(["timeout", "20", "cat", fifo], stdout=sink)
+            p = importer("-q", snap, "-o", fifo, check=False)
+            if reader.wait() != 0:
+                self.fail(f"nothing came through the FIFO (importer: {p.returncode} {p.stderr})")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertTrue(stat.S_ISFIFO(os.lstat(fifo).st_mode), "the FIFO is still a FIFO")
+        self.assertEqual(events(got), snapshots.EXPECTED_TRACE)
+        target = os.path.join(self.dir, "target.trace")
+        link = os.path.join(self.dir, "link.trace")
+        os.symlink(target, link)
+        importer("-q", snap, "-o", link)
+        self.assertTrue(os.path.islink(link), "the link is still a link")
+        self.assertEqual(events(target), snapshots.EXPECTED_TRACE)
 
     def test_old_pickle_protocols(self):
         # a snapshot pickled with protocol 0 or 1 (no 0x80 opcode first) is a pickle all the same
