@@ -147,8 +147,9 @@ void gml_env_closest(const char *name, char *buf, size_t len);
 size_t gml_file_name_expand(const char *pattern, bool add_rank, const char *pid, const char *rank,
                             char *out, size_t len);
 /* The longest a pattern can expand to (a 10-digit pid, a GML_RANK_MAX-character rank, ".rank%r"
- * added): a path setting is refused when this is GML_PATH_MAX or more (options.c). */
-size_t gml_file_name_longest(const char *pattern);
+ * added where add_rank: stats_file and trace_file, not log_file, which every process shares): a
+ * path setting is refused when this is GML_PATH_MAX or more (options.c). */
+size_t gml_file_name_longest(const char *pattern, bool add_rank);
 
 /* docs.c: texts generated from the table. */
 /* A commented example file with every key at its default. */

@@ -51,10 +51,10 @@ size_t gml_file_name_expand(const char *pattern, bool add_rank, const char *pid,
     return n;
 }
 
-size_t gml_file_name_longest(const char *pattern)
+size_t gml_file_name_longest(const char *pattern, bool add_rank)
 {
     char rank[GML_RANK_MAX + 1];
     memset(rank, '9', GML_RANK_MAX);
     rank[GML_RANK_MAX] = 0;
-    return gml_file_name_expand(pattern, true, "2147483647", rank, NULL, 0);
+    return gml_file_name_expand(pattern, add_rank, "2147483647", rank, NULL, 0);
 }

@@ -105,6 +105,11 @@ static void *field_of(gml_config *c, int i)
     }
 }
 
+/* Whether a file setting's name gets ".rank%r" where several processes run and it names neither
+ * %p nor %r: stats_file and trace_file (interpose/summary.c, trace.c), not log_file, one file
+ * that every process shares (interpose/log.c). */
+static bool gets_rank(const gml_option *o) { return strcmp(o->key, "log_file") != 0; }
+
 void gml_option_accepted(const gml_option *o, char *buf, size_t len)
 {
     switch (o->type) {
@@ -127,9 +132,13 @@ void gml_option_accepted(const gml_option *o, char *buf, size_t len)
         break;
     }
     default:
-        snprintf(buf, len, "a file path of at most %d bytes once expanded (%%p counted as 10 bytes, "
-                 "%%r as %d, and %d more for the .rank%%r a name with neither gets)",
-                 GML_PATH_MAX - 1, GML_RANK_MAX, 5 + GML_RANK_MAX);
+        if (gets_rank(o))
+            snprintf(buf, len, "a file path of at most %d bytes once expanded (%%p counted as 10 "
+                     "bytes, %%r as %d, and %d more for the .rank%%r a name with neither gets)",
+                     GML_PATH_MAX - 1, GML_RANK_MAX, 5 + GML_RANK_MAX);
+        else
+            snprintf(buf, len, "a file path of at most %d bytes once expanded (%%p counted as 10 "
+                     "bytes, %%r as %d)", GML_PATH_MAX - 1, GML_RANK_MAX);
         break;
     }
 }
@@ -146,11 +155,12 @@ static const char *out_of_range(const gml_option *o, double v)
 
 /* Whether a file setting is too long, NULL if not: its name must fit GML_PATH_MAX whatever the
  * pid and rank (filename.c), so that no file is ever opened under a name cut short. */
-static const char *path_too_long(const char *text)
+static const char *path_too_long(const gml_option *o, const char *text)
 {
     if (strlen(text) >= GML_PATH_MAX)
         return "too long";
-    return gml_file_name_longest(text) >= GML_PATH_MAX ? "too long once expanded" : NULL;
+    return gml_file_name_longest(text, gets_rank(o)) >= GML_PATH_MAX ? "too long once expanded"
+                                                                     : NULL;
 }
 
 int gml_option_parse(gml_config *c, int i, const char *text, const char **why, char *acc,
@@ -206,7 +216,7 @@ int gml_option_parse(gml_config *c, int i, const char *text, const char **why, c
         w = "not one of the choices";
         break;
     case GML_OPT_PATH:
-        if (!(w = path_too_long(text))) {
+        if (!(w = path_too_long(o, text))) {
             snprintf((char *)f, GML_PATH_MAX, "%s", text);
             return 0;
         }
@@ -234,7 +244,7 @@ const char *gml_option_check(const gml_config *cc, int i)
             n++;
         return k >= 0 && k < n ? NULL : "not one of the choices";
     }
-    case GML_OPT_PATH: return memchr(f, 0, GML_PATH_MAX) ? path_too_long(f) : "too long";
+    case GML_OPT_PATH: return memchr(f, 0, GML_PATH_MAX) ? path_too_long(o, f) : "too long";
     default: return NULL;
     }
 }

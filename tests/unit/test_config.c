@@ -538,6 +538,36 @@ Test(config, file_names_expand)
     char small[8];
     cr_assert_eq(gml_file_name_expand("/t/stats.json", true, "42", "3", small, sizeof small), 19);
     cr_assert_str_eq(small, "/t/stat", "cut only where the caller's buffer is, and said by the length");
-    cr_assert_eq(gml_file_name_longest("%p%r"), 10 + GML_RANK_MAX);
-    cr_assert_eq(gml_file_name_longest("x"), 1 + 5 + GML_RANK_MAX);
+    cr_assert_eq(gml_file_name_longest("%p%r", true), 10 + GML_RANK_MAX);
+    cr_assert_eq(gml_file_name_longest("x", true), 1 + 5 + GML_RANK_MAX);
+    cr_assert_eq(gml_file_name_longest("x", false), 1);
+}
+
+/* log_file is one file for every process (interpose/log.c expands it without ".rank%r"): a name
+ * with neither %p nor %r is refused only past 1023 bytes as it stands, not for the 28 bytes of a
+ * .rank%r it never gets; stats_file and trace_file, which get one, are refused at that length. */
+Test(config, log_file_is_not_counted_with_a_rank_it_never_gets)
+{
+    sandbox();
+    char dir[991], v[1200];
+    memset(dir, 'd', 990);
+    dir[990] = 0;
+    snprintf(v, sizeof v, "/%s/gmlake.log", dir); /* 1002 bytes: fits as it stands */
+    setenv("GMLAKE_LOG_FILE", v, 1);
+    setenv("GMLAKE_STATS_FILE", v, 1); /* 1030 with .rank and the longest rank */
+    gml_config c;
+    gml_config_report rep;
+    char *m = load(&c, &rep);
+    cr_assert_eq(rep.errors, 1, "%s", m);
+    cr_assert(strstr(m, "GMLAKE_STATS_FILE: stats_file = '/ddd"), "%s", m);
+    cr_assert_str_eq(c.log_file, v);
+    cr_assert_str_eq(c.stats_file, "");
+    char why[2048];
+    cr_assert_eq(gml_config_check(&c, 0, why, sizeof why), 0, "%s", why);
+    /* the accepted text of each says what it counts */
+    char acc[512];
+    gml_option_accepted(&gml_options[gml_option_find("log_file")], acc, sizeof acc);
+    cr_assert(!strstr(acc, ".rank"), "%s", acc);
+    gml_option_accepted(&gml_options[gml_option_find("stats_file")], acc, sizeof acc);
+    cr_assert(strstr(acc, ".rank"), "%s", acc);
 }
