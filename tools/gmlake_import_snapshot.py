@@ -310,6 +310,19 @@ def _written_through(path):
         return False
 
 
+def check_output(out):
+    """Refuses an output that names no file, as given (before NAME.devN.EXT is made of it for
+    several devices: '' or a folder would become the hidden files .dev0, .dev1, ...)."""
+    if out == "-":
+        return
+    if not out:
+        raise OutputError("the output is an empty name: name the trace file to write")
+    if os.path.isdir(out):
+        raise OutputError(f"{out}: is a directory: name the trace file to write")
+    if out.endswith("/"):
+        raise OutputError(f"{out}: names a directory (it ends in '/'): name the trace file to write")
+
+
 def write_all(outputs):
     """outputs: [(path, head, lines)].  Each is written to a temporary file beside it; only when
     all are written whole are they renamed into place.  On any failure nothing is left behind."""
@@ -320,10 +333,7 @@ def write_all(outputs):
             if path == "-":
                 sys.stdout.write(text)
                 continue
-            if not path:
-                raise OutputError("the output is an empty name: name the trace file to write")
-            if os.path.isdir(path):
-                raise OutputError(f"{path}: is a directory: name the trace file to write")
+            check_output(path)
             if _written_through(path):
                 try:
                     write_file(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o666), path, text,
@@ -399,6 +409,7 @@ def main(argv=None):
         if a.output == "-" and len(devs) > 1:
             raise SnapshotError(f"devices {devs} have traces: pick one with --device to write "
                                 "to standard output")
+        check_output(a.output)  # as given: several devices' names are made from it
         outputs, summaries = [], []
         for d in devs:
             head, lines, s = convert_device(snap, d)

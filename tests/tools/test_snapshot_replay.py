@@ -250,6 +250,29 @@ class Import(unittest.TestCase):
         self.assertTrue(os.path.islink(link), "the link is still a link")
         self.assertEqual(events(target), snapshots.EXPECTED_TRACE)
 
+    def test_several_devices_need_an_output_file_name(self):
+        # with several devices each trace is NAME.devN.EXT beside the output: an empty output or
+        # a folder has no NAME, and the traces were written as hidden files .dev0, .dev1 (exit 0)
+        # where one device's output is refused
+        s = snapshots.scenario()
+        s["device_traces"] = [s["device_traces"][0], s["device_traces"][0]]
+        snap = self.write(s)
+        sub = os.path.join(self.dir, "sub")
+        os.mkdir(sub)
+        for out, want in (("", "the output is an empty name"),
+                          ("sub", "sub: is a directory: name the trace file to write"),
+                          ("sub/", "sub/: is a directory: name the trace file to write"),
+                          ("new/", "new/: names a directory (it ends in '/'): name the trace "
+                                   "file to write")):
+            p = subprocess.run([sys.executable, os.path.join(TOOLS, "gmlake-import-snapshot"),
+                                snap, "-o", out], capture_output=True, text=True, timeout=300,
+                               cwd=self.dir)
+            self.assertEqual(p.returncode, 1, (out, p.stderr))
+            self.assertIn(want, p.stderr, out)
+            self.assertEqual(p.stderr.count("\n"), 1, p.stderr)
+            self.assertEqual(sorted(os.listdir(self.dir)), ["snap.pickle", "sub"], out)
+            self.assertEqual(os.listdir(sub), [], out)
+
     def test_old_pickle_protocols(self):
         # a snapshot pickled with protocol 0 or 1 (no 0x80 opcode first) is a pickle all the same
         want = None
