@@ -364,6 +364,30 @@ class Import(unittest.TestCase):
                          ("job2.pickle.gz", snapshots.PEAK_RESERVED["pytorch"]), "a gzipped snapshot")
 
 
+    def test_gmlake_replay_a_snapshots_label_is_the_one_given(self):
+        # a --label before a snapshot names it, as before a trace: gmlake replay put its own
+        # --label (the snapshot's path) after the user's, so two snapshots of one file name
+        # could not be plotted together although the refusal said to give one a --label
+        s = snapshots.scenario()
+        for d in ("a", "b"):
+            os.mkdir(os.path.join(self.dir, d))
+            self.write(s, os.path.join(d, "snap.pickle"))
+        two = dict(s, device_traces=[s["device_traces"][0], s["device_traces"][0]])
+        self.write(two, "two.pickle")
+        a, b, c = (os.path.join(self.dir, n) for n in ("a/snap.pickle", "b/snap.pickle", "two.pickle"))
+        g = os.path.join(ROOT, "scripts", "gmlake")
+        plot = os.path.join(self.dir, "p.svg")
+        p = run(g, "replay", "--json", "--policy", "pytorch", "--plot", plot, "--label", "A", a,
+                "--label=B", b, "-l", "C", c, check=False)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual([json.loads(l)["trace"] for l in p.stdout.splitlines()],
+                         ["A", "B", "C (device 0)", "C (device 1)"])
+        self.assertEqual(sorted(f for f in os.listdir(self.dir) if f.endswith(".svg")),
+                         ["p.A.svg", "p.B.svg", "p.C (device 0).svg", "p.C (device 1).svg"])
+        # a label is for the trace after it only
+        p = run(g, "replay", "--json", "--policy", "pytorch", "--lab", "A", a, b)
+        self.assertEqual([json.loads(l)["trace"] for l in p.stdout.splitlines()], ["A", "snap.pickle"])
+
     def test_gmlake_replay_set_takes_a_value_not_a_trace(self):
         # `--set KEY=VALUE` without a trace replays the bundled trace (the old front end took
         # KEY=VALUE for a trace and printed the usage)
