@@ -138,7 +138,6 @@ def convert_device(snap, device):
     zeros = 0       # 0-byte allocations left out
     events = []     # (op, addr, size, stream, t)
     seg_delta = []  # (t index, +bytes / -bytes)
-    counts = {}
     ooms = 0
     t0 = None
     for i, e in enumerate(trace):
@@ -148,7 +147,6 @@ def convert_device(snap, device):
         action = e["action"]
         if not isinstance(action, str):
             raise SnapshotError(f"{where}: 'action' is {_short(action)}, not a string")
-        counts[action] = counts.get(action, 0) + 1
         t = e.get("time_us", i)
         if isinstance(t, bool) or not isinstance(t, int):
             t = i
@@ -242,7 +240,7 @@ def convert_device(snap, device):
     summary = {
         "device": device, "entries": len(trace),
         "allocs": sum(1 for e in events if e[0] == "A"), "zeros": zeros,
-        "frees": counts.get("free_completed", 0), "initial": len(initial),
+        "frees": sum(1 for e in events if e[0] == "F"), "initial": len(initial),
         "initial_bytes": sum(v[0] for v in initial.values()), "oom": ooms,
         "reserved_start": reserved_start, "reserved_peak": peak, "reserved_end": reserved_end,
         "expandable": expandable, "not_in_segments": not_in_segments,

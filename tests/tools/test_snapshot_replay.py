@@ -303,6 +303,9 @@ class Import(unittest.TestCase):
         self.assertIn("# 3 allocations of 0 bytes left out (a trace has none)", h)
         self.assertIn("1 allocations", p.stderr)
         self.assertIn("3 of 0 bytes left out", p.stderr)
+        # their frees are left out of the counts too, as the allocations are
+        self.assertIn("# device 0: 6 trace entries, 1 allocs, 0 frees completed, 0 OOMs", h)
+        self.assertIn("left out, 0 frees,", p.stderr)
 
     def test_a_failing_device_leaves_nothing(self):
         s = snapshots.scenario()
