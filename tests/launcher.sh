@@ -111,6 +111,17 @@ check "... saying what is wrong" '[[ "$("$g" run --config "$tmp/missing.conf" --
   "$("$g" run --config="$tmp/bad.conf" -- true 2>&1)" == *"bad.conf:1: stitch = '"'"'maybe'"'"' is not valid"*"bad.conf:2: unknown key"* ]]'
 err=$(GMLAKE_STICH=off "$g" run --config "$tmp/some.conf" -- sh -c 'echo RAN' 2>&1)
 check "run --config checks the file only (a variable is reported as the program starts)" '[[ "$err" == *RAN* ]]'
+# the rules between settings are for the settings together: a file valid with the --set or the
+# variables given is not refused for what it lacks alone (small_limit 4MiB above the default
+# chunk_size: refused, the program not started, though chunk_size=8MiB came with it)
+printf 'small_limit = 4MiB\n' >"$tmp/small4.conf"
+err=$("$g" run --config "$tmp/small4.conf" --set chunk_size=8MiB -- sh -c 'echo RAN' 2>&1)
+check "run --config FILE --set: the file with the --set is valid: started" '[[ "$err" == *RAN* && "$err" != *refused* ]]'
+err=$(GMLAKE_CHUNK_SIZE=8MiB "$g" run --config "$tmp/small4.conf" -- sh -c 'echo RAN' 2>&1)
+check "run --config FILE with GMLAKE_CHUNK_SIZE: valid together: started" '[[ "$err" == *RAN* && "$err" != *refused* ]]'
+err=$("$g" run --config "$tmp/small4.conf" --set chunk_size=2MiB -- sh -c 'echo RAN' 2>&1)
+check "run --config FILE --set: invalid together: refused, not started" \
+  '[ $? -eq 2 ] && [[ "$err" != *RAN* && "$err" == *"small_limit must not exceed chunk_size"* ]]'
 
 # --- one validation: config --check, replay and the library give one answer to one setting
 verdicts() { # prints "check replay library" for --set $1: 0 accepted, 1 refused

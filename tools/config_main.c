@@ -1,6 +1,10 @@
 /*
  * config_main.c — `gmlake config`: prints every setting, its value and where it came from.
  *   gmlake-config [--check]    --check: exit status 1 if any source had an error
+ *   gmlake-config --check-sources   --check without the rules between settings: only what each
+ *                              source says alone (bad value, unknown key, unreadable file), for
+ *                              `gmlake run --config FILE` checking FILE alone (the rules apply
+ *                              to the settings of every source together)
  *   gmlake-config --example    a commented gmlake.conf with every key at its default
  *   gmlake-config --man        gmlake.conf(5), generated from the option table
  *   gmlake-config --version    gmlake's version
@@ -45,13 +49,16 @@ static int check_sets(int n, char **kv)
 
 int main(int argc, char **argv)
 {
-    bool check = false;
+    bool check = false, rules = true;
     gml_stdout_checked("gmlake config");
     if (argc >= 2 && strcmp(argv[1], "--check-set") == 0)
         return check_sets(argc - 2, argv + 2);
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--check") == 0) {
             check = true;
+        } else if (strcmp(argv[i], "--check-sources") == 0) {
+            check = true;
+            rules = false;
         } else if (strcmp(argv[i], "--example") == 0) {
             gml_config_print_example(stdout);
             return 0;
@@ -78,7 +85,7 @@ int main(int argc, char **argv)
     gml_config_load(&c, &rep, stderr);
     gml_config_print(stdout, &c, &rep);
     char why[GML_PATH_MAX + 300];
-    if (gml_config_check(&c, 0, why, sizeof why) != 0) {
+    if (rules && gml_config_check(&c, 0, why, sizeof why) != 0) {
         fprintf(stderr, "gmlake: these settings would be refused (%s): gmlake would turn itself "
                         "off and pass every allocation to CUDA\n", why);
         rep.errors++;
