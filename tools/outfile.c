@@ -2,6 +2,7 @@
 #include "outfile.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdio_ext.h>
 #include <stdlib.h>
@@ -35,14 +36,48 @@ bool gml_same_file(const char *a, const char *b)
     return same;
 }
 
-int gml_outfile_open(gml_outfile *o, const char *path, char *err, size_t errlen)
+/* Whether path is written where it leads rather than replaced by a new file: a symbolic link, or
+ * a name that exists and is no regular file (a FIFO, a device).  A rename over it would replace
+ * the link or the special file itself (as root, x.svg -> /dev/full became a regular file).  The
+ * rule of _written_through in gmlake_import_snapshot.py. */
+static bool written_through(const char *path)
 {
-    memset(o, 0, sizeof *o);
-    if (!*path || strlen(path) >= sizeof o->path) {
+    struct stat st;
+    if (lstat(path, &st) != 0)
+        return false;
+    return S_ISLNK(st.st_mode) || (stat(path, &st) == 0 && !S_ISREG(st.st_mode));
+}
+
+int gml_outfile_check(const char *path, char *err, size_t errlen)
+{
+    struct stat st;
+    if (!*path || strlen(path) >= GML_OUTFILE_PATH_MAX) {
         snprintf(err, errlen, "%s: not a usable file name", path);
         return -1;
     }
+    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
+        snprintf(err, errlen, "%s: is a directory: name the file to write", path);
+        return -1;
+    }
+    return 0;
+}
+
+int gml_outfile_open(gml_outfile *o, const char *path, char *err, size_t errlen)
+{
+    memset(o, 0, sizeof *o);
+    if (gml_outfile_check(path, err, errlen))
+        return -1;
     snprintf(o->path, sizeof o->path, "%s", path);
+    if (written_through(path)) {
+        /* composed in memory; the destination is opened and written only at commit */
+        o->through = true;
+        o->f = open_memstream(&o->buf, &o->len);
+        if (!o->f) {
+            snprintf(err, errlen, "%s: cannot write: %s", path, strerror(errno));
+            return -1;
+        }
+        return 0;
+    }
     const char *slash = strrchr(path, '/');
     int dirlen = slash ? (int)(slash - path + 1) : 0;
     snprintf(o->tmp, sizeof o->tmp, "%.*s.%s.tmp-XXXXXX", dirlen, path, slash ? slash + 1 : path);
@@ -61,8 +96,43 @@ int gml_outfile_open(gml_outfile *o, const char *path, char *err, size_t errlen)
     return 0;
 }
 
+/* The text composed in memory written where the link or special file leads (opened O_WRONLY |
+ * O_TRUNC, as it is: its mode and owner kept); 0 or an errno. */
+static int commit_through(gml_outfile *o)
+{
+    int e = 0;
+    if (fflush(o->f) != 0 || ferror(o->f))
+        e = errno ? errno : ENOMEM;
+    if (fclose(o->f) != 0 && !e)
+        e = errno ? errno : ENOMEM;
+    o->f = NULL;
+    int fd = e ? -1 : open(o->path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+    if (!e && fd < 0)
+        e = errno;
+    for (size_t done = 0; !e && done < o->len;) {
+        ssize_t w = write(fd, o->buf + done, o->len - done);
+        if (w < 0 && errno != EINTR)
+            e = errno;
+        else if (w > 0)
+            done += (size_t)w;
+    }
+    if (fd >= 0 && close(fd) != 0 && !e && errno != EINTR)
+        e = errno;
+    free(o->buf);
+    o->buf = NULL;
+    return e;
+}
+
 int gml_outfile_commit(gml_outfile *o, char *err, size_t errlen)
 {
+    if (o->through) {
+        int e = commit_through(o);
+        if (e) {
+            snprintf(err, errlen, "%s: cannot write: %s", o->path, strerror(e));
+            return -1;
+        }
+        return 0;
+    }
     mode_t mask = umask(0);
     umask(mask);
     int e = 0;
@@ -89,7 +159,12 @@ void gml_outfile_abort(gml_outfile *o)
         fclose(o->f);
         o->f = NULL;
     }
-    unlink(o->tmp);
+    if (o->through) {
+        free(o->buf);
+        o->buf = NULL;
+    } else {
+        unlink(o->tmp);
+    }
 }
 
 static const char *stdout_prog;

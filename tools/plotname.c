@@ -90,6 +90,8 @@ int gml_plot_paths(const char *plot, const char *const *paths, const char *const
                      len, GML_OUTFILE_PATH_MAX - 1);
             rc = -1;
         }
+        if (rc == 0 && gml_outfile_check(out[i], err, errlen) != 0)
+            rc = -1; /* a folder: said before anything is replayed */
         for (size_t k = 0; k < n && rc == 0; k++)
             if (gml_same_file(out[i], paths[k])) {
                 snprintf(err, errlen, "--plot '%s': the plot of %s would go to %s, which is the "

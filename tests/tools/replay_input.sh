@@ -73,6 +73,28 @@ check "a 1200-byte --plot path: written there, nowhere else" "0 1" "$? $(find . 
 out=$("$R" --policy pytorch --plot "$d/$d/$d/$d/long.svg" good.trace 2>"$tmp/err")
 check "a 4800-byte --plot path: refused, saying the limit" "2 1" "$? $(grep -c "longer than the 4095" "$tmp/err")$out"
 
+# --plot over a symbolic link or a name that is no regular file (a FIFO): written through, where
+# it leads, never replaced by a new file (a rename over x.svg -> /dev/full replaced the device)
+printf 'old\n' > target.svg; ln -s target.svg sl.svg
+"$R" --policy pytorch --plot sl.svg good.trace >/dev/null 2>"$tmp/err"
+check "--plot sl.svg -> target.svg: written through, the link kept" "0 link 1" \
+  "$? $([ -L sl.svg ] && echo link) $(grep -c '^</svg>$' target.svg)"
+ln -s new.svg dangling.svg
+"$R" --policy pytorch --plot dangling.svg good.trace >/dev/null 2>"$tmp/err"
+check "--plot dangling.svg -> new.svg (absent): new.svg written, the link kept" "0 link 1" \
+  "$? $([ -L dangling.svg ] && echo link) $(grep -c '^</svg>$' new.svg 2>/dev/null)"
+mkfifo ff.svg
+timeout 20 cat ff.svg > fifo.out & reader=$!
+timeout 20 "$R" --policy pytorch --plot ff.svg good.trace >/dev/null 2>"$tmp/err"; rc=$?
+wait $reader
+check "--plot ff.svg, a FIFO: written into it, the FIFO kept" "0 fifo 1" \
+  "$rc $([ -p ff.svg ] && echo fifo) $(grep -c '^</svg>$' fifo.out)"
+check "... no temporary file left" "" "$(ls -A | grep -- '\.tmp-')"
+mkdir dir.svg
+out=$("$R" --policy pytorch --plot dir.svg good.trace 2>"$tmp/err")
+check "--plot dir.svg, a folder: refused, saying so, before anything is replayed" "2 1 " \
+  "$? $(grep -c "dir.svg: is a directory" "$tmp/err") $out"
+
 # '-': the trace on standard input (a pipe from zcat, say), reported as '-'
 out=$(gzip -dc x.trace.gz | "$R" --policy pytorch - 2>"$tmp/err")
 check "- reads the trace from standard input" "0 1 0" "$? $(grep -c '^-: 2 events$' <<<"$out") $(wc -c <"$tmp/err")"
