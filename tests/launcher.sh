@@ -111,6 +111,15 @@ check "... saying what is wrong" '[[ "$("$g" run --config "$tmp/missing.conf" --
   "$("$g" run --config="$tmp/bad.conf" -- true 2>&1)" == *"bad.conf:1: stitch = '"'"'maybe'"'"' is not valid"*"bad.conf:2: unknown key"* ]]'
 err=$(GMLAKE_STICH=off "$g" run --config "$tmp/some.conf" -- sh -c 'echo RAN' 2>&1)
 check "run --config checks the file only (a variable is reported as the program starts)" '[[ "$err" == *RAN* ]]'
+# one file only (GMLAKE_CONFIG names one): a second --config is refused, naming both, never the
+# last one read alone and the first one unchecked
+for form in "--config $tmp/bad.conf --config $tmp/some.conf" "--config=$tmp/bad.conf --config=$tmp/some.conf" \
+            "--config $tmp/some.conf --config=$tmp/some.conf"; do
+  read -r -a a <<<"$form"
+  err=$("$g" run "${a[@]}" -- sh -c 'echo RAN' 2>&1)
+  check "run $form: refused, naming both files, not started" \
+    '[ $? -eq 2 ] && [[ "$err" != *RAN* && "$err" == *"gmlake run: --config given twice ("*"$tmp/"*".conf and $tmp/some.conf): one file only"*"not started"* ]]'
+done
 # the rules between settings are for the settings together: a file valid with the --set or the
 # variables given is not refused for what it lacks alone (small_limit 4MiB above the default
 # chunk_size: refused, the program not started, though chunk_size=8MiB came with it)
