@@ -7,7 +7,9 @@
  *   < the file named by GMLAKE_CONFIG < environment variables.
  * Files: regular files of at most 1 MiB (GML_CONFIG_FILE_MAX bytes); a FIFO, device or directory
  *   is refused without being read (opened non-blocking, checked with fstat).  A UTF-8 byte-order
- *   mark at the start is skipped.  `key = value` lines and blank lines.  A comment starts with `#` at the start of a line
+ *   mark at the start is skipped.  A system or user file whose path (from GMLAKE_SYSCONFDIR,
+ *   XDG_CONFIG_HOME or HOME) is GML_PATH_MAX + 64 bytes or longer is an error naming the
+ *   variable, never read by a path cut short.  `key = value` lines and blank lines.  A comment starts with `#` at the start of a line
  *   (after optional blanks) or with a `#` that follows a blank; a `#` inside a value
  *   (`log_file = /tmp/run#3.log`) is part of it.
  * Environment: one rule for names: a setting's variable is GMLAKE_ and its key in upper case,

@@ -224,6 +224,24 @@ static void apply_environment(gml_config *c, gml_config_report *rep, FILE *msgs)
     }
 }
 
+/* path = dir + rest, the configuration file found through the variable var (GMLAKE_SYSCONFDIR,
+ * XDG_CONFIG_HOME, HOME); true where it fits in len bytes.  One that does not is an error naming
+ * the variable, never cut short: the cut path would name no file, or another one, and the user's
+ * file would be skipped without a word. */
+static bool config_path(char *path, size_t len, const char *var, const char *dir, const char *rest,
+                        gml_config_report *rep, FILE *msgs)
+{
+    size_t d = strlen(dir), n = d + strlen(rest);
+    if (n < len) {
+        memcpy(path, dir, d);
+        memcpy(path + d, rest, n - d + 1);
+        return true;
+    }
+    note(rep, msgs, true, "environment %s: the configuration file %s%s is %zu bytes long, more than "
+         "the %zu a configuration file's path may have; not read", var, dir, rest, n, len - 1);
+    return false;
+}
+
 void gml_config_load(gml_config *c, gml_config_report *rep, FILE *msgs)
 {
     gml_config_defaults(c);
@@ -234,15 +252,16 @@ void gml_config_load(gml_config *c, gml_config_report *rep, FILE *msgs)
     }
     char path[GML_PATH_MAX + 64];
     const char *etc = getenv("GMLAKE_SYSCONFDIR");
-    snprintf(path, sizeof path, "%s/gmlake.conf", etc && *etc ? etc : GML_SYSCONFDIR);
-    apply_file(c, rep, path, false, msgs);
+    if (config_path(path, sizeof path, "GMLAKE_SYSCONFDIR", etc && *etc ? etc : GML_SYSCONFDIR,
+                    "/gmlake.conf", rep, msgs))
+        apply_file(c, rep, path, false, msgs);
     const char *xdg = getenv("XDG_CONFIG_HOME"), *home = getenv("HOME");
     if (xdg && *xdg) {
-        snprintf(path, sizeof path, "%s/gmlake/gmlake.conf", xdg);
-        apply_file(c, rep, path, false, msgs);
+        if (config_path(path, sizeof path, "XDG_CONFIG_HOME", xdg, "/gmlake/gmlake.conf", rep, msgs))
+            apply_file(c, rep, path, false, msgs);
     } else if (home && *home) {
-        snprintf(path, sizeof path, "%s/.config/gmlake/gmlake.conf", home);
-        apply_file(c, rep, path, false, msgs);
+        if (config_path(path, sizeof path, "HOME", home, "/.config/gmlake/gmlake.conf", rep, msgs))
+            apply_file(c, rep, path, false, msgs);
     }
     const char *named = getenv("GMLAKE_CONFIG");
     if (named && *named)

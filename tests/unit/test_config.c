@@ -571,3 +571,47 @@ Test(config, log_file_is_not_counted_with_a_rank_it_never_gets)
     gml_option_accepted(&gml_options[gml_option_find("stats_file")], acc, sizeof acc);
     cr_assert(strstr(acc, ".rank"), "%s", acc);
 }
+
+/* HOME (or XDG_CONFIG_HOME, GMLAKE_SYSCONFDIR) so long that the config file's path does not fit
+ * the loader's buffer: reported as an error naming the variable, never cut short and the user's
+ * file skipped without a word (the cut path named nothing, or another file). */
+Test(config, a_config_path_too_long_for_the_buffer_is_reported_not_skipped)
+{
+    sandbox();
+    static char home[2048];
+    char part[221];
+    memset(part, 'h', 220);
+    part[220] = 0;
+    int n = snprintf(home, sizeof home, "%s/home", root);
+    for (int i = 0; i < 5; i++) {
+        n += snprintf(home + n, sizeof home - (size_t)n, "/%s", part);
+        cr_assert_eq(mkdir(home, 0700), 0, "%s", home);
+    }
+    char file[sizeof home + 64];
+    snprintf(file, sizeof file, "%s/.config", home), mkdir(file, 0700);
+    snprintf(file, sizeof file, "%s/.config/gmlake", home), mkdir(file, 0700);
+    snprintf(file, sizeof file, "%s/.config/gmlake/gmlake.conf", home);
+    write_file(file, "auto_gc = 33\n");
+    cr_assert_gt(strlen(file), GML_PATH_MAX + 64, "the test's path is longer than the buffer");
+    setenv("HOME", home, 1);
+    gml_config c;
+    gml_config_report rep;
+    char *m = load(&c, &rep);
+    cr_assert_eq(rep.errors, 1, "%s", m);
+    cr_assert(strstr(m, "gmlake: environment HOME: the configuration file "), "%s", m);
+    cr_assert(strstr(m, "/.config/gmlake/gmlake.conf is 1"), "%s", m);
+    cr_assert(strstr(m, "bytes long, more than the 1087 a configuration file's path may have; not read"), "%s", m);
+    /* XDG_CONFIG_HOME, and the system folder, alike */
+    unsetenv("HOME");
+    setenv("XDG_CONFIG_HOME", home, 1);
+    m = load(&c, &rep);
+    cr_assert_eq(rep.errors, 1, "%s", m);
+    cr_assert(strstr(m, "gmlake: environment XDG_CONFIG_HOME: the configuration file "), "%s", m);
+    cr_assert(strstr(m, "/gmlake/gmlake.conf is 1"), "%s", m);
+    unsetenv("XDG_CONFIG_HOME");
+    setenv("GMLAKE_SYSCONFDIR", home, 1);
+    m = load(&c, &rep);
+    cr_assert_eq(rep.errors, 1, "%s", m);
+    cr_assert(strstr(m, "gmlake: environment GMLAKE_SYSCONFDIR: the configuration file "), "%s", m);
+    cr_assert(strstr(m, "/gmlake.conf is 1"), "%s", m);
+}
