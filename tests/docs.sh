@@ -46,6 +46,14 @@ drv() { printf '%.3f' "$(awk -v p="$1" '$1 == p && $3 == "MiB" { print $(NF-2) }
 said_driver=$(tr '\n' ' ' <README.md | grep -o 'estimated driver time is [0-9.]* s against [0-9.]* s and [0-9.]* s')
 want_driver="estimated driver time is $(drv gmlake) s against $(drv pytorch) s and $(drv expandable) s"
 check "README: the bundled trace's driver times are replay's ($want_driver)" '[ "$said_driver" = "$want_driver" ]'
+# BENCHMARKS.md's driver-time table (gmlake with default extents, the expandable and pytorch
+# models) says the same for the bundled trace: its mixtral_moe row is this replay's
+row=$(awk -F' *[|] *' '/^[|] trace [|] gmlake [(]default extents[)]/ { t = 1 }
+  t && $2 == "mixtral_moe" { print $3, $6, $7; exit }' docs/BENCHMARKS.md)
+drv4() { printf '%.4f' "$(awk -v p="$1" '$1 == p && $3 == "MiB" { print $(NF-2) }' <<<"$rep")"; }
+want_row="$(drv gmlake) $(drv4 expandable) $(drv4 pytorch)"
+check "BENCHMARKS.md: mixtral_moe's driver times (gmlake, expandable, pytorch) are replay's ($want_row)" \
+  '[ "$row" = "$want_row" ]'
 fi
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]
