@@ -82,6 +82,13 @@ err=$("$g" run --set chunk_size=3MiB -- sh -c 'echo RAN' 2>&1)
 check "run: --set refused by the shared validation, up front" '[ $? -eq 2 ] && [[ "$err" == *"chunk_size must be a power of two"* && "$err" != *RAN* ]]'
 err=$(GMLAKE_STICH=off "$g" run -- "$prog" alloc 2>&1)
 check "an unknown GMLAKE_ variable is a warning at start-up, with the closest key" '[[ "$err" == *"GMLAKE_STICH: no such setting, ignored; did you mean GMLAKE_STITCH?"* ]]'
+# config --help names every option gmlake config accepts, --set with what it does
+out=$("$g" config --help)
+check "config --help: usage with --set key=value, said to be checked and to set GMLAKE_<KEY>" \
+  '[ $? -eq 0 ] && [[ "$out" == "usage: gmlake config [--check] [--example] [--set key=value]..."* &&
+    "$out" == *"--set key=value"*"GMLAKE_<KEY>"*"refused (exit 2)"* ]]'
+out=$("$g" --help)
+check "gmlake --help: config's line names --set" '[[ "$out" == *"config    print every setting"*"--set key=value"*"replay  "* ]]'
 "$g" config --check --set stich=off >/dev/null 2>"$tmp/err"
 check "... and refused by config --set, naming the argument" '[ $? -eq 2 ] && grep -q -- "--set stich=off: unknown key .stich.; did you mean .stitch.?" "$tmp/err"'
 out=$("$g" config --check --set stitch=maybe 2>"$tmp/err")

@@ -1,6 +1,8 @@
 /*
  * config_main.c — `gmlake config`: prints every setting, its value and where it came from.
  *   gmlake-config [--check]    --check: exit status 1 if any source had an error
+ *                              (`gmlake config --set key=value` is the script's: it sets
+ *                              GMLAKE_<KEY> after --check-set; --help describes it)
  *   gmlake-config --check-sources   --check without the rules between settings: only what each
  *                              source says alone (bad value, unknown key, unreadable file), for
  *                              `gmlake run --config FILE` checking FILE alone (the rules apply
@@ -69,11 +71,15 @@ int main(int argc, char **argv)
             printf("gmlake %s\n", GML_VERSION);
             return 0;
         } else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
-            printf("usage: gmlake config [--check] [--example]\n"
+            printf("usage: gmlake config [--check] [--example] [--set key=value]...\n"
                    "Prints every gmlake setting, its value and where it came from (default,\n"
                    "FILE:LINE or an environment variable).  --check exits 1 if any source has an\n"
                    "error (a bad value, an unknown key or GMLAKE_* variable, settings the pool\n"
-                   "would refuse); --example prints a commented configuration file.\n");
+                   "would refuse); --example prints a commented configuration file.\n"
+                   "--set key=value (repeatable; also --set=key=value) sets GMLAKE_<KEY> for this\n"
+                   "listing, so that it shows the settings as `gmlake run --set key=value` gives\n"
+                   "them to the program; an unknown key, a bad value or settings the library\n"
+                   "would refuse with it are refused (exit 2), naming the argument.\n");
             return 0;
         } else {
             fprintf(stderr, "gmlake config: unknown option '%s' (try --help)\n", argv[i]);
