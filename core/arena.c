@@ -2,11 +2,11 @@
  * arena.c — where chunks live: the heap's arena and slots, growth, release, and moving fully free
  * chunks between the large and the small space (tier 1, contract in heap.h).
  *
- * Growth (gml_grow; plan_growth owns the unit and the amount): the amount is counted in chunks
+ * Growth (gml_grow; plan_growth owns the amount, extent_unit the unit): the amount is counted in chunks
  * and made of extents of `unit` chunks, the last one what is left (one handle, one create and one
  * map each; one set_access over the run), because the driver charges per handle.  The unit
- * (extent_unit) is the memory reserved so far divided by extent_share, at least one chunk and at
- * most extent_chunks: a stitch maps whole extents only, so the free part of an extent that a live
+ * (extent_unit) is the memory reserved so far (or the growth, where it is larger) divided by
+ * extent_share, at least one chunk and at most extent_chunks: a stitch maps whole extents only, so the free part of an extent that a live
  * block shares is stranded for stitching (up to one extent at each end of a live block); an
  * extent in proportion to the pool bounds what is stranded to a share of the pool, while a
  * large pool still grows in few handles (docs/ARCHITECTURE.md, "Extents", has the measurements).
@@ -19,6 +19,8 @@
  * (which may be a ready block: a stitch maps runs over both bins alike).  New chunks go to the bin of the block they extend, or to the asking stream's bin: they
  * have no GPU history, but giving them to the ready bin would put them beside that stream's own
  * later frees, which never merge with ready blocks (blocks.c), splitting the stream's memory.
+ * A growth of GML_GROW_CHECK chunks or more that the device has no free memory for fails at
+ * once, with no driver call but the query (device_lacks).
  * Release returns whole extents of the ready bin's free blocks only (memory every stream may use;
  * the caller promotes or waits first), never one with a pinned chunk.
  * Growth's driver calls run without the caller's lock (gml_heap_set_lock): grow_run reserves the
@@ -289,33 +291,44 @@ static gml_block *grow_run(gml_heap *h, int space, size_t k, size_t unit, gml_bl
     for (gml_block *f = RB_MIN(gml_size_tree, &sb_->free[space]); f;                              \
          f = RB_NEXT(gml_size_tree, NULL, f))
 
-/* Where growth goes: up to two places, tried in order (extend NULL: fresh slots), and the
- * extent unit. */
+/* Where growth goes: up to two places, tried in order (extend NULL: fresh slots). */
 typedef struct growth {
     int n;
-    size_t unit; /* chunks per extent */
     struct growth_at {
         size_t k;
         gml_block *extend;
     } at[2];
 } growth;
 
-/* The extent unit in chunks: the chunks mapped now / extent_share, within [1, extent_chunks]. */
-static size_t extent_unit(const gml_heap *h)
+/* The extent unit in chunks for a growth of k chunks: the chunks mapped now, or k where the growth
+ * is larger than the whole pool, / extent_share, within [1, extent_chunks].  (From the pool
+ * alone, a growth beyond it, a first large tensor or a workspace of half the device, was cut in
+ * one-chunk extents: tens of thousands of handles, each paying set access.) */
+static size_t extent_unit(const gml_heap *h, size_t k)
 {
-    size_t u = h->extent_chunks;
-    if (h->extent_share && h->mapped_slots / h->extent_share < u)
-        u = h->mapped_slots / h->extent_share;
+    size_t u = h->extent_chunks, base = k > h->mapped_slots ? k : h->mapped_slots;
+    if (h->extent_share && base / h->extent_share < u)
+        u = base / h->extent_share;
     return u ? u : 1;
 }
 
-/* The growth plan: the one place that decides the unit and the amount (see the top of the file).
+/* Whether the device lacks the free memory for k chunks (asked for growths of GML_GROW_CHECK
+ * chunks and more): a growth it cannot hold would create extents until the driver refuses one and
+ * then undo them all. */
+static bool device_lacks(gml_heap *h, size_t k)
+{
+    size_t free_b = 0, total = 0;
+    return k >= GML_GROW_CHECK && gml_dev_mem_info(h->dev, &free_b, &total) == GMLAKE_OK &&
+           k * h->chunk > free_b;
+}
+
+/* The growth plan: the one place that decides the amount (see the top of the file).
  * The plan lists where to try: an extension of a free block first when one fits, then fresh
  * slots. */
 static growth plan_growth(gml_heap *h, gml_bin *bin, int space, enum gml_grow_goal goal,
                           size_t need)
 {
-    growth g = {.unit = extent_unit(h)};
+    growth g = {0};
     size_t k_need = (need + h->chunk - 1) >> h->chunk_shift;
     if (space == GML_SPACE_SMALL) {
         g.at[g.n++].k = 1;
@@ -374,9 +387,11 @@ int gml_grow(gml_heap *h, gml_bin *bin, int space, enum gml_grow_goal goal, size
     growth g = plan_growth(h, bin, space, goal, need);
     int rc = GMLAKE_ERR_NOMEM;
     bool busy = false;
+    if (g.n && device_lacks(h, g.at[0].k < g.at[g.n - 1].k ? g.at[0].k : g.at[g.n - 1].k))
+        return rc;
     for (int i = 0; i < g.n; i++) {
         /* only the first place may extend a block (a failed run may have dropped the lock) */
-        if (grow_run(h, space, g.at[i].k, g.unit, g.at[i].extend, bin, &rc, &busy))
+        if (grow_run(h, space, g.at[i].k, extent_unit(h, g.at[i].k), g.at[i].extend, bin, &rc, &busy))
             return GMLAKE_OK;
         if (rc == GMLAKE_ERR_DEVICE && goal == GML_GROW_CHUNKS)
             break;

@@ -279,7 +279,10 @@ enum gml_grow_goal {
  * With a lock named (gml_heap_set_lock) the driver calls run without it, on slots reserved
  * GROWING, so any free block, cached record or plan of the caller may have changed on return
  * (bins held with gml_bin_hold stay); `bin` must be held by the caller.  GMLAKE_OK also when the
- * growth waited for other growths in flight to end instead (the limit left no room): look again. */
+ * growth waited for other growths in flight to end instead (the limit left no room): look again.
+ * A growth of GML_GROW_CHECK chunks or more fails at once (GMLAKE_ERR_NOMEM, no driver call but
+ * the query) where the device has less free memory than it needs. */
+#define GML_GROW_CHECK 16
 int gml_grow(gml_heap *h, gml_bin *bin, int space, enum gml_grow_goal goal, size_t need);
 /* Gives the small space one more free chunk: a free large chunk `bin` may use, else a new one. */
 int gml_small_refill(gml_heap *h, gml_bin *bin);

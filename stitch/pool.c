@@ -21,6 +21,8 @@
  *   3. out of memory: if stream bins hold free blocks, unlock, synchronise the device, lock
  *      (nothing waits for the device under the pool lock); tear down cached stitches, release
  *      free chunks, grow again; at level 2 (or as the last resort at any level) stitch;
+ *      (skipped where even that could not serve it: need above the device's free memory and the
+ *      pool's free memory together, or above the pool's limit less what is active);
  *   4. GMLAKE_ERR_NOMEM, the pool unchanged apart from the released cache.
  * Growth, a new stitch and the teardown of cached stitched blocks make their driver calls without
  * the lock (the heap and VMS drop the lock named by gml_heap_set_lock, on slots, parts or
@@ -272,6 +274,19 @@ __attribute__((noinline)) static int alloc_slow(gml_pool *p, gml_bin *bin, int s
     return GMLAKE_ERR_NOMEM;
 }
 
+/* Whether no last resort can serve `need`: everything it frees is the pool's free memory
+ * (reserved less active, which only overstates it) and the device's, within the pool's limit.
+ * Such a request fails at once, its cache kept and no synchronisation made: cuDNN's benchmark
+ * mode probes with about the device's free memory at every new convolution. */
+static bool beyond_reach(gml_pool *p, size_t need)
+{
+    size_t free_b = 0, total = 0;
+    uint64_t spare = p->heap.reserved > p->active ? p->heap.reserved - p->active : 0;
+    if (p->active > p->heap.limit || need > p->heap.limit - p->active)
+        return true;
+    return gml_dev_mem_info(p->dev, &free_b, &total) == GMLAKE_OK && need > free_b + spare;
+}
+
 /* Step 3, after the device was synchronised if stream bins held free blocks. */
 __attribute__((noinline)) static int alloc_last_resort(gml_pool *p, gml_bin *bin, int space,
                                                        size_t need, size_t req, uintptr_t *out)
@@ -321,7 +336,7 @@ int gml_pool_alloc(gml_pool *p, size_t size, gml_stream stream, uintptr_t *out)
     if (bin && !try_fit(p, bin, space, need, size, out)) {
         gml_bin_hold(bin); /* growth drops the lock: the bin stays even if its stream retires */
         rc = alloc_slow(p, bin, space, need, size, out);
-        if (rc != GMLAKE_OK) {
+        if (rc != GMLAKE_OK && !beyond_reach(p, need)) {
             if (gml_bins_hold_blocks(&p->heap)) {
                 pthread_mutex_unlock(&p->mu);
                 gml_pool_sync(p);

@@ -398,12 +398,21 @@ def _named(fn, refused):
     return refused_by_the_backend
 
 
-def name_refusals(torch_c):
-    """Wraps the refusing functions of torch._C (those present) so that their error names gmlake."""
+# a class whose constructor the backend refuses (torch.cuda.memory's MemPool: createOrIncrefPool)
+_MEM_POOL = ("torch.cuda.MemPool (private memory pools, torch.cuda.use_mem_pool, NCCL buffer "
+             "registration through a pool)", None)
+
+
+def name_refusals(torch_c, memory=None):
+    """Wraps the refusing functions of torch._C (those present), and MemPool's constructor in
+    torch.cuda.memory where given, so that their error names gmlake."""
     for name, refused in REFUSED.items():
         fn = getattr(torch_c, name, None)
         if fn is not None and not hasattr(fn, "__wrapped__"):
             setattr(torch_c, name, _named(fn, refused))
+    pool = getattr(memory, "MemPool", None) if memory is not None else None
+    if isinstance(pool, type) and not hasattr(pool.__init__, "__wrapped__"):
+        pool.__init__ = _named(pool.__init__, _MEM_POOL)
 
 
 # --- CUDA graphs without graph trees --------------------------------------------------------
@@ -493,7 +502,8 @@ def install():
     (in place of PyTorch's, which call back to them for everything but gmlake's case), and names
     gmlake in the backend's refusals."""
     import torch
-    name_refusals(torch._C)
+    import torch.cuda.memory
+    name_refusals(torch._C, torch.cuda.memory)
     graph_trees_off()
     import torch.multiprocessing.reductions as red
     from multiprocessing.reduction import ForkingPickler

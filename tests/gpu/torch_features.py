@@ -1,6 +1,6 @@
 """PyTorch features a user relies on, one per run, for tests/gpu/test_torch_features.py (issue 20):
 
-    python3 tests/gpu/torch_features.py mp|mp_back|mp_foreign|compile|graph|snapshot
+    python3 tests/gpu/torch_features.py mp|mp_back|mp_foreign|compile|graph|snapshot|cudnn|mem_pool
 
 Each prints, as its last line, `RESULT {"status": "ok"|"failed"|"hung", "detail": ...}` and exits
 0 (ok), 1 (failed) or 3 (hung: a wait of its own ran out).  The test runs it under
@@ -20,6 +20,10 @@ LD_PRELOAD=libgmlake.so with nothing else set (gmlake's default route) and a har
             inputs; loss and gradients equal to eager ones
   snapshot  torch.cuda.memory._record_memory_history, some allocations, _snapshot(): the snapshot
             has segments and allocation events
+  cudnn     a small convolutional net trained 4 steps of 3 batch shapes under
+            torch.backends.cudnn.benchmark (PyTorch probes the largest workspace it can get before
+            each new convolution: about the device's free memory, then half, ...); losses finite
+  mem_pool  a tensor made inside torch.cuda.use_mem_pool(torch.cuda.MemPool()) beside one outside
 """
 import json, math, os, queue, sys, time, traceback
 
@@ -259,7 +263,32 @@ def snapshot():
            backend=torch.cuda.get_allocator_backend())
 
 
-WORKLOADS = {"mp": mp, "mp_back": mp_back, "mp_foreign": mp_foreign, "compile": compile_, "graph": graph, "snapshot": snapshot}
+def cudnn():
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench", "gpu"))
+    from cudnn_bench import train
+    losses, secs = train()
+    if not all(math.isfinite(l) for l in losses):
+        result("failed", f"losses {losses}")
+    result("ok", f"4 steps of a convolutional net under cudnn.benchmark in {secs:.1f} s, losses {losses}",
+           seconds=secs)
+
+
+def mem_pool():
+    try:
+        pool = torch.cuda.MemPool()
+        with torch.cuda.use_mem_pool(pool):
+            a = torch.full((1 << 20,), 3.0, device="cuda")
+        b = torch.full((1 << 20,), 4.0, device="cuda")
+        total = float((a + b).sum())
+    except Exception as e:
+        result("failed", f"{type(e).__name__}: {str(e)[:600]}", backend=torch.cuda.get_allocator_backend())
+    if total != 7.0 * (1 << 20):
+        result("failed", f"sum {total}")
+    result("ok", f"a tensor in a MemPool ({pool.id}) beside one outside it")
+
+
+WORKLOADS = {"mp": mp, "mp_back": mp_back, "mp_foreign": mp_foreign, "compile": compile_, "graph": graph,
+             "snapshot": snapshot, "cudnn": cudnn, "mem_pool": mem_pool}
 
 if __name__ == "__main__":
     if len(sys.argv) != 2 or sys.argv[1] not in WORKLOADS:

@@ -201,6 +201,26 @@ def refusals(route_dir):
         check(msg.startswith("gmlake: memory history (torch.cuda.memory._record_memory_history) is not available")
               and msg.endswith("which PyTorch's memory_viz opens.") and "gmlake export-snapshot run.trace -o" in msg,
               "memory history: the feature first, gmlake's equivalent after the way out: " + msg)
+    class MemPool:  # torch.cuda.memory's: its constructor is where the backend refuses
+        def __init__(self, allocator=None):
+            if allocator is None:
+                raise RuntimeError("cudaMallocAsync does not yet support createOrIncrefPool. If you need it, ...")
+            self.allocator = allocator
+    mem = types.SimpleNamespace(MemPool=MemPool)
+    g.name_refusals(types.SimpleNamespace(), mem)
+    g.name_refusals(types.SimpleNamespace(), mem)  # twice: wrapped once
+    try:
+        mem.MemPool()
+        check(False, "MemPool's refusal raised")
+    except RuntimeError as e:
+        msg = str(e)
+        check(isinstance(e, g.GmlakeRouteError) and msg.startswith("gmlake: torch.cuda.MemPool (")
+              and "createOrIncrefPool" in msg and "PYTORCH_CUDA_ALLOC_CONF=backend:native" in msg
+              and msg.endswith("without gmlake's savings)."),
+              "MemPool's refusal names gmlake and the way out: " + msg)
+    check(MemPool.__init__.__wrapped__.__name__ == "__init__" and not hasattr(MemPool.__init__.__wrapped__, "__wrapped__"),
+          "MemPool wrapped once")
+    check(mem.MemPool("mine").allocator == "mine", "a MemPool the backend takes is made as before")
     check(c._cuda_getCheckpointState(1, 2) == ("state", 1, 2), "a call that works returns its value")
     check(not hasattr(c, "_cuda_setCheckpointPoolState"), "absent functions stay absent")
 

@@ -256,7 +256,9 @@ Test(extents, the_extent_unit_follows_the_memory_reserved)
     gml_bin *s1 = gml_bin_get(&f.h, S1);
     /* each growth is taken at once, so the next one cannot extend a free block */
     size_t grows[] = {8 * MiB, 8 * MiB, 40 * MiB, 64 * MiB};
-    uint64_t creates[] = {4, 2, 5, 4}; /* units of 1 (nothing reserved), 2, 4, then 8 chunks */
+    /* units of 2 (nothing reserved: the growth's own 4 chunks / 2), 2 (4 reserved), 8 (the
+     * 20-chunk growth is larger than the 8 reserved: 10, at most 8), then 8 (28 reserved) */
+    uint64_t creates[] = {2, 2, 3, 4};
     for (int i = 0; i < 4; i++) {
         uint64_t c0 = hf_calls(&f, GMLAKE_DC_CHUNK_CREATE), a0 = hf_calls(&f, GMLAKE_DC_SET_ACCESS);
         grow(&f, s1, grows[i]);
@@ -265,7 +267,7 @@ Test(extents, the_extent_unit_follows_the_memory_reserved)
         cr_assert_eq(hf_calls(&f, GMLAKE_DC_SET_ACCESS) - a0, 1, "one set_access per run");
         hf_check(&f, 0);
     }
-    size_t lens[32], want[] = {1, 1, 1, 1, 2, 2, 4, 4, 4, 4, 4, 8, 8, 8, 8};
+    size_t lens[32], want[] = {2, 2, 2, 2, 8, 8, 4, 8, 8, 8, 8};
     size_t n = extent_lens(&f, gml_slot_of(&f.h, f.h.arena), lens, 32);
     cr_assert_eq(n, sizeof want / sizeof want[0]);
     for (size_t i = 0; i < n; i++)
@@ -285,7 +287,8 @@ Test(extents, a_stitch_across_proportional_extents_and_release_after_it)
     hfix f;
     hf_make_shared(&f, 512 * MiB, 64 * MiB, 4);
     gml_bin *s1 = gml_bin_get(&f.h, S1);
-    /* runs of 1-, 2- and 4-chunk extents, separated by live blocks */
+    /* runs of 2-, 2- and 4-chunk extents (the first growth, larger than the empty pool, by its
+     * own 8 chunks / 4), separated by live blocks */
     gml_block *v[6];
     size_t sizes[] = {16 * MiB, 2 * MiB, 16 * MiB, 2 * MiB, 32 * MiB, 2 * MiB};
     grow_taken(&f, s1, sizes, 6, v);
@@ -295,7 +298,7 @@ Test(extents, a_stitch_across_proportional_extents_and_release_after_it)
     gml_block *b = NULL;
     cr_assert_eq(gml_stitch_alloc(&f.st, s1, 60 * MiB, 60 * MiB, false, &b), GMLAKE_OK);
     cr_assert_eq(f.h.reserved, reserved, "no growth");
-    cr_assert_eq(b->size, 60 * MiB, "32 + 16 + 12: the cut falls on extents of 2 and 4 MiB");
+    cr_assert_eq(b->size, 60 * MiB, "32 + 16 + 12: the cut falls between 4 MiB extents");
     hf_check(&f, 1);
     /* freed, the stitched block stays cached: its extents are pinned and release keeps them */
     gml_stitch_free(&f.st, b, f.h.ready);
