@@ -5,8 +5,8 @@
  * Growth (gml_grow; plan_growth owns the amount, extent_unit the unit): the amount is counted in chunks
  * and made of extents of `unit` chunks, the last one what is left (one handle, one create and one
  * map each; one set_access over the run), because the driver charges per handle.  The unit
- * (extent_unit) is the memory reserved so far (or the growth, where it is larger) divided by
- * extent_share, at least one chunk and at most extent_chunks: a stitch maps whole extents only, so the free part of an extent that a live
+ * (extent_unit) is the most memory reserved at once so far (or the growth, where it is larger)
+ * divided by extent_share, at least one chunk and at most extent_chunks: a stitch maps whole extents only, so the free part of an extent that a live
  * block shares is stranded for stitching (up to one extent at each end of a live block); an
  * extent in proportion to the pool bounds what is stranded to a share of the pool, while a
  * large pool still grows in few handles (docs/ARCHITECTURE.md, "Extents", has the measurements).
@@ -300,13 +300,15 @@ typedef struct growth {
     } at[2];
 } growth;
 
-/* The extent unit in chunks for a growth of k chunks: the chunks mapped now, or k where the growth
- * is larger than the whole pool, / extent_share, within [1, extent_chunks].  (From the pool
- * alone, a growth beyond it, a first large tensor or a workspace of half the device, was cut in
- * one-chunk extents: tens of thousands of handles, each paying set access.) */
+/* The extent unit in chunks for a growth of k chunks: the most chunks the pool has held at once
+ * (the chunks mapped now, unless memory was given back since), or k where the growth is larger,
+ * / extent_share, within [1, extent_chunks].  (From the pool mapped now alone, a growth beyond
+ * it, a first large tensor or a workspace of half the device, was cut in one-chunk extents: tens
+ * of thousands of handles, each paying set access; and a pool emptied every step by
+ * torch.cuda.empty_cache() regrew every step in the small extents of a first step.) */
 static size_t extent_unit(const gml_heap *h, size_t k)
 {
-    size_t u = h->extent_chunks, base = k > h->mapped_slots ? k : h->mapped_slots;
+    size_t u = h->extent_chunks, base = k > h->most_slots ? k : h->most_slots;
     if (h->extent_share && base / h->extent_share < u)
         u = base / h->extent_share;
     return u ? u : 1;

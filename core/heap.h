@@ -230,6 +230,8 @@ typedef struct gml_heap {
                                         (set by the layer that synchronised, without its lock) */
     uint64_t retired_bins;           /* bins retired so far (their keys) */
     uint64_t reserved, peak_reserved;
+    size_t most_slots;               /* the most slots ever mapped at once (the extent unit's base
+                                        once memory was given back; never reset) */
     pthread_mutex_t *mu;             /* the caller's lock, dropped around growth's driver calls
                                         (NULL: kept) */
     pthread_cond_t grown;            /* broadcast (with mu) when a growth in flight ends */
@@ -470,6 +472,8 @@ static inline void gml_heap_reserved(gml_heap *h, long delta_slots)
 {
     h->mapped_slots += (size_t)delta_slots;
     h->reserved = (uint64_t)h->mapped_slots * h->chunk;
+    if (h->mapped_slots > h->most_slots)
+        h->most_slots = h->mapped_slots;
     if (h->reserved > h->peak_reserved)
         h->peak_reserved = h->reserved;
 }
