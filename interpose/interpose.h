@@ -349,8 +349,13 @@ int gml_graph_free(uintptr_t ptr, uint64_t capture, gml_stream s);
 void gml_graph_ended(uint64_t id, CUgraph g);
 void gml_graph_reap(void);
 int gml_free_served(gml_pool *p, uintptr_t ptr, gml_stream stream);
-/* Logs (warn level) why `size` bytes could not be served on `device` (report.c). */
+/* Logs why `size` bytes could not be served on `device`: the process's first report at warn
+ * level, later ones at info (report.c); sets gml_oom_pending, which the next allocation gmlake
+ * serves clears.  gml_oom_summary (at exit) repeats the last report at warn level if the last
+ * allocation was refused and it was not the only one. */
 void gml_oom_report(int device, gml_pool *p, size_t size);
+void gml_oom_summary(void);
+extern atomic_bool gml_oom_pending;
 /* PyTorch's allocator route (pytorch_env.c): what to do with its environment.  alloc_conf and
  * cuda_conf are PYTORCH_ALLOC_CONF and PYTORCH_CUDA_ALLOC_CONF (NULL: unset).
  *  GML_TORCH_KEEP    a backend is named and it is cudaMallocAsync: nothing to do;

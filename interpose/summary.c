@@ -1,6 +1,7 @@
 /*
  * summary.c — what a process that gmlake served leaves at exit: one info line per device (peak
- * active, peak reserved, utilization, stitches), the stats file (stats_file: one JSON object a
+ * active, peak reserved, utilization, stitches), the refusals for lack of memory (report.c's
+ * gml_oom_summary), the stats file (stats_file: one JSON object a
  * line per device, gmlake_stats' fields, device calls and their driver time by kind, the host
  * time of the pool's allocations and frees), the count of log lines not
  * printed, and the trace flushed.  A stats file that cannot be written whole is an error in the
@@ -72,6 +73,7 @@ static void at_exit(void)
     if (stats && (ferror(stats) | fclose(stats)) != 0)
         gml_log(GML_LOG_ERROR, "cannot write stats_file %s: %s", stats_path,
                 strerror(errno ? errno : EIO));
+    gml_oom_summary();
     if (gml_log_suppressed())
         gml_log(GML_LOG_INFO, "%lu errors and warnings were not printed", gml_log_suppressed());
     gml_trace_flush();

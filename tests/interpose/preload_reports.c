@@ -8,6 +8,12 @@
  *                         says gmlake is off, and allocations reach CUDA
  *   preload_reports alloc a 1 MiB allocation and its free (for the launcher tests: a process that
  *                         gmlake served, so that it writes its stats and trace files)
+ *   preload_reports refusals  with GMLAKE_MEMORY_LIMIT=8MiB: two children (this program, fork and
+ *                         exec) are each refused three times; one goes on with an allocation that
+ *                         succeeds, one exits refused: the first report of each is printed, the
+ *                         other two not (info level), and at exit only the one that ended refused
+ *                         repeats its last report (cuDNN's benchmark mode refuses itself dozens of
+ *                         times on purpose)
  *   preload_reports chain N  the allocation, then the same in a child (fork and exec of this
  *                         program with N-1, waited for): a process tree of N+1 processes, each
  *                         loading gmlake's settings (the warnings are once per tree)
@@ -111,8 +117,70 @@ static void off(void)
               != NULL, "the error says so: %s", log);
 }
 
+/* The child of `refusals`: three refused requests, then (goes_on) one served. */
+static void refused_child(int goes_on)
+{
+    void *a = NULL, *c = NULL;
+    CHECK(cudaMalloc(&a, 3 * MiB) == cudaSuccess, "3 MiB");
+    for (int i = 0; i < 3; i++)
+        CHECK(cudaMalloc(&c, (size_t)(6 + i) * MiB) == cudaErrorMemoryAllocation, "refused");
+    if (goes_on)
+        CHECK(cudaMalloc(&c, MiB) == cudaSuccess, "then 1 MiB served");
+}
+
+static int count(const char *hay, const char *needle)
+{
+    int n = 0;
+    for (const char *p = hay; (p = strstr(p, needle)); p++)
+        n++;
+    return n;
+}
+
+static void refusals(const char *self)
+{
+    for (int goes_on = 1; goes_on >= 0; goes_on--) {
+        fflush(NULL);
+        pid_t pid = fork();
+        if (pid == 0) {
+            execl("/proc/self/exe", self, goes_on ? "refused-child-goes-on" : "refused-child", (char *)NULL);
+            _exit(127);
+        }
+        int st = 0;
+        CHECK(pid > 0 && waitpid(pid, &st, 0) == pid && WIFEXITED(st) && WEXITSTATUS(st) == 0, "the child");
+        /* the child's log file: GMLAKE_LOG_FILE with its pid */
+        const char *pat = getenv("GMLAKE_LOG_FILE"), *pp = pat ? strstr(pat, "%p") : NULL;
+        char path[512], log[16384] = "";
+        if (pp) {
+            snprintf(path, sizeof path, "%.*s%ld%s", (int)(pp - pat), pat, (long)pid, pp + 2);
+            FILE *f = fopen(path, "r");
+            if (f) {
+                log[fread(log, 1, sizeof log - 1, f)] = 0;
+                fclose(f);
+                unlink(path);
+            }
+        }
+        CHECK(count(log, "out of memory: requested 6.0 MiB") == 1 && count(log, "later refusals are logged at info level") == 1,
+              "the first refusal is reported: %s", log);
+        CHECK(count(log, "requested 7.0 MiB") == 0, "the second is not printed: %s", log);
+        if (goes_on)
+            CHECK(count(log, "requested 8.0 MiB") == 0 && count(log, "did not get past") == 0,
+                  "a program that went on: no report repeated at exit: %s", log);
+        else
+            CHECK(count(log, "3 allocations were refused for lack of memory; the last, which the program did "
+                             "not get past: device 0: out of memory: requested 8.0 MiB") == 1,
+                  "a program that ended refused: its last report at exit: %s", log);
+    }
+}
+
 int main(int argc, char **argv)
 {
+    if (argc == 2 && strcmp(argv[1], "refusals") == 0)
+        refusals(argv[0]);
+    else if (argc == 2 && strcmp(argv[1], "refused-child") == 0)
+        refused_child(0);
+    else if (argc == 2 && strcmp(argv[1], "refused-child-goes-on") == 0)
+        refused_child(1);
+    else
     if (argc == 2 && strcmp(argv[1], "oom") == 0)
         oom();
     else if (argc == 2 && strcmp(argv[1], "off") == 0)
@@ -140,7 +208,7 @@ int main(int argc, char **argv)
         }
     }
     else
-        CHECK(0, "usage: preload_reports oom|off|alloc|chain N");
+        CHECK(0, "usage: preload_reports oom|refusals|off|alloc|chain N");
     printf("%d passed, %d failed\n", pass, fail);
     return fail != 0;
 }
