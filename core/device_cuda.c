@@ -18,8 +18,8 @@
  * the unmap fails, puts them back with the access of any grant made meanwhile.  Events are
  * created with CU_EVENT_DISABLE_TIMING (cheaper to record and query).
  *
- * Graph capture: the pool's own driver calls (memory management and events; not synchronize, which
- * stands for the program's cudaFree) run in relaxed capture mode, so that another thread's capture
+ * Graph capture: the pool's own driver calls (memory management, the memory query and events;
+ * not synchronize, which stands for the program's cudaFree) run in relaxed capture mode, so that another thread's capture
  * (global mode) is neither refused nor invalidated by them, and no event is recorded (nor a
  * stream_wait made) on a stream that is capturing (it would become a node of that graph) or on the legacy stream while a
  * blocking stream captures: such a record fails, and the pool keeps the stream's blocks to it.
@@ -461,7 +461,8 @@ static size_t cu_granularity(void *ctx) { return ((cuda_dev *)ctx)->granularity;
 static int cu_mem_info(void *ctx, size_t *free_bytes, size_t *total_bytes)
 {
     ensure_ctx(ctx);
-    return st(((cuda_dev *)ctx)->drv.mem_get_info(free_bytes, total_bytes));
+    cuda_dev *d = ctx;
+    return st(RELAXED(d, d->drv.mem_get_info(free_bytes, total_bytes)));
 }
 
 static void cu_destroy(void *ctx)

@@ -164,10 +164,29 @@ static CUresult wait_event(CUstream s, CUevent e, unsigned int flags)
     return CUDA_SUCCESS;
 }
 
+/* The calling thread's capture mode, as cuThreadExchangeStreamCaptureMode keeps it, and the mode
+ * cuMemGetInfo was called in. */
+static _Thread_local CUstreamCaptureMode thread_mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
+static CUstreamCaptureMode info_mode = (CUstreamCaptureMode)-1;
+static CUresult exchange_mode(CUstreamCaptureMode *m)
+{
+    CUstreamCaptureMode old = thread_mode;
+    thread_mode = *m;
+    *m = old;
+    return CUDA_SUCCESS;
+}
+static CUresult mem_get_info(size_t *f, size_t *t)
+{
+    info_mode = thread_mode;
+    *f = 1 << 30, *t = 2u << 30;
+    return CUDA_SUCCESS;
+}
+
 static const struct {
     const char *name;
     void *fn;
 } stubs[] = {
+    {"cuThreadExchangeStreamCaptureMode", (void *)exchange_mode}, {"cuMemGetInfo_v2", (void *)mem_get_info},
     {"cuStreamIsCapturing", (void *)is_capturing}, {"cuStreamWaitEvent", (void *)wait_event},
     {"cuMemGetAllocationGranularity", (void *)granularity}, {"cuCtxGetCurrent", (void *)get_current},
     {"cuCtxGetDevice", (void *)get_device}, {"cuDevicePrimaryCtxRetain", (void *)primary_retain},
@@ -366,6 +385,21 @@ Test(device_cuda, driver_calls_are_timed_by_kind)
     cr_assert(map > 0 && map < 0.040, "one quick map timed %.6f s", map);
     cr_assert_eq(gml_dev_seconds(dev, GMLAKE_DC_CHUNK_CREATE), create, "the creates' time stays");
     cr_assert_eq(gml_dev_unmap(dev, R1, RANGE), GMLAKE_OK);
+    gml_device_destroy(dev);
+}
+
+/* The memory query the pool makes before a large growth and an out-of-memory decision runs in
+ * relaxed capture mode, as its other driver calls do: a thread capturing a graph in global mode
+ * (PyTorch's default) may grow the pool for the graph. */
+Test(device_cuda, the_memory_query_runs_in_relaxed_capture_mode)
+{
+    gml_device *dev = stub_device();
+    size_t f = 0, t = 0;
+    thread_mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
+    cr_assert_eq(gml_dev_mem_info(dev, &f, &t), GMLAKE_OK);
+    cr_assert_eq(f, (size_t)1 << 30);
+    cr_assert_eq(info_mode, CU_STREAM_CAPTURE_MODE_RELAXED, "queried in mode %d", (int)info_mode);
+    cr_assert_eq(thread_mode, CU_STREAM_CAPTURE_MODE_GLOBAL, "the thread's mode restored");
     gml_device_destroy(dev);
 }
 
