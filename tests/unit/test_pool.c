@@ -177,13 +177,84 @@ Test(pool, a_request_beyond_the_device_fails_at_once_and_keeps_the_cache)
     uint64_t calls = calls_of(p);
     cr_assert_eq(must_alloc(p, 8 * MiB, 0), a, "the cached block serves");
     cr_assert_eq(calls_of(p), calls);
-    /* within reach once the cache is released: served, as before */
+    /* within reach: served, as before */
     must_free(p, a, 0);
     uintptr_t c = must_alloc(p, 52 * MiB, 0);
+    cr_assert_eq(stats_of(p).stitches, 1, "the cached 8 MiB stitched to 44 MiB grown (%llu)",
+                 (unsigned long long)stats_of(p).stitches);
     CHECK_POOL(p);
     must_free(p, c, 0);
     must_free(p, b, 0);
     gml_dev_chunk_release(f.dev, other);
+    fx_free(&f);
+}
+
+/* The other side of that rule: a request above the device's free memory that the last resort can
+ * still serve (its release, the synchronisation that frees another stream's blocks, level 2's
+ * last resort, room under limit_bytes once the cache is released) is served; 512 bytes more than
+ * free + (reserved - active), or than limit_bytes - active, fails at once. */
+static void no_stitch_limit_32m(gml_pool_settings *s)
+{
+    s->vmm_defragment = false, s->limit_bytes = 32 * MiB;
+}
+static void level_2(gml_pool_settings *s) { s->defrag_level = 2; }
+
+Test(pool, a_request_the_last_resort_can_serve_is_not_refused_at_once)
+{
+    /* the release: 48 MiB free on the device and 8 MiB cached, stitching off */
+    fixture f = fx_make(128 * MiB, false, no_stitch);
+    gml_handle other;
+    cr_assert_eq(gml_dev_chunk_create(f.dev, 64 * MiB, &other), GMLAKE_OK);
+    uintptr_t a = must_alloc(f.pool, 8 * MiB, 0), b = must_alloc(f.pool, 8 * MiB, 0), x = 0;
+    must_free(f.pool, a, 0);
+    cr_assert_eq(gml_pool_alloc(f.pool, 56 * MiB + 512, 0, &x), GMLAKE_ERR_NOMEM);
+    cr_assert_eq(stats_of(f.pool).cache_releases, 0, "refused at once");
+    uintptr_t c = must_alloc(f.pool, 56 * MiB, 0);
+    cr_assert_eq(stats_of(f.pool).cache_releases, 1, "served by the release");
+    must_free(f.pool, c, 0);
+    must_free(f.pool, b, 0);
+    gml_dev_chunk_release(f.dev, other);
+    fx_free(&f);
+
+    /* another stream's free blocks, usable only after the synchronisation */
+    f = fx_make(128 * MiB, false, no_stitch);
+    gml_sim_set_manual_events(f.dev, true);
+    cr_assert_eq(gml_dev_chunk_create(f.dev, 64 * MiB, &other), GMLAKE_OK);
+    must_free(f.pool, must_alloc(f.pool, 32 * MiB, 1), 1);
+    uint64_t syncs = stats_of(f.pool).device_calls[GMLAKE_DC_SYNCHRONIZE];
+    c = must_alloc(f.pool, 64 * MiB, 2);
+    cr_assert_eq(stats_of(f.pool).device_calls[GMLAKE_DC_SYNCHRONIZE], syncs + 1);
+    must_free(f.pool, c, 2);
+    gml_dev_chunk_release(f.dev, other);
+    fx_free(&f);
+
+    /* level 2, whose only stitch is the last resort's: 16 MiB free in 4 MiB holes, the device
+     * full */
+    f = fx_make(64 * MiB, false, level_2);
+    cr_assert_eq(gml_dev_chunk_create(f.dev, 32 * MiB, &other), GMLAKE_OK);
+    uintptr_t v[8];
+    for (int i = 0; i < 8; i++)
+        v[i] = must_alloc(f.pool, 4 * MiB, 0);
+    for (int i = 0; i < 8; i += 2)
+        must_free(f.pool, v[i], 0);
+    cr_assert_eq(gml_pool_alloc(f.pool, 16 * MiB + 512, 0, &x), GMLAKE_ERR_NOMEM);
+    c = must_alloc(f.pool, 16 * MiB, 0);
+    must_free(f.pool, c, 0);
+    for (int i = 1; i < 8; i += 2)
+        must_free(f.pool, v[i], 0);
+    gml_dev_chunk_release(f.dev, other);
+    fx_free(&f);
+
+    /* limit_bytes: 8 MiB live under 32 MiB, 8 MiB cached */
+    f = fx_make(128 * MiB, false, no_stitch_limit_32m);
+    a = must_alloc(f.pool, 8 * MiB, 0), b = must_alloc(f.pool, 8 * MiB, 0);
+    must_free(f.pool, a, 0);
+    cr_assert_eq(gml_pool_alloc(f.pool, 24 * MiB + 512, 0, &x), GMLAKE_ERR_NOMEM);
+    cr_assert_eq(stats_of(f.pool).cache_releases, 0, "refused at once");
+    c = must_alloc(f.pool, 24 * MiB, 0);
+    cr_assert_eq(stats_of(f.pool).cache_releases, 1, "served by the release");
+    must_free(f.pool, c, 0);
+    must_free(f.pool, b, 0);
     fx_free(&f);
 }
 
