@@ -192,7 +192,8 @@ typedef struct gml_heap {
     gml_device *dev;
     size_t chunk, small_limit, round, limit;
     size_t extent_chunks;            /* most chunks in one extent */
-    size_t extent_share;             /* an extent <= mapped slots / extent_share (0: no bound) */
+    size_t extent_share;             /* an extent <= the larger of most_slots and the growth's
+                                        chunks / extent_share (0: no bound) */
     bool stream_wait;                /* gml_borrow may make a stream wait for another's work */
     unsigned chunk_shift;
     uintptr_t arena;
