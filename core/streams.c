@@ -159,12 +159,18 @@ static bool bin_passed(gml_heap *p, gml_bin *bin, uint64_t seq)
 {
     if (bin == p->ready || gml_bin_known_done(p, bin) >= seq)
         return true;
-    /* an event recorded earlier may have completed: learn that before recording a newer one */
-    if (bin->ev && bin->ev_seq > bin->done_seq &&
-        gml_dev_event_query(p->dev, bin->ev) == GMLAKE_OK) {
-        bin->done_seq = bin->ev_seq;
-        if (bin->done_seq >= seq)
-            return true;
+    /* an event recorded earlier may have completed: learn that before recording a newer one;
+     * one that covers seq and has not completed is the answer (asked again, it would tell the
+     * same: a second query of it here doubled every miss's) */
+    if (bin->ev && bin->ev_seq > bin->done_seq) {
+        if (gml_dev_event_query(p->dev, bin->ev) != GMLAKE_OK) {
+            if (bin->ev_seq >= seq)
+                return false;
+        } else {
+            bin->done_seq = bin->ev_seq;
+            if (bin->done_seq >= seq)
+                return true;
+        }
     }
     if (bin->retired)
         return false; /* the stream is gone: only its last event or a device sync can tell */

@@ -13,7 +13,8 @@
  * Teardown (StitchFree) happens here only: when the bounds are exceeded by a new stitch, or
  * when the pool must release chunks.  Stale blocks go first, least recently used first, then any
  * cached block.  A block is unmapped only after the work given to the stream of its last free
- * has completed (an event query; before tearing everything down the pool synchronises).
+ * has completed (an event query, a stream found with work running asked once a search, not again
+ * for each of its blocks; before tearing everything down the pool synchronises).
  * Its driver calls (one unmap per extent, the range free) run without the pool lock: under the
  * lock the victim is unlinked (off the LRU and the size index, out of the counters, its bin let
  * go) onto st->evicting, where no one can take, count, claim or pick it, but where the checker
@@ -308,24 +309,37 @@ static void best_window(gml_stitch *st, gml_sblock *sb, const gml_bin *bin, size
     }
 }
 
+/* The bins found with work running during one search of the cache: what is known of them is
+ * current, so another of their blocks is judged without a device call. */
+typedef struct running_bins {
+    gml_bin *bin[8];
+    size_t n;
+} running_bins;
+
+/* Whether the work of sb's last free has passed: its stream asked (an event query) at most once
+ * a search while that work runs. */
+static bool last_free_passed(gml_stitch *st, const gml_sblock *sb, running_bins *r)
+{
+    for (size_t i = 0; i < r->n; i++)
+        if (r->bin[i] == sb->bin)
+            return gml_bin_known_done(st->h, sb->bin) >= sb->free_seq;
+    if (gml_bin_passed(st->h, sb->bin, sb->free_seq))
+        return true;
+    if (r->n < sizeof r->bin / sizeof r->bin[0])
+        r->bin[r->n++] = sb->bin;
+    return false;
+}
+
 bool gml_stitch_window(gml_stitch *st, const gml_bin *bin, size_t need, gml_window *w)
 {
     *w = (gml_window){0};
-    gml_bin *running[8]; /* bins just found with work running: what is known of them is current */
-    size_t nrunning = 0;
+    running_bins running = {.n = 0};
     gml_sblock *sb;
     RB_FOREACH(sb, gml_sblock_tree, &st->cached) {
         if (available(st, sb, bin))
             continue; /* not stale: the cache serves it as it is */
-        bool asked = false;
-        for (size_t i = 0; i < nrunning && !asked; i++)
-            asked = running[i] == sb->bin;
-        bool passed = asked ? gml_bin_known_done(st->h, sb->bin) >= sb->free_seq
-                            : gml_bin_passed(st->h, sb->bin, sb->free_seq);
-        if (passed)
+        if (last_free_passed(st, sb, &running))
             best_window(st, sb, bin, need, w);
-        else if (!asked && nrunning < sizeof running / sizeof running[0])
-            running[nrunning++] = sb->bin;
     }
     return w->sb != NULL;
 }
@@ -333,13 +347,14 @@ bool gml_stitch_window(gml_stitch *st, const gml_bin *bin, size_t need, gml_wind
 size_t gml_stitch_evict_pick(gml_stitch *st, bool all, gml_sblock_vec *v)
 {
     size_t n = 0;
+    running_bins running = {.n = 0};
     for (int pass = 0; pass < 2; pass++) {
         for (gml_sblock *sb = TAILQ_LAST(&st->lru, gml_sblock_list), *prev;
              sb && (all || over_bounds(st)); sb = prev) {
             prev = TAILQ_PREV(sb, gml_sblock_list, lru);
             if (sb->live || (pass == 0 && !all && available(st, sb, NULL)))
                 continue; /* pass 0 takes stale blocks only */
-            if (!gml_bin_passed(st->h, sb->bin, sb->free_seq))
+            if (!last_free_passed(st, sb, &running))
                 continue;
             if (!gml_vec_push(v, sb))
                 return n; /* host out of memory: the others stay cached */

@@ -197,7 +197,8 @@ void gml_stitch_free(gml_stitch *st, gml_block *b, gml_bin *bin);
 size_t gml_stitch_gc(gml_stitch *st, bool all);
 /* gml_stitch_gc in three steps, for a caller with an unlocked window of its own.
  * pick (lock held): unlinks the blocks the GC would tear down now onto st->evicting and appends
- *   them to *v; returns their number.
+ *   them to *v; returns their number.  A stream found with work running is asked (an event
+ *   query) once a pick, not again for each of its blocks.
  * calls (no lock needed): their unmaps and range frees.
  * done (lock held): unpins their chunks, frees their records, empties *v. */
 size_t gml_stitch_evict_pick(gml_stitch *st, bool all, gml_sblock_vec *v);
