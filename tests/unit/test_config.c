@@ -572,6 +572,23 @@ Test(config, log_file_is_not_counted_with_a_rank_it_never_gets)
     cr_assert(strstr(acc, ".rank"), "%s", acc);
 }
 
+/* Loads with `var` set to `dir` (and unset after): one error naming the variable and the end
+ * of the path it made; returns the report's text. */
+static char *too_long_from(const char *var, const char *dir, const char *tail)
+{
+    gml_config c;
+    gml_config_report rep;
+    char want[96];
+    setenv(var, dir, 1);
+    char *m = load(&c, &rep);
+    unsetenv(var);
+    snprintf(want, sizeof want, "gmlake: environment %s: the configuration file ", var);
+    cr_assert_eq(rep.errors, 1, "%s", m);
+    cr_assert(strstr(m, want), "%s", m);
+    cr_assert(strstr(m, tail), "%s", m);
+    return m;
+}
+
 /* HOME (or XDG_CONFIG_HOME, GMLAKE_SYSCONFDIR) so long that the config file's path does not fit
  * the loader's buffer: reported as an error naming the variable, never cut short and the user's
  * file skipped without a word (the cut path named nothing, or another file). */
@@ -593,25 +610,9 @@ Test(config, a_config_path_too_long_for_the_buffer_is_reported_not_skipped)
     snprintf(file, sizeof file, "%s/.config/gmlake/gmlake.conf", home);
     write_file(file, "auto_gc = 33\n");
     cr_assert_gt(strlen(file), GML_PATH_MAX + 64, "the test's path is longer than the buffer");
-    setenv("HOME", home, 1);
-    gml_config c;
-    gml_config_report rep;
-    char *m = load(&c, &rep);
-    cr_assert_eq(rep.errors, 1, "%s", m);
-    cr_assert(strstr(m, "gmlake: environment HOME: the configuration file "), "%s", m);
-    cr_assert(strstr(m, "/.config/gmlake/gmlake.conf is 1"), "%s", m);
+    char *m = too_long_from("HOME", home, "/.config/gmlake/gmlake.conf is 1");
     cr_assert(strstr(m, "bytes long, more than the 1087 a configuration file's path may have; not read"), "%s", m);
     /* XDG_CONFIG_HOME, and the system folder, alike */
-    unsetenv("HOME");
-    setenv("XDG_CONFIG_HOME", home, 1);
-    m = load(&c, &rep);
-    cr_assert_eq(rep.errors, 1, "%s", m);
-    cr_assert(strstr(m, "gmlake: environment XDG_CONFIG_HOME: the configuration file "), "%s", m);
-    cr_assert(strstr(m, "/gmlake/gmlake.conf is 1"), "%s", m);
-    unsetenv("XDG_CONFIG_HOME");
-    setenv("GMLAKE_SYSCONFDIR", home, 1);
-    m = load(&c, &rep);
-    cr_assert_eq(rep.errors, 1, "%s", m);
-    cr_assert(strstr(m, "gmlake: environment GMLAKE_SYSCONFDIR: the configuration file "), "%s", m);
-    cr_assert(strstr(m, "/gmlake.conf is 1"), "%s", m);
+    too_long_from("XDG_CONFIG_HOME", home, "/gmlake/gmlake.conf is 1");
+    too_long_from("GMLAKE_SYSCONFDIR", home, "/gmlake.conf is 1");
 }
