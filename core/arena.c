@@ -54,7 +54,9 @@ int gml_heap_settings_check(const gml_pool_settings *s, size_t granularity, cons
     return w ? GMLAKE_ERR_INVALID : GMLAKE_OK;
 }
 
-int gml_heap_init(gml_heap *h, gml_device *dev, const gml_pool_settings *s, const char **why)
+/* The heap's fields from the settings and the device, everything else zero: what gml_heap_init
+ * and gml_heap_reset share (the arena and the slot table are theirs). */
+static int setup(gml_heap *h, gml_device *dev, const gml_pool_settings *s, const char **why)
 {
     memset(h, 0, sizeof *h);
     h->dev = dev;
@@ -78,28 +80,44 @@ int gml_heap_init(gml_heap *h, gml_device *dev, const gml_pool_settings *s, cons
     h->limit = s->limit_bytes ? s->limit_bytes : total;
     h->arena_size = GML_ROUND_UP(s->arena_bytes ? s->arena_bytes : 4 * total, chunk);
     h->nslots = h->arena_size >> h->chunk_shift;
-    h->slots = calloc(h->nslots, sizeof *h->slots);
-    if (!h->slots) {
-        *why = "out of host memory for the slot table";
-        return GMLAKE_ERR_NOMEM;
-    }
-    if (gml_dev_va_reserve(dev, h->arena_size, chunk, &h->arena) != GMLAKE_OK) {
-        *why = "could not reserve the virtual address range for the arena";
-        h->arena = 0;
-        gml_heap_destroy(h);
-        return GMLAKE_ERR_DEVICE;
-    }
+    return GMLAKE_OK;
+}
+
+/* The bins' side of a heap whose arena is reserved: the ready bin. */
+static int open_bins(gml_heap *h, const char **why)
+{
     LIST_INIT(&h->holding);
     h->ready = gml_bin_get(h, GML_STREAM_NONE);
     if (!h->ready) {
         *why = "out of host memory";
-        gml_heap_destroy(h);
         return GMLAKE_ERR_NOMEM;
     }
     return GMLAKE_OK;
 }
 
-void gml_heap_destroy(gml_heap *h)
+int gml_heap_init(gml_heap *h, gml_device *dev, const gml_pool_settings *s, const char **why)
+{
+    int rc = setup(h, dev, s, why);
+    if (rc != GMLAKE_OK)
+        return rc;
+    h->slots = calloc(h->nslots, sizeof *h->slots);
+    if (!h->slots) {
+        *why = "out of host memory for the slot table";
+        return GMLAKE_ERR_NOMEM;
+    }
+    if (gml_dev_va_reserve(dev, h->arena_size, h->chunk, &h->arena) != GMLAKE_OK) {
+        *why = "could not reserve the virtual address range for the arena";
+        h->arena = 0;
+        gml_heap_destroy(h);
+        return GMLAKE_ERR_DEVICE;
+    }
+    if ((rc = open_bins(h, why)) != GMLAKE_OK)
+        gml_heap_destroy(h);
+    return rc;
+}
+
+/* Unmaps and releases every extent, free or not. */
+static void release_all(gml_heap *h)
 {
     for (size_t i = 0; h->slots && i < h->nslots; i++) {
         if (h->slots[i].state == GML_SLOT_EMPTY || h->slots[i].state == GML_SLOT_GROWING ||
@@ -108,16 +126,58 @@ void gml_heap_destroy(gml_heap *h)
         gml_dev_unmap(h->dev, gml_slot_addr(h, i), (size_t)h->slots[i].len << h->chunk_shift);
         gml_dev_chunk_release(h->dev, h->slots[i].handle);
     }
-    if (h->arena)
-        gml_dev_va_free(h->dev, h->arena, h->arena_size);
+}
+
+/* Frees the records and the bins (their events destroyed). */
+static void drop_books(gml_heap *h)
+{
     gml_bins_destroy(h);
     for (size_t i = 0; i < h->slabs.n; i++)
         free(h->slabs.v[i]);
     gml_vec_free(&h->slabs);
+}
+
+void gml_heap_destroy(gml_heap *h)
+{
+    release_all(h);
+    if (h->arena)
+        gml_dev_va_free(h->dev, h->arena, h->arena_size);
+    drop_books(h);
     free(h->slots);
     h->slots = NULL;
     h->arena = 0;
     pthread_cond_destroy(&h->grown);
+}
+
+int gml_heap_reset(gml_heap *h)
+{
+    release_all(h);
+    drop_books(h);
+    /* no device call from here on (the context may have faulted): what gml_heap_init set from
+     * the settings and the device stays, with the arena and the slot table; the rest starts
+     * again from zero */
+    gml_heap keep = *h;
+    pthread_cond_destroy(&h->grown);
+    memset(h, 0, sizeof *h);
+    pthread_cond_init(&h->grown, NULL);
+    h->dev = keep.dev;
+    h->chunk = keep.chunk;
+    h->chunk_shift = keep.chunk_shift;
+    h->small_limit = keep.small_limit;
+    h->round = keep.round;
+    h->limit = keep.limit;
+    h->extent_chunks = keep.extent_chunks;
+    h->extent_share = keep.extent_share;
+    h->stream_wait = keep.stream_wait;
+    h->arena = keep.arena;
+    h->arena_size = keep.arena_size;
+    h->nslots = keep.nslots;
+    h->slots = keep.slots;
+    h->mu = keep.mu;
+    h->peak_reserved = keep.peak_reserved;
+    memset(h->slots, 0, h->nslots * sizeof *h->slots);
+    const char *why;
+    return open_bins(h, &why);
 }
 
 void gml_heap_set_lock(gml_heap *h, pthread_mutex_t *mu)

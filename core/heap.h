@@ -269,6 +269,13 @@ static inline void gml_heap_relock(gml_heap *h)
 }
 /* Returns every chunk and the arena to the device; records and bins are freed. */
 void gml_heap_destroy(gml_heap *h);
+/* Returns every chunk to the device, those of live blocks too, frees every record and bin (their
+ * events destroyed), and leaves the heap as gml_heap_init made it, over the same arena and slot
+ * table with the same settings (peak_reserved kept), asking the device nothing else (its context
+ * may have faulted): for a device whose context is about to be reset, which destroys every
+ * allocation and event.  No other thread may be in the heap.  GMLAKE_OK, or GMLAKE_ERR_NOMEM
+ * (host memory for the ready bin): the heap then has no ready bin and must not serve. */
+int gml_heap_reset(gml_heap *h);
 static inline size_t gml_slot_of(const gml_heap *h, uintptr_t a) { return (a - h->arena) >> h->chunk_shift; }
 static inline uintptr_t gml_slot_addr(const gml_heap *h, size_t i) { return h->arena + (i << h->chunk_shift); }
 static inline bool gml_in_arena(const gml_heap *h, uintptr_t a) { return a - h->arena < h->arena_size; }

@@ -4,7 +4,7 @@
  * cudaGetDriverEntryPoint(ByVersion).  The hooks are one table sorted by name (dlsym: a binary
  * search); entry-point resolvers map by the real pointer they got, so the versioned and
  * per-thread-stream variants each get their own hook.  Above the hooks it takes the addresses of (hooks.c,
- * capture.c, pointer.c) and the real functions (resolve.c); nothing calls it.
+ * capture.c, pointer.c, reset.c) and the real functions (resolve.c); nothing calls it.
  */
 #include <stddef.h>
 
@@ -20,6 +20,8 @@ typedef struct hook_entry {
 /* Sorted by strcmp (tests/interpose checks the order). */
 static const hook_entry table[] = {
     E(cuCtxEnablePeerAccess, drv_ctx_enable_peer_access),
+    E(cuDevicePrimaryCtxReset, drv_device_primary_ctx_reset_v1),
+    E(cuDevicePrimaryCtxReset_v2, drv_device_primary_ctx_reset),
     E(cuDeviceSetMemPool, drv_device_set_mem_pool),
     E(cuGetProcAddress, drv_get_proc_address),
     E(cuGetProcAddress_v2, drv_get_proc_address_v2),
@@ -51,6 +53,7 @@ static const hook_entry table[] = {
     E(cuStreamEndCapture, drv_stream_end_capture),
     E(cuStreamEndCapture_ptsz, drv_stream_end_capture_ptsz),
     E(cudaDeviceEnablePeerAccess, rt_device_enable_peer_access),
+    E(cudaDeviceReset, rt_device_reset),
     E(cudaDeviceSetMemPool, rt_device_set_mem_pool),
     E(cudaFree, rt_free),
     E(cudaFreeAsync, rt_free_async),

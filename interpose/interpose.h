@@ -47,6 +47,9 @@
  *    stream.  A stream the program destroys (cudaStreamDestroy, cuStreamDestroy) is retired in
  *    every pool before the real destroy.
  *  - In a child forked after gmlake started, nothing is served (lifecycle.c).
+ *  - A reset of a device's primary context (cudaDeviceReset, cuDevicePrimaryCtxReset[_v2]) resets
+ *    that device's pool first (reset.c): its memory back, its allocations, streams and events
+ *    forgotten while the context still exists.
  *
  * Files, top to bottom, each calling only files below it (tests/calls.py fails on a circle;
  * docs/ARCHITECTURE.md says who owns what):
@@ -56,6 +59,7 @@
  *   capture.c, pytorch_env.c      the Begin/EndCapture hooks; PyTorch's route (the constructor)
  *   graphmem.c    the memory of graph captures, held for the graph's life
  *   lifecycle.c   the start on the first hook call (trace, summary, fork handlers), gml_serving
+ *   reset.c       the device resets (cudaDeviceReset, cuDevicePrimaryCtxReset): the pool first
  *   ipc.c, report.c, summary.c    IPC of gmlake memory; out-of-memory report; exit summary
  *   pools.c, trace.c              the per-device pools; the trace recorder
  *   owner.c       which pool owns a pointer
@@ -82,6 +86,8 @@
 CUresult cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags);
 #undef cuStreamDestroy
 CUresult cuStreamDestroy(CUstream hStream);
+#undef cuDevicePrimaryCtxReset
+CUresult cuDevicePrimaryCtxReset(CUdevice dev);
 /* cuda.h maps cuIpcOpenMemHandle to its _v2; libcuda exports both (the same prototype). */
 #undef cuIpcOpenMemHandle
 CUresult cuIpcOpenMemHandle(CUdeviceptr *pdptr, CUipcMemHandle handle, unsigned int Flags);
@@ -151,6 +157,7 @@ cudaError_t cudaStreamEndCapture_ptsz(cudaStream_t stream, cudaGraph_t *pGraph);
     X(rt_peek_at_last_error, cudaPeekAtLastError, RT_T(cudaPeekAtLastError))                      \
     X(rt_device_set_mem_pool, cudaDeviceSetMemPool, RT_T(cudaDeviceSetMemPool))                   \
     X(rt_device_enable_peer_access, cudaDeviceEnablePeerAccess, RT_T(cudaDeviceEnablePeerAccess)) \
+    X(rt_device_reset, cudaDeviceReset, RT_T(cudaDeviceReset))                                    \
     X(drv_mem_alloc, cuMemAlloc_v2, PFN_cuMemAlloc_v3020)                                         \
     X(drv_mem_free, cuMemFree_v2, PFN_cuMemFree_v3020)                                            \
     X(drv_mem_alloc_async, cuMemAllocAsync, PFN_cuMemAllocAsync_v11020)                           \
@@ -183,6 +190,8 @@ cudaError_t cudaStreamEndCapture_ptsz(cudaStream_t stream, cudaGraph_t *pGraph);
     X(drv_ctx_pop_current, cuCtxPopCurrent_v2, PFN_cuCtxPopCurrent_v4000)                         \
     X(drv_ctx_get_current, cuCtxGetCurrent, PFN_cuCtxGetCurrent_v4000)                            \
     X(drv_device_primary_ctx_retain, cuDevicePrimaryCtxRetain, PFN_cuDevicePrimaryCtxRetain_v7000) \
+    X(drv_device_primary_ctx_reset, cuDevicePrimaryCtxReset_v2, PFN_cuDevicePrimaryCtxReset_v11000) \
+    X(drv_device_primary_ctx_reset_v1, cuDevicePrimaryCtxReset, PFN_cuDevicePrimaryCtxReset_v11000) \
     X(drv_stream_destroy_v2, cuStreamDestroy_v2, PFN_cuStreamDestroy_v4000)                       \
     X(drv_stream_destroy, cuStreamDestroy, PFN_cuStreamDestroy_v4000)                             \
     X(drv_ipc_get_mem_handle, cuIpcGetMemHandle, PFN_cuIpcGetMemHandle_v4010)                     \

@@ -57,6 +57,7 @@ struct gml_pool {
     uint64_t seen_churns;            /* st.churns when last looked at */
     uint64_t churn_until;            /* stitching churns until this many allocations */
     uint64_t no_growth_until;        /* a growth failed: nothing grows first until this many */
+    bool dead;                       /* a reset could not make the heap again: serves nothing */
 };
 
 static int check_locked(gml_pool *p, char *why, size_t whylen);
@@ -66,7 +67,7 @@ static int check_locked(gml_pool *p, char *why, size_t whylen);
 static void debug_check(gml_pool *p)
 {
     char why[256];
-    if (check_locked(p, why, sizeof why) != GMLAKE_OK) {
+    if (!p->dead && check_locked(p, why, sizeof why) != GMLAKE_OK) {
         fprintf(stderr, "gmlake: pool consistency check failed: %s\n", why);
         abort();
     }
@@ -328,7 +329,7 @@ int gml_pool_alloc(gml_pool *p, size_t size, gml_stream stream, uintptr_t *out)
     /* room in the live map for this allocation and every other one under way (each may drop
      * the lock to grow): hand_out never allocates, so it never fails */
     p->inflight++;
-    gml_bin *bin = gml_addrmap_reserve(&p->live, p->inflight) ? bin_for(p, stream) : NULL;
+    gml_bin *bin = !p->dead && gml_addrmap_reserve(&p->live, p->inflight) ? bin_for(p, stream) : NULL;
     if (__builtin_expect(!bin, 0))
         rc = GMLAKE_ERR_NOMEM;
     else if (__builtin_expect(bin->want_record, 0))
@@ -517,7 +518,7 @@ int gml_pool_sync(gml_pool *p)
 void gml_pool_stream_retire(gml_pool *p, gml_stream stream)
 {
     pthread_mutex_lock(&p->mu);
-    gml_bin *b = gml_bin_find(&p->heap, stream);
+    gml_bin *b = p->dead ? NULL : gml_bin_find(&p->heap, stream);
     if (b) {
         if (p->last_bin == b)
             p->last_bin = p->heap.ready;
@@ -535,10 +536,36 @@ void gml_pool_hold(gml_pool *p, bool hold)
         pthread_mutex_unlock(&p->mu);
 }
 
+int gml_pool_reset(gml_pool *p)
+{
+    int synced = gml_dev_synchronize(p->dev);
+    pthread_mutex_lock(&p->mu);
+    if (synced == GMLAKE_OK)
+        p->heap.synced_seq = p->heap.seq; /* every block has passed: the cache can go */
+    int rc = GMLAKE_OK;
+    if (!p->dead) {
+        const char *why;
+        gml_addrmap_free(&p->live);
+        gml_stitch_destroy(&p->st);
+        rc = gml_heap_reset(&p->heap);
+        gml_stitch_init(&p->st, &p->heap, &p->set, &why); /* its settings passed at creation */
+        p->active = p->nlive = 0;
+        p->seen_churns = p->churn_until = p->no_growth_until = 0;
+        p->last_bin = p->heap.ready;
+        p->dead = rc != GMLAKE_OK;
+    }
+    pthread_mutex_unlock(&p->mu);
+    return rc;
+}
+
 int gml_pool_empty_cache(gml_pool *p)
 {
     int rc = gml_pool_sync(p);
     pthread_mutex_lock(&p->mu);
+    if (p->dead) {
+        pthread_mutex_unlock(&p->mu);
+        return rc;
+    }
     gml_promote(&p->heap, NULL, 0, 0);
     gml_stitch_gc(&p->st, true);
     if (gml_release_free_chunks(&p->heap))
@@ -682,7 +709,7 @@ oom:
 int gml_pool_check(gml_pool *p, char *why, size_t whylen)
 {
     pthread_mutex_lock(&p->mu);
-    int rc = check_locked(p, why, whylen);
+    int rc = p->dead ? GMLAKE_OK : check_locked(p, why, whylen); /* a dead pool holds nothing */
     pthread_mutex_unlock(&p->mu);
     return rc;
 }

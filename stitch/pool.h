@@ -100,6 +100,14 @@ bool gml_pool_owns(gml_pool *p, uintptr_t ptr);
  * GMLAKE_ERR_DEVICE if the wait failed (the cache is then released only as far as it is known
  * idle). */
 int gml_pool_empty_cache(gml_pool *p);
+/* The device's primary context is about to be reset (cudaDeviceReset), which destroys every
+ * allocation and event of it: waits for the device, then returns every chunk (those of live
+ * allocations too) and destroys every stitched range and event, and forgets every allocation and
+ * stream; the pool is as gml_pool_create made it, over the same arena (its peaks and counters of
+ * calls kept).  No other thread may use the pool meanwhile (CUDA asks the same of the program).
+ * GMLAKE_OK, or GMLAKE_ERR_NOMEM where host memory ran out re-making the books: the pool then
+ * serves nothing (every allocation fails), logged. */
+int gml_pool_reset(gml_pool *p);
 /* Waits for every stream of the pool's device (not holding the pool lock): every block freed
  * before the call may then serve any stream.  GMLAKE_ERR_DEVICE if the synchronisation failed. */
 int gml_pool_sync(gml_pool *p);

@@ -102,7 +102,14 @@ EXPORT CUresult cuMemFreeAsync_ptsz(CUdeviceptr d, CUstream s) { GUARD(); COUNT(
 /* internal calls go to the fake's own code, as inside the real driver */
 EXPORT CUresult cuMemAllocFromPoolAsync(CUdeviceptr *d, size_t n, CUmemoryPool p, CUstream s) { GUARD(); COUNT(mem_alloc_async); return host_alloc(d, n); }
 EXPORT CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *d, size_t n, CUmemoryPool p, CUstream s) { GUARD(); COUNT(mem_alloc_async); return host_alloc(d, n); }
-EXPORT CUresult cuMemGetInfo_v2(size_t *f, size_t *t) { GUARD(); return res(gml_dev_mem_info(dev(), f, t)); }
+/* After a sticky fault the GPU answers no memory query (the fault's code). */
+EXPORT CUresult cuMemGetInfo_v2(size_t *f, size_t *t)
+{
+    GUARD();
+    if (fake_cuda_faulted())
+        return (CUresult)fake_cuda_faulted();
+    return res(gml_dev_mem_info(dev(), f, t));
+}
 static void drop_access(uintptr_t p, size_t n);
 
 /* ---- routing calls from inside the runtime ----

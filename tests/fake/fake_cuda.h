@@ -18,6 +18,8 @@ typedef struct fake_counts {
     int capture_violations; /* potentially unsafe calls refused during capture */
     int events_live, events_created, streams_live;
     int capture_queries;    /* stream capture status queries (driver and runtime) */
+    int resets;             /* primary contexts reset (cuDevicePrimaryCtxReset, cudaDeviceReset) */
+    int dead_event_uses;    /* uses of an event whose context was reset since (a crash on the GPU) */
 } fake_counts;
 
 /* Device d's default memory pool is FAKE_DEFAULT_POOL + d. */

@@ -117,6 +117,15 @@ EXPORT cudaError_t cudaDeviceSynchronize(void)
     ENTER();
     return leave(rt(cuCtxSynchronize()));
 }
+/* As CUDA's runtime: the current device's primary context is reset through the driver, also
+ * after a sticky fault (it returns success on the GPU then, and the fault stays). */
+EXPORT cudaError_t cudaDeviceReset(void)
+{
+    fake_runtime_enter();
+    if (fake_forked())
+        return leave(cudaErrorInitializationError);
+    return leave(rt(cuDevicePrimaryCtxReset_v2(fake_current_device())));
+}
 EXPORT cudaError_t cudaDeviceEnablePeerAccess(int peer, unsigned int flags)
 {
     ENTER();

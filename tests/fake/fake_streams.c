@@ -29,7 +29,14 @@
  *  - graphs and user objects: graphs hold user objects' references until destroyed, executable
  *    graphs those of their graph; an object's destructor runs when its last reference goes.
  *  - fork: in a forked child every call returns CUDA_ERROR_NOT_INITIALIZED, as CUDA does after
- *    fork. */
+ *    fork.
+ *  - reset (cuDevicePrimaryCtxReset(_v2), the runtime's cudaDeviceReset): the primary context's
+ *    work completes, its created streams are destroyed (their handles handed out again) and its
+ *    events die.  On the GPU a dead event crashes the process when used (cuEventQuery after
+ *    cudaDeviceReset: a segmentation fault, bench/gpu/reset_probe.cu); here each use (record,
+ *    query, synchronize, wait, destroy) is counted in dead_event_uses and answered
+ *    CUDA_ERROR_CONTEXT_IS_DESTROYED.  Virtual memory (reservations, handles, mappings, access)
+ *    outlives the reset, as on the GPU. */
 #include <cuda.h>
 #include <pthread.h>
 #include <stdbool.h>
@@ -79,11 +86,13 @@ static void complete_to(fstream *s, uint64_t target, int depth)
 
 typedef struct fctx {
     int device;
+    unsigned life; /* a primary context's resets so far: its objects die with it */
     fstream legacy;
 } fctx;
 
 typedef struct fevent {
     CUcontext ctx;
+    unsigned life; /* its context's life when it was made */
     fstream *s;
     uint64_t target;
     bool captured; /* last recorded into a capture */
@@ -267,6 +276,35 @@ EXPORT CUcontext fake_cuda_ctx_create(int device)
 }
 
 EXPORT void fake_cuda_set_device(int device) { current = (CUcontext)&ctxs[device]; }
+
+/* The primary context of d dies and comes back empty (see the top of this file).  The records of
+ * its created streams stay (work submitted to them is complete) as a destroyed stream's do. */
+EXPORT CUresult cuDevicePrimaryCtxReset_v2(CUdevice d)
+{
+    GUARD();
+    if (d < 0 || d >= FAKE_DEVICES)
+        return CUDA_ERROR_INVALID_DEVICE;
+    pthread_mutex_lock(&mu);
+    init();
+    CUcontext c = (CUcontext)&ctxs[d];
+    for (fstream *s = all_streams; s; s = s->all_next)
+        if (s->ctx == c) {
+            s->completed = s->submitted;
+            s->ngate = 0;
+        }
+    for (int i = 0; i < NHANDLES; i++)
+        if (handles[i] && handles[i]->ctx == c) {
+            handles[i] = NULL;
+            free_ring[(ring_head + nfree_handles++) % NHANDLES] = i;
+            __atomic_fetch_sub(&fake_cuda_counts()->streams_live, 1, __ATOMIC_RELAXED);
+        }
+    ctxs[d].life++;
+    COUNT(resets);
+    pthread_mutex_unlock(&mu);
+    return CUDA_SUCCESS;
+}
+#undef cuDevicePrimaryCtxReset
+EXPORT CUresult cuDevicePrimaryCtxReset(CUdevice d) { return cuDevicePrimaryCtxReset_v2(d); }
 
 EXPORT CUresult cuCtxEnablePeerAccess(CUcontext peer, unsigned int flags)
 {
@@ -700,6 +738,16 @@ EXPORT CUresult cuStreamSynchronize(CUstream h)
 
 /* ---- events ---- */
 
+/* Whether ev's context was reset since ev was made (counted: every such use is a crash on the
+ * GPU). */
+static bool dead(const fevent *ev)
+{
+    if (!ev || ((fctx *)ev->ctx)->life == ev->life)
+        return false;
+    COUNT(dead_event_uses);
+    return true;
+}
+
 EXPORT CUresult cuEventCreate(CUevent *e, unsigned int flags)
 {
     GUARD();
@@ -707,6 +755,7 @@ EXPORT CUresult cuEventCreate(CUevent *e, unsigned int flags)
     if (!ev)
         return CUDA_ERROR_OUT_OF_MEMORY;
     ev->ctx = cur();
+    ev->life = ((fctx *)ev->ctx)->life;
     COUNT(events_live);
     COUNT(events_created);
     *e = (CUevent)ev;
@@ -719,8 +768,9 @@ EXPORT CUresult cuEventDestroy_v2(CUevent e)
     if (!e)
         return CUDA_ERROR_INVALID_HANDLE;
     __atomic_fetch_sub(&fake_cuda_counts()->events_live, 1, __ATOMIC_RELAXED);
+    bool was_dead = dead((fevent *)e);
     free(e);
-    return CUDA_SUCCESS;
+    return was_dead ? CUDA_ERROR_CONTEXT_IS_DESTROYED : CUDA_SUCCESS;
 }
 
 EXPORT CUresult cuEventRecord(CUevent e, CUstream h)
@@ -730,7 +780,9 @@ EXPORT CUresult cuEventRecord(CUevent e, CUstream h)
     pthread_mutex_lock(&mu);
     fstream *s = resolve(h);
     CUresult r = CUDA_ERROR_INVALID_HANDLE;
-    if (!ev || !s || s->ctx != ev->ctx) {
+    if (dead(ev)) {
+        r = CUDA_ERROR_CONTEXT_IS_DESTROYED;
+    } else if (!ev || !s || s->ctx != ev->ctx) {
         /* r stays */
     } else if (s->legacy && any_capture()) {
         invalidate_all();
@@ -754,6 +806,10 @@ static CUresult event_check(CUevent e, bool wait)
 {
     fevent *ev = (fevent *)e;
     pthread_mutex_lock(&mu);
+    if (dead(ev)) {
+        pthread_mutex_unlock(&mu);
+        return CUDA_ERROR_CONTEXT_IS_DESTROYED;
+    }
     CUresult r = ev->captured ? CUDA_ERROR_CAPTURED_EVENT : unsafe_call();
     if (r == CUDA_SUCCESS && ev->s && !reached(ev->s, ev->target, 0)) {
         if (wait) {
@@ -773,7 +829,8 @@ EXPORT CUresult cuStreamWaitEvent(CUstream h, CUevent e, unsigned int flags)
     fevent *ev = (fevent *)e;
     pthread_mutex_lock(&mu);
     fstream *s = resolve(h);
-    CUresult r = !ev || !s || flags ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
+    CUresult r = dead(ev) ? CUDA_ERROR_CONTEXT_IS_DESTROYED
+                 : !ev || !s || flags ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
     if (r == CUDA_SUCCESS && ev->s && !reached(ev->s, ev->target, 0)) {
         if (s->ngate == FAKE_GATES) { /* full: forget the waits already done */
             int k = 0;

@@ -599,3 +599,55 @@ Test(pool, host_seconds_count_the_time_spent_allocating_and_freeing)
     cr_assert(a2 > a1 * 0.9 && a2 < a1 * 1.1 && f2 > 0 && f2 < 10, "after 64 frees: %g (%g) %g", a2, a1, f2);
     fx_free(&f);
 }
+
+/* A device reset (gml_pool_reset, the preload layer's cudaDeviceReset): every chunk back to the
+ * device, live ones too, stitched ranges and events destroyed, the books empty; the pool serves
+ * again over the same arena. */
+Test(pool, a_reset_gives_everything_back_and_the_pool_serves_again)
+{
+    fixture f = fx_make(64 * MiB, true, NULL);
+    gml_pool *p = f.pool;
+    uintptr_t lo0, hi0, lo, hi;
+    gml_pool_arena(p, &lo0, &hi0);
+    uintptr_t v[6];
+    for (int i = 0; i < 6; i++)
+        v[i] = must_alloc(p, 6 * MiB, 0);
+    for (int i = 0; i < 6; i += 2)
+        must_free(p, v[i], 0);
+    uintptr_t st = must_alloc(p, 16 * MiB, 0); /* only a stitch of the three holes fits */
+    cr_assert_eq(stats_of(p).stitches, 1);
+    gml_stream s = 0x5100;
+    gml_sim_launch(f.dev, s);
+    uintptr_t a = must_alloc(p, 2 * MiB, s);
+    must_free(p, a, s); /* a stream bin with an event and pending work */
+    cr_assert_gt(stats_of(p).device_calls[GMLAKE_DC_EVENT_CREATE], 0);
+    cr_assert_eq(gml_pool_reset(p), GMLAKE_OK);
+    gmlake_stats r = stats_of(p);
+    cr_assert_eq(r.active_bytes, 0);
+    cr_assert_eq(r.reserved_bytes, 0);
+    cr_assert_eq(r.live_allocations, 0);
+    cr_assert_eq(r.stitched_blocks, 0);
+    cr_assert_geq(r.peak_reserved_bytes, 36 * MiB, "the peak is the process's");
+    cr_assert_eq(r.device_calls[GMLAKE_DC_EVENT_CREATE], r.device_calls[GMLAKE_DC_EVENT_DESTROY],
+                 "every event destroyed before the context dies");
+    cr_assert_eq(gml_sim_bytes_in_use(f.dev), 0, "every chunk released");
+    cr_assert_eq(gml_sim_mapping_count(f.dev), 0, "every mapping undone");
+    cr_assert_eq(gml_sim_reservation_count(f.dev), 1, "the arena alone stays reserved");
+    gml_pool_arena(p, &lo, &hi);
+    cr_assert(lo == lo0 && hi == hi0, "the same arena");
+    CHECK_POOL(p);
+    cr_assert_eq(gml_pool_free(p, v[1], 0), GMLAKE_ERR_INVALID, "an allocation of before is gone");
+    cr_assert_eq(gml_pool_free(p, st, 0), GMLAKE_ERR_INVALID, "so is the stitched one");
+    for (int round = 0; round < 2; round++) { /* serves again, and resets again */
+        uintptr_t x = must_alloc(p, 40 * MiB, s);
+        uintptr_t y = must_alloc(p, 3 * MiB, 0);
+        memset((void *)x, 0x5a, 40 * MiB);
+        must_free(p, y, 0);
+        cr_assert_eq(stats_of(p).active_bytes, 40 * MiB);
+        CHECK_POOL(p);
+        cr_assert_eq(gml_pool_reset(p), GMLAKE_OK);
+        cr_assert_eq(gml_sim_bytes_in_use(f.dev), 0);
+        CHECK_POOL(p);
+    }
+    fx_free(&f);
+}
