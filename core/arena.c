@@ -365,12 +365,22 @@ typedef struct growth {
  * / extent_share, within [1, extent_chunks].  (From the pool mapped now alone, a growth beyond
  * it, a first large tensor or a workspace of half the device, was cut in one-chunk extents: tens
  * of thousands of handles, each paying set access; and a pool emptied every step by
- * torch.cuda.empty_cache() regrew every step in the small extents of a first step.) */
+ * torch.cuda.empty_cache() regrew every step in the small extents of a first step.)  While the
+ * pool regrows below what it once held (memory was given back: empty_cache, a release under
+ * pressure), the share is GML_REGROW_DIV times smaller, so extents are that much larger: such a
+ * pool pays every handle's whole life again at each regrowth (create, map, set access, unmap,
+ * release), and on a program that empties the cache every step (bench/gpu/empty_cache_bench.py)
+ * extents four times larger halved the driver time at the same peak (docs/BENCHMARKS.md "empty_cache
+ * every step").  A pool that never gave memory back, every training job's, is unchanged. */
+#define GML_REGROW_DIV 4
 static size_t extent_unit(const gml_heap *h, size_t k)
 {
     size_t u = h->extent_chunks, base = k > h->most_slots ? k : h->most_slots;
-    if (h->extent_share && base / h->extent_share < u)
-        u = base / h->extent_share;
+    size_t share = h->extent_share;
+    if (share && h->mapped_slots < h->most_slots)
+        share = share / GML_REGROW_DIV ? share / GML_REGROW_DIV : 1;
+    if (share && base / share < u)
+        u = base / share;
     return u ? u : 1;
 }
 

@@ -295,10 +295,24 @@ Test(pool, after_the_cache_is_given_back_growth_keeps_the_extents_of_the_memory_
     uint64_t c0 = stats_of(p).device_calls[GMLAKE_DC_CHUNK_CREATE];
     uintptr_t v[64];
     for (int i = 0; i < 64; i++)
-        v[i] = must_alloc(p, 8 * MiB, 0);
+        v[i] = must_alloc(p, 12 * MiB, 0);
     uint64_t made = stats_of(p).device_calls[GMLAKE_DC_CHUNK_CREATE] - c0;
-    cr_assert_eq(made, 128, "64 growths of 4 chunks in extents of 2, not of 1: %llu", (unsigned long long)made);
+    /* regrowing below the 960 chunks once held: the share is 480 / 4, extents of 960 / 120 = 8
+     * chunks (of 1 from the pool mapped now, of 2 from the memory once held at share 480) */
+    cr_assert_eq(made, 64, "64 growths of 6 chunks, one extent each (of 3 at share 480): %llu",
+                 (unsigned long long)made);
     CHECK_POOL(p);
+    /* back at what it once held (960 chunks mapped), growth is a first growth's again: 2 chunks
+     * an extent */
+    uintptr_t fill = must_alloc(p, (1920 - 64 * 12) * MiB, 0);
+    cr_assert_eq(stats_of(p).reserved_bytes, 1920 * MiB);
+    c0 = stats_of(p).device_calls[GMLAKE_DC_CHUNK_CREATE];
+    uintptr_t beyond = must_alloc(p, 8 * MiB, 0);
+    made = stats_of(p).device_calls[GMLAKE_DC_CHUNK_CREATE] - c0;
+    cr_assert_eq(made, 2, "4 chunks beyond the mark, in extents of 2: %llu", (unsigned long long)made);
+    CHECK_POOL(p);
+    must_free(p, beyond, 0);
+    must_free(p, fill, 0);
     for (int i = 0; i < 64; i++)
         must_free(p, v[i], 0);
     fx_free(&f);
