@@ -67,6 +67,31 @@ static uintptr_t legacy_context(int device)
     return (uintptr_t)c;
 }
 
+/* The device of context c (pushed for the query), -1 if not known. */
+static int ctx_device(CUcontext c)
+{
+    int device = -1;
+    CUcontext popped = NULL;
+    if (PASS(drv_ctx_push_current, NO_DRV, c) == CUDA_SUCCESS) {
+        device = current_device(DRV);
+        PASS(drv_ctx_pop_current, NO_DRV, &popped);
+    }
+    return device;
+}
+
+/* The device of stream s as the caller names it (CUDA's stream-ordered allocations take memory
+ * there, whichever device is current): an implicit stream's is the current one; a created
+ * stream's, its context's (cuStreamGetCtx); the current one where CUDA does not say. */
+static int stream_device(api a, CUstream s)
+{
+    CUcontext c = NULL, here = NULL;
+    if (!s || s == CU_STREAM_LEGACY || s == CU_STREAM_PER_THREAD ||
+        PASS(drv_stream_get_ctx, NO_DRV, s, &c) != CUDA_SUCCESS || !c ||
+        (PASS(drv_ctx_get_current, NO_DRV, &here) == CUDA_SUCCESS && here == c))
+        return current_device(a);
+    return ctx_device(c);
+}
+
 /* A thread's per-thread default streams end with it: its bins are retired at thread exit. */
 static pthread_key_t ptds_key;
 static pthread_once_t ptds_once = PTHREAD_ONCE_INIT;
@@ -281,13 +306,7 @@ GML_HOOK CUresult cuCtxEnablePeerAccess(CUcontext peer, unsigned int flags)
     CUresult r = PASS(drv_ctx_enable_peer_access, NO_DRV, peer, flags);
     if (r != CUDA_SUCCESS || !gml_serving())
         return r;
-    int accessor = current_device(DRV), owner = -1;
-    CUcontext popped = NULL;
-    if (PASS(drv_ctx_push_current, NO_DRV, peer) == CUDA_SUCCESS) {
-        owner = current_device(DRV);
-        PASS(drv_ctx_pop_current, NO_DRV, &popped);
-    }
-    gml_peer_grant(owner, accessor);
+    gml_peer_grant(ctx_device(peer), current_device(DRV));
     return r;
 }
 
@@ -317,27 +336,28 @@ static int serve_alloc(int device, size_t size, gml_stream stream, uintptr_t *ou
     return 2;
 }
 
-/* One allocation through API a: cudaMalloc / cuMemAlloc (async false: usable by every stream), or
- * a stream-ordered one on stream s (ptsz: a _ptsz entry point).  Streams capturing a graph and
- * devices whose current pool is not the default one pass through. */
-static outcome alloc_op(api a, uintptr_t *out, size_t size, CUstream s, bool async, bool ptsz)
+/* One allocation through API a: cudaMalloc / cuMemAlloc (async false: usable by every stream) on
+ * the current device, or a stream-ordered one on stream s (ptsz: a _ptsz entry point) from the
+ * current pool of the stream's device, or (from_pool >= 0) from the default pool of device
+ * from_pool.  Streams capturing a graph and devices whose current pool is not the default one
+ * pass through. */
+static outcome alloc_op(api a, uintptr_t *out, size_t size, CUstream s, bool async, bool ptsz, int from_pool)
 {
     if (!gml_serving() || size == 0)
         return PASS_THROUGH;
     gml_graph_reap();
-    int device = -1, query;
+    int query;
     uint64_t capture = 0;
     bool active = false;
     if (async && capturing(a, named(s, ptsz), &query) &&
         (query || gml_graph_capture_id(named(s, ptsz), &capture, &active) != CUDA_SUCCESS || !active))
         return PASS_THROUGH; /* a failed query or an invalidated capture: CUDA answers */
-    if (async && custom_pool_of(device = current_device(a)))
+    int device = from_pool >= 0 ? from_pool : async ? stream_device(a, named(s, ptsz)) : current_device(a);
+    if (async && from_pool < 0 && custom_pool_of(device))
         return PASS_THROUGH;
     int sticky = rt_sticky(a);
     if (sticky != cudaSuccess)
         return (outcome){.code = sticky};
-    if (!async)
-        device = current_device(a);
     gml_stream key = async ? stream_key(s, ptsz, device) : GML_STREAM_NONE;
     if (capture && gml_graph_reuse(capture, key, size, out))
         return answer(CUDA_SUCCESS);
@@ -477,7 +497,7 @@ static cudaError_t rt_alloc(cudaError_t (*real)(void **, size_t, cudaStream_t), 
                             size_t size, cudaStream_t s, bool async, bool ptsz)
 {
     uintptr_t p = 0;
-    outcome o = devPtr ? alloc_op(RT, &p, size, (CUstream)s, async, ptsz) : PASS_THROUGH;
+    outcome o = devPtr ? alloc_op(RT, &p, size, (CUstream)s, async, ptsz, -1) : PASS_THROUGH;
     if (o.pass)
         return real(devPtr, size, s);
     if (o.code == CUDA_SUCCESS)
@@ -745,17 +765,21 @@ static CUresult mem_alloc_async_ptsz_real(CUdeviceptr *dptr, size_t bytesize, CU
     return PASS(drv_mem_alloc_async_ptsz, NO_DRV, dptr, bytesize, s);
 }
 
+/* A driver allocation hook's answer where gmlake served it (p: what it gave). */
+static CUresult drv_served(outcome o, CUdeviceptr *dptr, uintptr_t p)
+{
+    if (o.code == CUDA_SUCCESS)
+        *dptr = (CUdeviceptr)p;
+    return (CUresult)o.code;
+}
+
 /* A driver allocation hook's body (async, ptsz: as for alloc_op). */
 static CUresult drv_alloc(CUresult (*real)(CUdeviceptr *, size_t, CUstream), CUdeviceptr *dptr,
                           size_t bytesize, CUstream s, bool async, bool ptsz)
 {
     uintptr_t p = 0;
-    outcome o = dptr ? alloc_op(DRV, &p, bytesize, s, async, ptsz) : PASS_THROUGH;
-    if (o.pass)
-        return real(dptr, bytesize, s);
-    if (o.code == CUDA_SUCCESS)
-        *dptr = (CUdeviceptr)p;
-    return (CUresult)o.code;
+    outcome o = dptr ? alloc_op(DRV, &p, bytesize, s, async, ptsz, -1) : PASS_THROUGH;
+    return o.pass ? real(dptr, bytesize, s) : drv_served(o, dptr, p);
 }
 
 GML_HOOK CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
@@ -805,28 +829,43 @@ GML_HOOK CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream s)
     return drv_free_async(GML_REAL(drv_mem_free_async_ptsz), dptr, s, true);
 }
 
-/* Only the device's default pool is served: other pools carry properties gmlake does not give
- * (IPC export, other locations, their own release thresholds). */
-static bool is_default_pool(CUmemoryPool pool)
+/* Only the current device's default pool is served, whatever pool is current: other pools carry
+ * properties gmlake does not give (IPC export, other locations, their own release thresholds).
+ * The current device if `pool` is its default pool, else -1. */
+static int default_pool_here(CUmemoryPool pool)
 {
     int d = current_device(DRV);
     CUmemoryPool dp = NULL;
-    return d >= 0 && PASS(drv_device_get_default_mem_pool, NO_DRV, &dp, d) == CUDA_SUCCESS && dp == pool;
+    return d >= 0 && PASS(drv_device_get_default_mem_pool, NO_DRV, &dp, d) == CUDA_SUCCESS && dp == pool ? d : -1;
+}
+
+/* A cuMemAllocFromPoolAsync hook's body (ptsz: the _ptsz one); what gmlake does not serve goes to
+ * `real` (NULL: missing), from the pool named. */
+static CUresult drv_alloc_from_pool(PFN_cuMemAllocFromPoolAsync_v11020 real, CUdeviceptr *dptr, size_t bytesize,
+                                    CUmemoryPool pool, CUstream s, bool ptsz)
+{
+    uintptr_t p = 0;
+    int device = dptr && gml_serving() ? default_pool_here(pool) : -1;
+    outcome o = device >= 0 ? alloc_op(DRV, &p, bytesize, s, true, ptsz, device) : PASS_THROUGH;
+    if (!o.pass)
+        return drv_served(o, dptr, p);
+    if (!real)
+        return NO_DRV;
+    gml_depth++;
+    CUresult r = real(dptr, bytesize, pool, s);
+    gml_depth--;
+    return r;
 }
 
 GML_HOOK CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool, CUstream s)
 {
-    if (gml_serving() && is_default_pool(pool))
-        return drv_alloc(mem_alloc_async_real, dptr, bytesize, s, true, false);
-    return PASS(drv_mem_alloc_from_pool_async, NO_DRV, dptr, bytesize, pool, s);
+    return drv_alloc_from_pool(GML_REAL(drv_mem_alloc_from_pool_async), dptr, bytesize, pool, s, false);
 }
 
 GML_HOOK CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool,
                                                CUstream s)
 {
-    if (gml_serving() && is_default_pool(pool))
-        return drv_alloc(mem_alloc_async_ptsz_real, dptr, bytesize, s, true, true);
-    return PASS(drv_mem_alloc_from_pool_async_ptsz, NO_DRV, dptr, bytesize, pool, s);
+    return drv_alloc_from_pool(GML_REAL(drv_mem_alloc_from_pool_async_ptsz), dptr, bytesize, pool, s, true);
 }
 
 GML_HOOK CUresult cuMemGetInfo_v2(size_t *free_b, size_t *total)

@@ -40,6 +40,10 @@
  *    runtime call, as in CUDA.  (The driver API has no last error.)
  *  - Stream-ordered allocations of a device whose current memory pool is not its default one
  *    (cudaDeviceSetMemPool / cuDeviceSetMemPool) pass through to CUDA.
+ *  - A stream-ordered allocation takes memory on its stream's device, whichever is current (a
+ *    created stream's: its context's, cuStreamGetCtx; the current one where CUDA does not know the
+ *    stream); cuMemAllocFromPoolAsync on the current device's default pool is served there with
+ *    any stream and whatever pool is current, any other pool goes to CUDA with its pool.
  *  - Peer access enabled for a device (cudaDeviceEnablePeerAccess, cuCtxEnablePeerAccess) covers
  *    the peer's gmlake memory, present and future.
  *  - Streams are passed to the pool by their identity (core/device.h keys; hooks.c): implicit
@@ -172,6 +176,7 @@ cudaError_t cudaStreamEndCapture_ptsz(cudaStream_t stream, cudaGraph_t *pGraph);
     X(drv_get_proc_address_v2, cuGetProcAddress_v2, PFN_cuGetProcAddress_v12000)                  \
     X(drv_ctx_get_device, cuCtxGetDevice, PFN_cuCtxGetDevice_v2000)                               \
     X(drv_stream_is_capturing, cuStreamIsCapturing, PFN_cuStreamIsCapturing_v10000)               \
+    X(drv_stream_get_ctx, cuStreamGetCtx, PFN_cuStreamGetCtx_v9020)                               \
     X(drv_stream_begin_capture_v1, cuStreamBeginCapture, gml_pfn_stream_begin_capture_v1)         \
     X(drv_stream_begin_capture_v1_ptsz, cuStreamBeginCapture_ptsz, gml_pfn_stream_begin_capture_v1) \
     X(drv_stream_begin_capture, cuStreamBeginCapture_v2, PFN_cuStreamBeginCapture_v10010)         \

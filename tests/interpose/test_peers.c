@@ -101,3 +101,46 @@ Test(peers, another_memory_pool_passes_through)
     cr_assert_eq(cudaMallocAsync(&q, MiB, (cudaStream_t)0x10), cudaSuccess);
     cr_assert_eq(stats(0).allocations, 2, "the default pool again: gmlake serves");
 }
+
+/* cudaMallocAsync takes memory from the current pool of the stream's device, whichever device is
+ * current (CUDA's documentation of cudaMallocAsync and cudaDeviceSetMemPool): a stream of device 1
+ * gets device 1's memory while device 0 is current (gmlake used to serve it from device 0's pool:
+ * memory device 1's kernels cannot reach). */
+Test(peers, a_stream_of_another_device_allocates_on_that_device)
+{
+    cudaStream_t s1;
+    cr_assert_eq(cudaSetDevice(1), cudaSuccess);
+    cr_assert_eq(cudaStreamCreate(&s1), cudaSuccess);
+    cr_assert_eq(cudaSetDevice(0), cudaSuccess);
+    void *p;
+    CUdeviceptr d;
+    cr_assert_eq(cudaMallocAsync(&p, 3 * MiB, s1), cudaSuccess);
+    cr_assert_eq(cuMemAllocAsync(&d, MiB, (CUstream)s1), CUDA_SUCCESS);
+    cr_assert(!fake_cuda_owns((uintptr_t)p) && !fake_cuda_owns(d), "served by gmlake");
+    cr_assert(access_is(p, 3 * MiB, 2), "device 1's memory, not device 0's");
+    cr_assert(access_is((void *)d, MiB, 2), "the driver call too");
+    cr_assert_eq(fake_current_device(), 0, "the current device is unchanged");
+    cr_assert_eq(stats(1).allocations, 2);
+    cr_assert_eq(cudaFreeAsync(p, s1), cudaSuccess);
+    cr_assert_eq(cuMemFreeAsync(d, (CUstream)s1), CUDA_SUCCESS);
+    cr_assert_eq(stats(1).active_bytes, 0);
+    cr_assert_eq(cudaStreamDestroy(s1), cudaSuccess);
+}
+
+/* cuMemAllocFromPoolAsync names its pool: a device's default pool is gmlake's, whatever pool is
+ * current (gmlake used to pass the call on to cuMemAllocAsync, which allocates from the current
+ * pool: another pool than the one asked for). */
+Test(peers, a_named_default_pool_is_served_whatever_the_current_pool)
+{
+    cudaStream_t s;
+    cr_assert_eq(cudaStreamCreate(&s), cudaSuccess);
+    cr_assert_eq(cuDeviceSetMemPool(0, (CUmemoryPool)0x7777), CUDA_SUCCESS);
+    CUdeviceptr d;
+    cr_assert_eq(cuMemAllocFromPoolAsync(&d, MiB, (CUmemoryPool)FAKE_DEFAULT_POOL, (CUstream)s), CUDA_SUCCESS);
+    cr_assert(!fake_cuda_owns(d), "the default pool: gmlake serves");
+    cr_assert_eq(stats(0).allocations, 1);
+    cr_assert_eq(cuMemFreeAsync(d, (CUstream)s), CUDA_SUCCESS);
+    cr_assert_eq(cuMemAllocFromPoolAsync(&d, MiB, (CUmemoryPool)0x7777, (CUstream)s), CUDA_SUCCESS);
+    cr_assert(fake_cuda_owns(d), "another pool: CUDA serves");
+    cr_assert_eq(cuMemFreeAsync(d, (CUstream)s), CUDA_SUCCESS);
+}

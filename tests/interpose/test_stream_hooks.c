@@ -210,7 +210,8 @@ Test(streams, a_failed_synchronisation_keeps_the_block)
 /* A stream-ordered free may name a stream of another device: synchronising the pointer's device
  * (empty_cache here; memory pressure and cudaFree do the same) does not wait for that stream, so
  * the block must not pass to another stream then (it used to: the synchronisation counted for
- * every bin).  Its own stream still reuses it at once. */
+ * every bin).  Its own stream still reuses it at once, from device 0's pool (named: cudaMallocAsync
+ * on s1 allocates on s1's device). */
 Test(streams, a_device_synchronisation_does_not_cover_another_devices_stream)
 {
     void *p, *q;
@@ -227,11 +228,11 @@ Test(streams, a_device_synchronisation_does_not_cover_another_devices_stream)
     cr_assert_gt(fake_cuda_pending((CUstream)s1), 0, "s1's work is still running");
     cr_assert_eq(cudaMallocAsync(&q, 4 * MiB, s0), cudaSuccess);
     cr_assert_neq(q, p, "device 0's stream took a block device 1's stream still uses");
-    void *r;
-    cr_assert_eq(cudaMallocAsync(&r, 4 * MiB, s1), cudaSuccess);
-    cr_assert_eq(r, p, "the block's own stream reuses it at once");
+    CUdeviceptr r;
+    cr_assert_eq(cuMemAllocFromPoolAsync(&r, 4 * MiB, (CUmemoryPool)FAKE_DEFAULT_POOL, (CUstream)s1), CUDA_SUCCESS);
+    cr_assert_eq((void *)r, p, "the block's own stream reuses it at once");
     cr_assert_eq(cudaFreeAsync(q, s0), cudaSuccess);
-    cr_assert_eq(cudaFreeAsync(r, s1), cudaSuccess);
+    cr_assert_eq(cuMemFreeAsync(r, (CUstream)s1), CUDA_SUCCESS);
 }
 
 /* ---- no device wait under the pool lock ---- */
