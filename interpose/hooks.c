@@ -81,15 +81,32 @@ static int ctx_device(CUcontext c)
 
 /* The device of stream s as the caller names it (CUDA's stream-ordered allocations take memory
  * there, whichever device is current): an implicit stream's is the current one; a created
- * stream's, its context's (cuStreamGetCtx); the current one where CUDA does not say. */
+ * stream's, its context's (cuStreamGetCtx); the current one where CUDA does not say.  A created
+ * stream's answer is remembered by the thread for its next allocation on the same stream, until
+ * a stream or context may have ended (gml_streams_epoch): the hot path of a program that
+ * allocates on side streams (PyTorch's, NCCL's) makes no driver call for it. */
+static GML_TLS struct {
+    CUstream s;
+    uint64_t epoch;
+    int device;
+} last_stream;
+
 static int stream_device(api a, CUstream s)
 {
-    CUcontext c = NULL, here = NULL;
-    if (!s || s == CU_STREAM_LEGACY || s == CU_STREAM_PER_THREAD ||
-        PASS(drv_stream_get_ctx, NO_DRV, s, &c) != CUDA_SUCCESS || !c ||
-        (PASS(drv_ctx_get_current, NO_DRV, &here) == CUDA_SUCCESS && here == c))
+    if (!s || s == CU_STREAM_LEGACY || s == CU_STREAM_PER_THREAD)
         return current_device(a);
-    return ctx_device(c);
+    uint64_t epoch = atomic_load_explicit(&gml_streams_epoch, memory_order_acquire);
+    if (last_stream.s == s && last_stream.epoch == epoch)
+        return last_stream.device;
+    CUcontext c = NULL, here = NULL;
+    if (PASS(drv_stream_get_ctx, NO_DRV, s, &c) != CUDA_SUCCESS || !c)
+        return current_device(a); /* not remembered: CUDA does not know the stream */
+    int device = PASS(drv_ctx_get_current, NO_DRV, &here) == CUDA_SUCCESS && here == c
+                     ? current_device(a)
+                     : ctx_device(c);
+    if (device >= 0)
+        last_stream.s = s, last_stream.epoch = epoch, last_stream.device = device;
+    return device;
 }
 
 /* A thread's per-thread default streams end with it: its bins are retired at thread exit. */
@@ -884,6 +901,7 @@ static void retire_stream(CUstream s)
 {
     if (!gml_serving() || !s || s == CU_STREAM_LEGACY || s == CU_STREAM_PER_THREAD)
         return;
+    gml_streams_changed();
     gml_depth++;
     for (int d = 0; d < GML_MAX_DEVICES; d++) {
         gml_pool *p = gml_registry_get(d);

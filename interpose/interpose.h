@@ -291,6 +291,14 @@ const char *gml_rank(void);
 /* 1: this process is a child forked after gmlake started (set by lifecycle.c's fork handler).
  * A variable, not a function: gml_serving reads it on every hook call. */
 extern __attribute__((visibility("hidden"))) _Atomic int gml_forked;
+/* Raised (gml_streams_changed) before the program destroys a stream or a context (which destroys
+ * its streams), so that what a thread remembers about a stream handle (hooks.c: its device)
+ * holds only while no stream it names may have ended and its handle been made again. */
+extern __attribute__((visibility("hidden"))) _Atomic uint64_t gml_streams_epoch;
+static inline void gml_streams_changed(void)
+{
+    atomic_fetch_add_explicit(&gml_streams_epoch, 1, memory_order_release);
+}
 /* A file name from a log_file / stats_file / trace_file pattern: %p, %r, %%, and with
  * per_process, ".rank%r" inserted when several processes run and the pattern names neither
  * (config/filename.c).  false when it does not fit in len: never used cut short (the settings

@@ -21,6 +21,7 @@ static void reset_pool(int device)
 {
     if (!gml_serving() || device < 0 || device >= GML_MAX_DEVICES)
         return;
+    gml_streams_changed(); /* the context's streams end with it */
     gml_pool *p = gml_registry_get(device);
     if (!p)
         return;

@@ -1,7 +1,8 @@
 /*
  * state.c — what every file of the preload layer reads, and nothing else: this thread's depth
  * inside gmlake (gml_depth), the process's rank and whether it is a child forked after gmlake
- * started, and the file names derived from them.  A leaf: it calls no other file of interpose/
+ * started, the file names derived from them, and the epoch of the program's streams
+ * (gml_streams_epoch).  A leaf: it calls no other file of interpose/
  * (settings.c reads the rank when the settings load; lifecycle.c marks a forked child).
  *
  * File names (log_file, stats_file, trace_file): several processes (torchrun: one per GPU) share
@@ -36,6 +37,8 @@ void gml_rank_read(void)
 const char *gml_rank(void) { return rank; }
 
 _Atomic int gml_forked;
+
+_Atomic uint64_t gml_streams_epoch;
 
 static bool several_processes(void)
 {
