@@ -93,6 +93,9 @@ typedef struct gml_device_ops {
     bool (*stream_here)(void *ctx, gml_stream s);
     /* Whether s runs on this device, so that synchronize() waits for it (NULL: always). */
     bool (*stream_local)(void *ctx, gml_stream s);
+    /* The calling thread's current context (a CUcontext value), where event_create makes its
+     * events: an event dies with its context (NULL: the device has one context, 0). */
+    uintptr_t (*current_context)(void *ctx);
     /* The driver time of the calls of `kind` so far by the implementation's own account, in
      * seconds (NULL: the wrappers' measured wall time is the answer; the sim answers its cost
      * model's estimate, core/cost.h). */
@@ -211,6 +214,12 @@ static inline bool gml_dev_stream_here(gml_device *d, gml_stream s)
 static inline bool gml_dev_stream_local(gml_device *d, gml_stream s)
 {
     return s == GML_STREAM_NONE || !d->ops->stream_local || d->ops->stream_local(d->ctx, s);
+}
+/* The context an event created now is made in (0 where the device has one context).  Not
+ * counted: asked once per event created. */
+static inline uintptr_t gml_dev_current_context(gml_device *d)
+{
+    return d->ops->current_context ? d->ops->current_context(d->ctx) : 0;
 }
 /* granularity and mem_info are queries of fixed facts and are not counted. */
 static inline size_t gml_dev_granularity(gml_device *d) { return d->ops->granularity(d->ctx); }

@@ -364,6 +364,12 @@ static bool cu_stream_here(void *ctx, gml_stream s)
     return true;
 }
 
+static uintptr_t cu_current_context(void *ctx)
+{
+    CUcontext c = NULL;
+    return ((cuda_dev *)ctx)->drv.ctx_get_current(&c) == CUDA_SUCCESS ? (uintptr_t)c : 0;
+}
+
 /* The device of context c (pushed for the query), -1 if not known. */
 static int ctx_device(cuda_dev *d, CUcontext c)
 {
@@ -541,6 +547,7 @@ static const gml_device_ops cuda_ops = {
     .stream_wait = cu_stream_wait,
     .stream_here = cu_stream_here,
     .stream_local = cu_stream_local,
+    .current_context = cu_current_context,
     .granularity = cu_granularity,
     .mem_info = cu_mem_info,
     .handle_export = cu_handle_export,

@@ -141,6 +141,8 @@ struct gml_bin {
     struct gml_size_tree free[GML_NSPACES];
     size_t nfree;
     gml_event ev;                    /* created on first need */
+    uintptr_t ev_ctx;                /* the context ev was made in (device.h current_context): ev
+                                        dies with it (gml_bins_context_ends) */
     uint64_t ev_seq;                 /* heap->seq when ev was recorded (0: never) */
     uint64_t done_seq;               /* work up to this seq is known complete */
     bool retired;                    /* its stream was destroyed: no event is recorded any more */
@@ -428,6 +430,14 @@ void gml_bin_retire(gml_heap *p, gml_bin *bin);
 static inline void gml_bin_hold(gml_bin *bin) { bin->held++; }
 void gml_bin_unhold(gml_heap *p, gml_bin *bin);
 void gml_bins_destroy(gml_heap *p);
+/* Context ctx is about to end (destroyed, or a primary one released; it still exists): its events
+ * would crash the process once it is gone.  Every event made in ctx is destroyed.  A bin whose
+ * stream is known to be of ctx (its event was recorded there: an event and its stream share a
+ * context; or ctx's legacy stream) is retired with no event recorded, since the stream ends with
+ * the context, and, if `synced` (the caller synchronised ctx), its blocks are known to have
+ * passed; else they wait for a synchronisation of the device.  A bin whose event was made in ctx
+ * but never recorded only loses the event (its next record makes one where it is asked). */
+void gml_bins_context_ends(gml_heap *p, uintptr_t ctx, bool synced);
 /* ---- bins.c: the bins' trees, the one rule of cross-stream reuse, the miss indexes ---- */
 /* The reuse rule: the free blocks of bin `from` may serve a request on bin `to`'s stream now
  * (to == NULL: every stream, as release needs) without waiting for any work. */

@@ -138,9 +138,12 @@ static bool record(gml_heap *p, gml_bin *bin)
         return false;
     }
     bin->want_record = false;
-    if (!bin->ev && gml_dev_event_create(p->dev, &bin->ev) != GMLAKE_OK) {
-        bin->ev = NULL;
-        return false;
+    if (!bin->ev) {
+        if (gml_dev_event_create(p->dev, &bin->ev) != GMLAKE_OK) {
+            bin->ev = NULL;
+            return false;
+        }
+        bin->ev_ctx = gml_dev_current_context(p->dev);
     }
     if (gml_dev_event_record(p->dev, bin->ev, bin->stream) != GMLAKE_OK)
         return false;
@@ -216,12 +219,9 @@ void gml_bin_unhold(gml_heap *p, gml_bin *bin)
     retired_reap(p, bin);
 }
 
-void gml_bin_retire(gml_heap *p, gml_bin *bin)
+/* Retires bin with the event it has (gml_bin_retire, gml_bins_context_ends). */
+static void retire(gml_heap *p, gml_bin *bin)
 {
-    if (bin == p->ready || bin->retired)
-        return;
-    if (bin->nfree || bin->held)
-        record(p, bin); /* the stream exists until the real destroy: cover its frees */
     map_del(p, bin); /* out of the stream's name: a new stream with its handle starts afresh */
     bin->retired = true;
     bin->retire_seq = p->seq;
@@ -229,6 +229,48 @@ void gml_bin_retire(gml_heap *p, gml_bin *bin)
     bin->stream = GML_BIN_RETIRED | ++p->retired_bins;
     gml_bin_settle(p, bin); /* all its blocks or none, from now on */
     retired_reap(p, bin);
+}
+
+void gml_bin_retire(gml_heap *p, gml_bin *bin)
+{
+    if (bin == p->ready || bin->retired)
+        return;
+    if (bin->nfree || bin->held)
+        record(p, bin); /* the stream exists until the real destroy: cover its frees */
+    retire(p, bin);
+}
+
+/* Whether bin's stream is known to be of context ctx: its event of ctx was recorded on it (ev_seq
+ * > 0 only after a record succeeded), or it is ctx's legacy stream. */
+static bool stream_of_context(const gml_bin *bin, uintptr_t ctx)
+{
+    return (bin->ev && bin->ev_ctx == ctx && bin->ev_seq) || bin->stream == gml_stream_legacy(ctx);
+}
+
+/* ctx ends (contract in heap.h); bin is a stream bin. */
+static void context_ends(gml_heap *p, gml_bin *bin, uintptr_t ctx, bool synced)
+{
+    bool ours = stream_of_context(bin, ctx);
+    if (bin->ev && bin->ev_ctx == ctx) {
+        gml_dev_event_destroy(p->dev, bin->ev);
+        bin->ev = NULL; /* a retired bin then waits for a device sync; another records anew */
+    }
+    if (!ours)
+        return;
+    if (synced && bin->done_seq < p->seq)
+        bin->done_seq = p->seq; /* its stream is ctx's, and ctx's work has completed */
+    if (bin->retired)
+        gml_bin_settle(p, bin);
+    else
+        retire(p, bin); /* settles; the stream ends with its context */
+}
+
+void gml_bins_context_ends(gml_heap *p, uintptr_t ctx, bool synced)
+{
+    gml_bin *bin, *tmp;
+    LIST_FOREACH_SAFE(bin, &p->all_bins, all, tmp)
+        if (bin != p->ready)
+            context_ends(p, bin, ctx, synced);
 }
 
 bool gml_bins_hold_blocks(gml_heap *p)

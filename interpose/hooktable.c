@@ -19,7 +19,11 @@ typedef struct hook_entry {
 #define E(name, field) {#name, (void *)&name, (void **)&gml_real.field}
 /* Sorted by strcmp (tests/interpose checks the order). */
 static const hook_entry table[] = {
+    E(cuCtxDestroy, drv_ctx_destroy_v1),
+    E(cuCtxDestroy_v2, drv_ctx_destroy),
     E(cuCtxEnablePeerAccess, drv_ctx_enable_peer_access),
+    E(cuDevicePrimaryCtxRelease, drv_device_primary_ctx_release_v1),
+    E(cuDevicePrimaryCtxRelease_v2, drv_device_primary_ctx_release),
     E(cuDevicePrimaryCtxReset, drv_device_primary_ctx_reset_v1),
     E(cuDevicePrimaryCtxReset_v2, drv_device_primary_ctx_reset),
     E(cuDeviceSetMemPool, drv_device_set_mem_pool),

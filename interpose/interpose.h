@@ -53,7 +53,11 @@
  *  - In a child forked after gmlake started, nothing is served (lifecycle.c).
  *  - A reset of a device's primary context (cudaDeviceReset, cuDevicePrimaryCtxReset[_v2]) resets
  *    that device's pool first (reset.c): its memory back, its allocations, streams and events
- *    forgotten while the context still exists.
+ *    forgotten while the context still exists.  A context that may end otherwise (cuCtxDestroy
+ *    [_v2]; cuDevicePrimaryCtxRelease[_v2] of an active primary context, perhaps the last
+ *    reference) is synchronised first and every pool lets go of it (its events destroyed, its
+ *    known streams ended; their blocks serve others once that synchronisation, else one of the
+ *    device, succeeded); a NULL or invalid context passes through.
  *
  * Files, top to bottom, each calling only files below it (tests/calls.py fails on a circle;
  * docs/ARCHITECTURE.md says who owns what):
@@ -63,7 +67,8 @@
  *   capture.c, pytorch_env.c      the Begin/EndCapture hooks; PyTorch's route (the constructor)
  *   graphmem.c    the memory of graph captures, held for the graph's life
  *   lifecycle.c   the start on the first hook call (trace, summary, fork handlers), gml_serving
- *   reset.c       the device resets (cudaDeviceReset, cuDevicePrimaryCtxReset): the pool first
+ *   reset.c       the device resets (cudaDeviceReset, cuDevicePrimaryCtxReset): the pool first;
+ *                 contexts that end (cuCtxDestroy, cuDevicePrimaryCtxRelease): their events first
  *   ipc.c, report.c, summary.c    IPC of gmlake memory; out-of-memory report; exit summary
  *   pools.c, trace.c              the per-device pools; the trace recorder
  *   owner.c       which pool owns a pointer
@@ -85,13 +90,17 @@
 #include "stitch/pool.h"
 
 /* cuda.h maps cuGetProcAddress to its _v2; libcuda exports both, and so does gmlake.  The same
- * for cuStreamDestroy. */
+ * for cuStreamDestroy, cuDevicePrimaryCtxReset, cuDevicePrimaryCtxRelease and cuCtxDestroy. */
 #undef cuGetProcAddress
 CUresult cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags);
 #undef cuStreamDestroy
 CUresult cuStreamDestroy(CUstream hStream);
 #undef cuDevicePrimaryCtxReset
 CUresult cuDevicePrimaryCtxReset(CUdevice dev);
+#undef cuDevicePrimaryCtxRelease
+CUresult cuDevicePrimaryCtxRelease(CUdevice dev);
+#undef cuCtxDestroy
+CUresult cuCtxDestroy(CUcontext ctx);
 /* cuda.h maps cuIpcOpenMemHandle to its _v2; libcuda exports both (the same prototype). */
 #undef cuIpcOpenMemHandle
 CUresult cuIpcOpenMemHandle(CUdeviceptr *pdptr, CUipcMemHandle handle, unsigned int Flags);
@@ -197,6 +206,12 @@ cudaError_t cudaStreamEndCapture_ptsz(cudaStream_t stream, cudaGraph_t *pGraph);
     X(drv_device_primary_ctx_retain, cuDevicePrimaryCtxRetain, PFN_cuDevicePrimaryCtxRetain_v7000) \
     X(drv_device_primary_ctx_reset, cuDevicePrimaryCtxReset_v2, PFN_cuDevicePrimaryCtxReset_v11000) \
     X(drv_device_primary_ctx_reset_v1, cuDevicePrimaryCtxReset, PFN_cuDevicePrimaryCtxReset_v11000) \
+    X(drv_device_primary_ctx_release, cuDevicePrimaryCtxRelease_v2, PFN_cuDevicePrimaryCtxRelease_v11000) \
+    X(drv_device_primary_ctx_release_v1, cuDevicePrimaryCtxRelease, PFN_cuDevicePrimaryCtxRelease_v11000) \
+    X(drv_device_primary_ctx_get_state, cuDevicePrimaryCtxGetState, PFN_cuDevicePrimaryCtxGetState_v7000) \
+    X(drv_ctx_destroy, cuCtxDestroy_v2, PFN_cuCtxDestroy_v4000)                                   \
+    X(drv_ctx_destroy_v1, cuCtxDestroy, PFN_cuCtxDestroy_v4000)                                   \
+    X(drv_ctx_synchronize, cuCtxSynchronize, PFN_cuCtxSynchronize_v2000)                          \
     X(drv_stream_destroy_v2, cuStreamDestroy_v2, PFN_cuStreamDestroy_v4000)                       \
     X(drv_stream_destroy, cuStreamDestroy, PFN_cuStreamDestroy_v4000)                             \
     X(drv_ipc_get_mem_handle, cuIpcGetMemHandle, PFN_cuIpcGetMemHandle_v4010)                     \

@@ -12,6 +12,19 @@
  * outlives a reset (the probe: mappings, handles and reservations stay valid), so the pool keeps
  * its arena and serves the fresh context.  The runtime's reset reaches the driver's hook with
  * depth raised, so a pool is reset once per call.  Other devices' pools are not touched.
+ *
+ * A context may also end without a reset: the program destroys a context of its own
+ * (cuCtxDestroy[_v2]), or releases a primary context (cuDevicePrimaryCtxRelease[_v2]; the last
+ * reference destroys it).  Its memory is the pools' and outlives it, but gmlake's events made in
+ * it would crash the process as well.  So before the real call the context is synchronised
+ * (pushed for the while) and every pool lets go of it (gml_pool_context_ends): its events
+ * destroyed, the streams known to be of it ended, their free blocks serving others at once if the
+ * synchronisation succeeded, else after a synchronisation of the device.  Every pool, since a
+ * stream-ordered free may name another device's stream.  Whether a release is the last one cannot
+ * be known (CUDA counts the references), so every release of an active primary context is taken
+ * as an end: its handle is had by a retain of our own, dropped before the program's release.
+ * Releases are rare (shutdown), and one that was not the last costs a synchronisation and new
+ * events, nothing else.
  * Above pools.c and the pool (stitch/); hooktable.c hands the hooks out.
  */
 #include "stitch/registry.h"
@@ -59,3 +72,84 @@ GML_HOOK CUresult cuDevicePrimaryCtxReset(CUdevice dev)
 
 GML_CHECK_TYPE(cuDevicePrimaryCtxReset_v2, PFN_cuDevicePrimaryCtxReset_v11000);
 GML_CHECK_TYPE(cuDevicePrimaryCtxReset, PFN_cuDevicePrimaryCtxReset_v11000);
+
+/* Synchronises ctx, pushed for the call: whether that succeeded; *valid false when ctx cannot be
+ * pushed (no context: the real call answers). */
+static bool sync_context(CUcontext ctx, bool *valid)
+{
+    CUcontext popped;
+    *valid = PASS(drv_ctx_push_current, NO_DRV, ctx) == CUDA_SUCCESS;
+    if (!*valid)
+        return false;
+    CUresult r = PASS(drv_ctx_synchronize, NO_DRV);
+    PASS(drv_ctx_pop_current, NO_DRV, &popped);
+    if (r != CUDA_SUCCESS)
+        gml_log(GML_LOG_INFO, "context %p ends, and waiting for it failed (CUDA error %d): the free "
+                "blocks of its streams wait for a synchronisation of their device", (void *)ctx, (int)r);
+    return r == CUDA_SUCCESS;
+}
+
+/* Context ctx may end with the real call that follows (the top of this file). */
+static void context_ends(CUcontext ctx)
+{
+    bool valid, synced = sync_context(ctx, &valid);
+    if (!valid)
+        return;
+    for (int d = 0; d < GML_MAX_DEVICES; d++) {
+        gml_pool *p = gml_registry_get(d);
+        if (p) {
+            gml_depth++;
+            gml_pool_context_ends(p, (uintptr_t)ctx, synced);
+            gml_depth--;
+        }
+    }
+}
+
+GML_HOOK CUresult cuCtxDestroy_v2(CUcontext ctx)
+{
+    if (ctx && gml_serving())
+        context_ends(ctx);
+    return PASS(drv_ctx_destroy, NO_DRV, ctx);
+}
+
+GML_HOOK CUresult cuCtxDestroy(CUcontext ctx)
+{
+    if (ctx && gml_serving())
+        context_ends(ctx);
+    return PASS(drv_ctx_destroy_v1, NO_DRV, ctx);
+}
+
+/* A release of dev's primary context may be its last: true when the context is active and was
+ * let go of, with a reference of ours taken for that, which the caller drops with the same
+ * release function before the program's. */
+static bool primary_may_end(CUdevice dev)
+{
+    unsigned int flags = 0;
+    int active = 0;
+    CUcontext ctx;
+    if (!gml_serving() ||
+        PASS(drv_device_primary_ctx_get_state, NO_DRV, dev, &flags, &active) != CUDA_SUCCESS ||
+        !active || PASS(drv_device_primary_ctx_retain, NO_DRV, &ctx, dev) != CUDA_SUCCESS)
+        return false;
+    context_ends(ctx);
+    return true;
+}
+
+GML_HOOK CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev)
+{
+    if (primary_may_end(dev))
+        PASS(drv_device_primary_ctx_release, NO_DRV, dev);
+    return PASS(drv_device_primary_ctx_release, NO_DRV, dev);
+}
+
+GML_HOOK CUresult cuDevicePrimaryCtxRelease(CUdevice dev)
+{
+    if (primary_may_end(dev))
+        PASS(drv_device_primary_ctx_release_v1, NO_DRV, dev);
+    return PASS(drv_device_primary_ctx_release_v1, NO_DRV, dev);
+}
+
+GML_CHECK_TYPE(cuCtxDestroy_v2, PFN_cuCtxDestroy_v4000);
+GML_CHECK_TYPE(cuCtxDestroy, PFN_cuCtxDestroy_v4000);
+GML_CHECK_TYPE(cuDevicePrimaryCtxRelease_v2, PFN_cuDevicePrimaryCtxRelease_v11000);
+GML_CHECK_TYPE(cuDevicePrimaryCtxRelease, PFN_cuDevicePrimaryCtxRelease_v11000);

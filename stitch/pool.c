@@ -528,6 +528,17 @@ void gml_pool_stream_retire(gml_pool *p, gml_stream stream)
     pthread_mutex_unlock(&p->mu);
 }
 
+void gml_pool_context_ends(gml_pool *p, uintptr_t ctx, bool synced)
+{
+    pthread_mutex_lock(&p->mu);
+    if (!p->dead) {
+        gml_bins_context_ends(&p->heap, ctx, synced);
+        p->last_bin = p->heap.ready; /* it may have been retired, and freed */
+    }
+    debug_check(p);
+    pthread_mutex_unlock(&p->mu);
+}
+
 void gml_pool_hold(gml_pool *p, bool hold)
 {
     if (hold)

@@ -27,7 +27,8 @@
  *    per-thread default stream or one context's legacy stream.  When the program destroys a
  *    stream, gml_pool_stream_retire (called before the real destroy) ends its key: a new stream
  *    with the same handle starts afresh, and the old stream's free blocks serve others once its
- *    work has completed.
+ *    work has completed.  When a context ends, gml_pool_context_ends (before the real call) does
+ *    the same for its streams, and destroys the pool's events of it.
  *  - Thread-safe: one mutex per pool, never held while waiting for the device.  No heap
  *    allocation per request on the hot path.
  *  - Statistics are exact: active = sum of live request sizes, reserved = chunks held x chunk size.
@@ -113,6 +114,14 @@ int gml_pool_reset(gml_pool *p);
 int gml_pool_sync(gml_pool *p);
 /* The program is destroying `stream` (call before the real destroy, see the contract above). */
 void gml_pool_stream_retire(gml_pool *p, gml_stream stream);
+/* Context ctx (a CUcontext value; device.h current_context) may end now: the program destroys it,
+ * or releases a primary context perhaps for the last time.  Call while it still exists, before
+ * the real call, for every pool (a stream-ordered free may name another device's stream): the
+ * pool destroys its events made in ctx, and the streams known to be of ctx end (their keys start
+ * afresh).  `synced`: the caller synchronised ctx after the program's last free on its streams,
+ * so their blocks may serve any stream; else they wait for a synchronisation of the device
+ * (gml_pool_sync).  Nothing else changes: a context that lives on costs only new events. */
+void gml_pool_context_ends(gml_pool *p, uintptr_t ctx, bool synced);
 /* Takes (hold) or releases the pool lock: fork handlers keep the pool consistent across fork. */
 void gml_pool_hold(gml_pool *p, bool hold);
 void gml_pool_stats(gml_pool *p, gmlake_stats *out);

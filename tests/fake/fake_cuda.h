@@ -19,7 +19,9 @@ typedef struct fake_counts {
     int events_live, events_created, streams_live;
     int capture_queries;    /* stream capture status queries (driver and runtime) */
     int resets;             /* primary contexts reset (cuDevicePrimaryCtxReset, cudaDeviceReset) */
-    int dead_event_uses;    /* uses of an event whose context was reset since (a crash on the GPU) */
+    int dead_event_uses;    /* uses of an event whose context was reset or ended since (a crash on
+                             * the GPU) */
+    int contexts_ended;     /* contexts destroyed (cuCtxDestroy) or primary ones released to zero */
 } fake_counts;
 
 /* Device d's default memory pool is FAKE_DEFAULT_POOL + d. */
@@ -35,7 +37,10 @@ uint64_t fake_cuda_access(uintptr_t p);
  * Two devices, each with a primary context; no current context means device 0's primary one. */
 #define FAKE_DEVICES 2
 #define FAKE_STREAM_BASE ((uintptr_t)0x5000000)
-/* A new context on `device` (its own legacy stream); NULL when there are too many. */
+/* A new context on `device` (its own legacy stream); NULL when there are too many.  cuCtxDestroy
+ * ends it: its work completes, its created streams are destroyed, its events die (their later
+ * uses counted in dead_event_uses).  A primary context counts the references
+ * cuDevicePrimaryCtxRetain takes and cuDevicePrimaryCtxRelease drops; it ends alike at zero. */
 CUcontext fake_cuda_ctx_create(int device);
 /* Makes device's primary context current on this thread (what cudaSetDevice does). */
 void fake_cuda_set_device(int device);

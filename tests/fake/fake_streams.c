@@ -36,7 +36,16 @@
  *    cudaDeviceReset: a segmentation fault, bench/gpu/reset_probe.cu); here each use (record,
  *    query, synchronize, wait, destroy) is counted in dead_event_uses and answered
  *    CUDA_ERROR_CONTEXT_IS_DESTROYED.  Virtual memory (reservations, handles, mappings, access)
- *    outlives the reset, as on the GPU. */
+ *    outlives the reset, as on the GPU.
+ *  - a context ends as at a reset: cuCtxDestroy(_v2) of a context fake_cuda_ctx_create made (the
+ *    context is invalid from then on: pushing, making current or destroying it again is
+ *    CUDA_ERROR_INVALID_CONTEXT; a thread that had it current has none), and the last
+ *    cuDevicePrimaryCtxRelease(_v2) of a primary context: each cuDevicePrimaryCtxRetain counts a
+ *    reference, each release drops one (CUDA_ERROR_INVALID_CONTEXT with none held), and at zero
+ *    the primary context dies (it comes back empty at the next use, as CUDA makes it again).
+ *    cuDevicePrimaryCtxGetState says whether references are held.  Using a primary context
+ *    without retaining it (the runtime's cudaSetDevice here, fake_cuda_set_device) counts no
+ *    reference. */
 #include <cuda.h>
 #include <pthread.h>
 #include <stdbool.h>
@@ -86,7 +95,9 @@ static void complete_to(fstream *s, uint64_t target, int depth)
 
 typedef struct fctx {
     int device;
-    unsigned life; /* a primary context's resets so far: its objects die with it */
+    unsigned life; /* its resets (primary) or destruction so far: its objects die with it */
+    unsigned refs; /* a primary context's references (cuDevicePrimaryCtxRetain) */
+    bool destroyed; /* a created context after cuCtxDestroy */
     fstream legacy;
 } fctx;
 
@@ -160,7 +171,8 @@ EXPORT bool fake_forked(void) { return __atomic_load_n(&forked_child, __ATOMIC_R
 static int ctx_index(CUcontext c) { return (int)((fctx *)c - ctxs); }
 static bool ctx_valid(CUcontext c)
 {
-    return c && (fctx *)c >= ctxs && ctx_index(c) < __atomic_load_n(&nctx, __ATOMIC_ACQUIRE);
+    return c && (fctx *)c >= ctxs && ctx_index(c) < __atomic_load_n(&nctx, __ATOMIC_ACQUIRE) &&
+           !__atomic_load_n(&((fctx *)c)->destroyed, __ATOMIC_ACQUIRE);
 }
 
 /* The current context: the one set on this thread, else device 0's primary (as the runtime
@@ -256,7 +268,18 @@ EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *c, CUdevice d)
     GUARD();
     if (d < 0 || d >= FAKE_DEVICES)
         return CUDA_ERROR_INVALID_DEVICE;
+    __atomic_fetch_add(&ctxs[d].refs, 1, __ATOMIC_RELAXED);
     *c = (CUcontext)&ctxs[d];
+    return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuDevicePrimaryCtxGetState(CUdevice d, unsigned int *flags, int *active)
+{
+    GUARD();
+    if (d < 0 || d >= FAKE_DEVICES)
+        return CUDA_ERROR_INVALID_DEVICE;
+    *flags = 0;
+    *active = __atomic_load_n(&ctxs[d].refs, __ATOMIC_RELAXED) > 0;
     return CUDA_SUCCESS;
 }
 
@@ -277,34 +300,77 @@ EXPORT CUcontext fake_cuda_ctx_create(int device)
 
 EXPORT void fake_cuda_set_device(int device) { current = (CUcontext)&ctxs[device]; }
 
-/* The primary context of d dies and comes back empty (see the top of this file).  The records of
- * its created streams stay (work submitted to them is complete) as a destroyed stream's do. */
+/* With mu held: context c dies (see the top of this file): its work completes, its created
+ * streams are destroyed (their handles handed out again; the records stay, as a destroyed
+ * stream's do) and its events die. */
+static void ctx_end(fctx *c)
+{
+    init();
+    for (fstream *s = all_streams; s; s = s->all_next)
+        if (s->ctx == (CUcontext)c) {
+            s->completed = s->submitted;
+            s->ngate = 0;
+        }
+    for (int i = 0; i < NHANDLES; i++)
+        if (handles[i] && handles[i]->ctx == (CUcontext)c) {
+            handles[i] = NULL;
+            free_ring[(ring_head + nfree_handles++) % NHANDLES] = i;
+            __atomic_fetch_sub(&fake_cuda_counts()->streams_live, 1, __ATOMIC_RELAXED);
+        }
+    c->life++;
+}
+
+/* The primary context of d dies and comes back empty. */
 EXPORT CUresult cuDevicePrimaryCtxReset_v2(CUdevice d)
 {
     GUARD();
     if (d < 0 || d >= FAKE_DEVICES)
         return CUDA_ERROR_INVALID_DEVICE;
     pthread_mutex_lock(&mu);
-    init();
-    CUcontext c = (CUcontext)&ctxs[d];
-    for (fstream *s = all_streams; s; s = s->all_next)
-        if (s->ctx == c) {
-            s->completed = s->submitted;
-            s->ngate = 0;
-        }
-    for (int i = 0; i < NHANDLES; i++)
-        if (handles[i] && handles[i]->ctx == c) {
-            handles[i] = NULL;
-            free_ring[(ring_head + nfree_handles++) % NHANDLES] = i;
-            __atomic_fetch_sub(&fake_cuda_counts()->streams_live, 1, __ATOMIC_RELAXED);
-        }
-    ctxs[d].life++;
+    ctx_end(&ctxs[d]);
     COUNT(resets);
     pthread_mutex_unlock(&mu);
     return CUDA_SUCCESS;
 }
 #undef cuDevicePrimaryCtxReset
 EXPORT CUresult cuDevicePrimaryCtxReset(CUdevice d) { return cuDevicePrimaryCtxReset_v2(d); }
+
+/* Drops a reference of d's primary context; the last one ends it. */
+EXPORT CUresult cuDevicePrimaryCtxRelease_v2(CUdevice d)
+{
+    GUARD();
+    if (d < 0 || d >= FAKE_DEVICES)
+        return CUDA_ERROR_INVALID_DEVICE;
+    pthread_mutex_lock(&mu);
+    CUresult r = ctxs[d].refs ? CUDA_SUCCESS : CUDA_ERROR_INVALID_CONTEXT;
+    if (r == CUDA_SUCCESS && --ctxs[d].refs == 0) {
+        ctx_end(&ctxs[d]);
+        COUNT(contexts_ended);
+    }
+    pthread_mutex_unlock(&mu);
+    return r;
+}
+#undef cuDevicePrimaryCtxRelease
+EXPORT CUresult cuDevicePrimaryCtxRelease(CUdevice d) { return cuDevicePrimaryCtxRelease_v2(d); }
+
+/* Destroys a context fake_cuda_ctx_create made; a primary one is not destroyed this way. */
+EXPORT CUresult cuCtxDestroy_v2(CUcontext c)
+{
+    GUARD();
+    pthread_mutex_lock(&mu);
+    CUresult r = ctx_valid(c) && ctx_index(c) >= FAKE_DEVICES ? CUDA_SUCCESS : CUDA_ERROR_INVALID_CONTEXT;
+    if (r == CUDA_SUCCESS) {
+        ctx_end((fctx *)c);
+        __atomic_store_n(&((fctx *)c)->destroyed, true, __ATOMIC_RELEASE);
+        COUNT(contexts_ended);
+    }
+    pthread_mutex_unlock(&mu);
+    if (r == CUDA_SUCCESS && current == c)
+        current = NULL;
+    return r;
+}
+#undef cuCtxDestroy
+EXPORT CUresult cuCtxDestroy(CUcontext c) { return cuCtxDestroy_v2(c); }
 
 EXPORT CUresult cuCtxEnablePeerAccess(CUcontext peer, unsigned int flags)
 {

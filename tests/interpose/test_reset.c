@@ -162,3 +162,161 @@ Test(reset, a_bad_device_is_the_drivers_error)
     cr_expect_eq(cuDevicePrimaryCtxReset_v2(-1), CUDA_ERROR_INVALID_DEVICE);
     cr_expect_eq(fake_cuda_counts()->resets, 0);
 }
+
+/* ---- contexts that end: cuCtxDestroy of the program's own context, the last
+ * cuDevicePrimaryCtxRelease of a primary one.  gmlake's events of such a context die with it
+ * (the fake counts every later use: a crash on the GPU), and its streams too. ---- */
+
+#undef cuCtxDestroy
+CUresult cuCtxDestroy(CUcontext ctx);
+#undef cuDevicePrimaryCtxRelease
+CUresult cuDevicePrimaryCtxRelease(CUdevice dev);
+
+typedef struct ended {
+    CUdeviceptr a, b; /* freed with work pending: a on a created stream, b on the legacy one */
+} ended;
+
+/* In context c (pushed for the while): blocks freed with work pending on a created stream and on
+ * the context's legacy stream, and a larger miss on the legacy stream that asked the created
+ * stream's bin, so that gmlake made an event in c. */
+static ended use_a_context(CUcontext c)
+{
+    ended e;
+    CUstream s;
+    cr_assert_eq(cuCtxPushCurrent_v2(c), CUDA_SUCCESS);
+    cr_assert_eq(cuStreamCreate(&s, 0), CUDA_SUCCESS);
+    cr_assert_eq(cuMemAllocAsync(&e.a, 4 * MiB, s), CUDA_SUCCESS);
+    cr_assert_eq(fake_cuda_launch(s), 0);
+    cr_assert_eq(cuMemFreeAsync(e.a, s), CUDA_SUCCESS);
+    int events = fake_cuda_counts()->events_created;
+    cr_assert_eq(cuMemAllocAsync(&e.b, 6 * MiB, 0), CUDA_SUCCESS); /* a miss: asks s's bin */
+    cr_assert_gt(fake_cuda_counts()->events_created, events, "gmlake made an event in the context");
+    cr_assert_eq(fake_cuda_launch(0), 0);
+    cr_assert_eq(cuMemFreeAsync(e.b, 0), CUDA_SUCCESS);
+    cr_assert_eq(fake_cuda_pending(s), 1);
+    cr_assert_eq(cuCtxPopCurrent_v2(NULL), CUDA_SUCCESS);
+    return e;
+}
+
+/* After the context ended, in the current context of `device`: misses on its legacy stream and on
+ * a new stream (the fake hands it the dead stream's handle) look at the ended context's bins.
+ * Their blocks serve others only if the ending context's work was waited for (`synced`); no
+ * event of it is used. */
+static void after_the_end(int device, ended e, bool synced)
+{
+    CUdeviceptr x, y, z;
+    CUstream t;
+    cr_assert_eq(cuMemAllocAsync(&x, 4 * MiB, 0), CUDA_SUCCESS);
+    cr_assert_eq(cuMemAllocAsync(&y, 6 * MiB, 0), CUDA_SUCCESS);
+    cr_assert_eq(cuStreamCreate(&t, 0), CUDA_SUCCESS);
+    cr_assert_eq(cuMemAllocAsync(&z, 4 * MiB, t), CUDA_SUCCESS);
+    cr_expect_eq(fake_cuda_counts()->dead_event_uses, 0, "no event of the ended context was used");
+    if (synced) {
+        cr_expect_eq(x, e.a, "the ended context's work was waited for: its blocks serve others");
+        cr_expect_eq(y, e.b);
+    } else {
+        cr_expect(x != e.a && y != e.b && z != e.a && z != e.b,
+                  "the ended context's work is not known to be done: its blocks wait");
+    }
+    cr_expect_eq(gmlake_check(device), GMLAKE_OK);
+    cr_assert_eq(cuMemFreeAsync(x, 0), CUDA_SUCCESS);
+    cr_assert_eq(cuMemFreeAsync(y, 0), CUDA_SUCCESS);
+    cr_assert_eq(cuMemFreeAsync(z, t), CUDA_SUCCESS);
+    cr_assert_eq(cuStreamDestroy_v2(t), CUDA_SUCCESS);
+    cr_expect_eq(gmlake_check(device), GMLAKE_OK);
+    cr_expect_eq(fake_cuda_counts()->dead_event_uses, 0);
+}
+
+Test(reset, a_destroyed_contexts_events_and_streams_are_not_used_again)
+{
+    CUcontext c = fake_cuda_ctx_create(0);
+    ended e = use_a_context(c);
+    cr_assert_eq(cuCtxDestroy_v2(c), CUDA_SUCCESS);
+    cr_assert_eq(fake_cuda_counts()->contexts_ended, 1);
+    after_the_end(0, e, true);
+}
+
+Test(reset, cuCtxDestroy_without_v2_alike)
+{
+    CUcontext c = fake_cuda_ctx_create(0);
+    ended e = use_a_context(c);
+    cr_assert_eq(cuCtxDestroy(c), CUDA_SUCCESS);
+    after_the_end(0, e, true);
+}
+
+/* The context's synchronisation failed (a fault): its blocks are not known to be done and wait
+ * for a synchronisation of the device (here the one a synchronous free makes). */
+Test(reset, a_destroyed_context_that_could_not_be_synchronised_keeps_its_blocks)
+{
+    CUcontext c = fake_cuda_ctx_create(0);
+    ended e = use_a_context(c);
+    fake_cuda_fail_sync(CUDA_ERROR_LAUNCH_FAILED, 1);
+    cr_assert_eq(cuCtxDestroy_v2(c), CUDA_SUCCESS);
+    after_the_end(0, e, false);
+    CUdeviceptr d, x[3];
+    CUstream t;
+    cr_assert_eq(cuMemAlloc_v2(&d, MiB), CUDA_SUCCESS);
+    cr_assert_eq(cuMemFree_v2(d), CUDA_SUCCESS); /* waits for the device */
+    cr_assert_eq(cuStreamCreate(&t, 0), CUDA_SUCCESS);
+    bool again = false; /* three blocks of 4 MiB are free now (after_the_end freed two) */
+    for (int i = 0; i < 3; i++) {
+        cr_assert_eq(cuMemAllocAsync(&x[i], 4 * MiB, t), CUDA_SUCCESS);
+        again |= x[i] == e.a;
+    }
+    cr_expect(again, "after the device's synchronisation they serve again");
+    cr_expect_eq(fake_cuda_counts()->dead_event_uses, 0);
+    cr_expect_eq(gmlake_check(0), GMLAKE_OK);
+}
+
+Test(reset, destroying_no_context_is_the_drivers_error)
+{
+    CUcontext c = fake_cuda_ctx_create(0);
+    cr_assert_eq(cuCtxDestroy_v2(c), CUDA_SUCCESS);
+    cr_expect_eq(cuCtxDestroy_v2(c), CUDA_ERROR_INVALID_CONTEXT, "destroyed already");
+    cr_expect_eq(cuCtxDestroy_v2(NULL), CUDA_ERROR_INVALID_CONTEXT);
+    cr_expect_eq(cuDevicePrimaryCtxRelease_v2(1), CUDA_ERROR_INVALID_CONTEXT, "no reference held");
+    cr_expect_eq(cuDevicePrimaryCtxRelease_v2(9), CUDA_ERROR_INVALID_DEVICE);
+    cr_expect_eq(fake_cuda_counts()->contexts_ended, 1);
+}
+
+/* A driver program's primary context of device 1, retained, used, released to zero (it dies),
+ * then retained again (a fresh one). */
+static void release_to_zero(CUresult (*release)(CUdevice))
+{
+    CUcontext pc;
+    cr_assert_eq(cuDevicePrimaryCtxRetain(&pc, 1), CUDA_SUCCESS);
+    ended e = use_a_context(pc);
+    cr_assert_eq(release(1), CUDA_SUCCESS);
+    cr_assert_eq(fake_cuda_counts()->contexts_ended, 1, "the last reference: the context died");
+    cr_assert_eq(cuDevicePrimaryCtxRetain(&pc, 1), CUDA_SUCCESS);
+    cr_assert_eq(cuCtxPushCurrent_v2(pc), CUDA_SUCCESS);
+    after_the_end(1, e, true);
+}
+
+Test(reset, the_last_release_of_a_primary_context_ends_its_events)
+{
+    release_to_zero(cuDevicePrimaryCtxRelease_v2);
+}
+
+Test(reset, cuDevicePrimaryCtxRelease_without_v2_alike)
+{
+    release_to_zero(cuDevicePrimaryCtxRelease);
+}
+
+/* A release that leaves a reference: the context lives on, and so do its streams; gmlake's
+ * blocks of it stay correct (dropping its events early costs a new event, nothing more). */
+Test(reset, a_release_that_is_not_the_last_changes_nothing_visible)
+{
+    CUcontext pc;
+    cr_assert_eq(cuDevicePrimaryCtxRetain(&pc, 1), CUDA_SUCCESS);
+    cr_assert_eq(cuDevicePrimaryCtxRetain(&pc, 1), CUDA_SUCCESS);
+    ended e = use_a_context(pc);
+    cr_assert_eq(cuDevicePrimaryCtxRelease_v2(1), CUDA_SUCCESS);
+    cr_assert_eq(fake_cuda_counts()->contexts_ended, 0);
+    cr_assert_eq(cuCtxPushCurrent_v2(pc), CUDA_SUCCESS);
+    CUdeviceptr x;
+    cr_assert_eq(cuMemAllocAsync(&x, 4 * MiB, 0), CUDA_SUCCESS);
+    cr_expect_eq(fake_cuda_counts()->dead_event_uses, 0);
+    cr_expect_eq(gmlake_check(1), GMLAKE_OK);
+    (void)e;
+}

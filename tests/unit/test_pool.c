@@ -665,3 +665,49 @@ Test(pool, a_reset_gives_everything_back_and_the_pool_serves_again)
     }
     fx_free(&f);
 }
+
+/* A context ends (gml_pool_context_ends: the preload layer's cuCtxDestroy, or a primary context's
+ * last release).  The sim makes every event in its one context, 0.  The pool destroys its events
+ * there, ends the streams it knows to be of it, and lets their blocks serve others only once the
+ * context (`synced`) or the device was synchronised. */
+Test(pool, a_context_that_ends_takes_its_events_and_its_streams_blocks_wait_for_a_sync)
+{
+    fixture f = fx_make(64 * MiB, true, no_stitch);
+    gml_pool *p = f.pool;
+    gml_stream s = 0x5100, t = 0x5200, u = 0x5300, w = 0x5400;
+    gml_sim_launch(f.dev, s);
+    uintptr_t a = must_alloc(p, 4 * MiB, s);
+    must_free(p, a, s);
+    uintptr_t b = must_alloc(p, 6 * MiB, t); /* a miss: asks s's bin, which makes an event */
+    gmlake_stats st = stats_of(p);
+    cr_assert_gt(st.device_calls[GMLAKE_DC_EVENT_CREATE], 0);
+    gml_pool_context_ends(p, 0, false);
+    st = stats_of(p);
+    cr_assert_eq(st.device_calls[GMLAKE_DC_EVENT_CREATE], st.device_calls[GMLAKE_DC_EVENT_DESTROY],
+                 "every event of the context destroyed");
+    CHECK_POOL(p);
+    uintptr_t x = must_alloc(p, 4 * MiB, t);
+    cr_assert_neq(x, a, "s's work is not known to be done");
+    uintptr_t y = must_alloc(p, 4 * MiB, s);
+    cr_assert_neq(y, a, "a stream with s's key now is another stream: it starts afresh");
+    cr_assert_eq(st.device_calls[GMLAKE_DC_EVENT_RECORD], stats_of(p).device_calls[GMLAKE_DC_EVENT_RECORD],
+                 "nothing recorded on the ended stream");
+    cr_assert_eq(gml_pool_sync(p), GMLAKE_OK); /* the device's synchronisation covers it */
+    cr_assert_eq(must_alloc(p, 4 * MiB, t), a);
+    CHECK_POOL(p);
+
+    gml_sim_launch(f.dev, u); /* the context synchronised: its streams' blocks serve at once */
+    uintptr_t c = must_alloc(p, 2 * MiB, u);
+    must_free(p, c, u);
+    must_free(p, must_alloc(p, 8 * MiB, t), t); /* asks u's bin: an event */
+    gml_sim_finish(f.dev, u);
+    gml_pool_context_ends(p, 0, true);
+    cr_assert_eq(must_alloc(p, 2 * MiB, w), c);
+    st = stats_of(p);
+    cr_assert_eq(st.device_calls[GMLAKE_DC_EVENT_CREATE], st.device_calls[GMLAKE_DC_EVENT_DESTROY]);
+    CHECK_POOL(p);
+    (void)b;
+    (void)x;
+    (void)y;
+    fx_free(&f);
+}
