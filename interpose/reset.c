@@ -95,6 +95,7 @@ static void context_ends(CUcontext ctx)
     bool valid, synced = sync_context(ctx, &valid);
     if (!valid)
         return;
+    gml_streams_changed(); /* its streams end with it */
     for (int d = 0; d < GML_MAX_DEVICES; d++) {
         gml_pool *p = gml_registry_get(d);
         if (p) {

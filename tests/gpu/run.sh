@@ -3,7 +3,8 @@
 # runs gpu_hooks under libgmlake (shared and static cudart), multi_gpu, streams_gpu (streams,
 # cudaFree, empty_cache, fork), stitch_ends (stitched ranges entering partly used extents),
 # stitch_patch (a stale cached range patched, and with patches off), device_reset (a program
-# that resets its device and goes on, after a fault too), then
+# that resets its device and goes on, after a fault too), context_end (a context destroyed or a
+# primary context released while gmlake holds its events), then
 # the pytest suite (test_gpu.py, test_pytorch_route.py, test_torch_features.py).  Skips where no GPU is present.
 # Usage: [GPU_C=0] [GPU_PYTEST='test_gpu.py ...'] tests/gpu/run.sh [OUTDIR]  (GPU_C=0: the pytest part only)   (logs go to OUTDIR, default build/gpu)
 set -uo pipefail
@@ -46,6 +47,9 @@ fi
 if [ ! -x "$g/device_reset" ]; then
   nvcc -O2 -arch=sm_90 -I "$root/include" -cudart shared -o "$g/device_reset" "$root/tests/gpu/device_reset.cu" -ldl || exit 1
 fi
+if [ ! -x "$g/context_end" ]; then
+  nvcc -O2 -arch=sm_90 -I "$root/include" -cudart shared -o "$g/context_end" "$root/tests/gpu/context_end.cu" -lcuda -ldl || exit 1
+fi
 if [ ! -x "$g/rtld_local_main" ]; then
   nvcc -O2 -arch=sm_90 -cudart shared -shared -Xcompiler -fPIC -o "$g/rtld_local_plugin.so" "$root/tests/gpu/rtld_local_plugin.cu" || exit 1
   cc -O2 -I "$root/include" -o "$g/rtld_local_main" "$root/tests/gpu/rtld_local_main.c" -ldl || exit 1
@@ -55,11 +59,17 @@ run semantics_errors LD_PRELOAD=$lib GMLAKE_MEMORY_LIMIT=256MiB "$g/semantics" e
 run semantics_errors_cuda LD_PRELOAD=$lib GMLAKE_ENABLE=0 "$g/semantics" errors
 run semantics_sticky LD_PRELOAD=$lib "$g/semantics" sticky
 run semantics_peers LD_PRELOAD=$lib "$g/semantics" peers
+run semantics_stream_device LD_PRELOAD=$lib "$g/semantics" stream_device
+run semantics_stream_device_cuda LD_PRELOAD=$lib GMLAKE_ENABLE=0 "$g/semantics" stream_device
 run rtld_local LD_PRELOAD=$lib "$g/rtld_local_main" "$g/rtld_local_plugin.so"
 run rtld_local_off LD_PRELOAD=$lib GMLAKE_ENABLE=0 "$g/rtld_local_main" "$g/rtld_local_plugin.so"
 for m in runtime driver sticky; do
   run device_reset_$m LD_PRELOAD=$lib "$g/device_reset" $m
   run device_reset_${m}_cuda LD_PRELOAD=$lib GMLAKE_ENABLE=0 "$g/device_reset" $m
+done
+for m in ctx release; do
+  run context_end_$m LD_PRELOAD=$lib "$g/context_end" $m
+  run context_end_${m}_cuda LD_PRELOAD=$lib GMLAKE_ENABLE=0 "$g/context_end" $m
 done
 run streams_gpu LD_PRELOAD=$lib "$g/streams_gpu"
 run streams_gpu_events_only LD_PRELOAD=$lib GMLAKE_STREAM_WAIT=off "$g/streams_gpu"

@@ -7,6 +7,8 @@
 //   sticky  a kernel fault: afterwards cudaMalloc and cudaFree of gmlake memory return the fault.
 //   peers   (2 GPUs; skipped with fewer) after cudaDeviceEnablePeerAccess, device 1 writes into
 //           device 0's gmlake blocks allocated before and after the call and reads them back.
+//   stream_device (2 GPUs; skipped with fewer) with device 0 current, cudaMallocAsync on a stream
+//           of device 1 gives device 1's memory (no peer access), which device 1 writes and reads.
 // Prints "N passed, M failed"; exits non-zero on any failure.
 #include <cuda_runtime.h>
 #include <dlfcn.h>
@@ -115,12 +117,44 @@ static void peers() {
     CHECK(cudaFree(before) == cudaSuccess && cudaFree(after) == cudaSuccess, "frees");
 }
 
+// A stream-ordered allocation takes memory on its stream's device, whichever device is current
+// (no peer access: memory of the wrong device would fault, or read back wrong).
+static void stream_device() {
+    int n = 0;
+    cudaGetDeviceCount(&n);
+    if (n < 2) { printf("semantics stream_device: %d GPU, skipped\n", n); return; }
+    cudaStream_t s1;
+    unsigned long long *bad1 = NULL, h = 1;
+    void *p = NULL;
+    CHECK(cudaSetDevice(1) == cudaSuccess && cudaStreamCreateWithFlags(&s1, cudaStreamNonBlocking) == cudaSuccess &&
+          cudaMalloc(&bad1, sizeof *bad1) == cudaSuccess, "a stream and a counter on device 1");
+    CHECK(cudaSetDevice(0) == cudaSuccess, "device 0 current");
+    CHECK(cudaMallocAsync(&p, 48 * MiB, s1) == cudaSuccess, "cudaMallocAsync on device 1's stream");
+    cudaPointerAttributes a;
+    memset(&a, 0, sizeof a);
+    CHECK(cudaPointerGetAttributes(&a, p) == cudaSuccess && a.device == 1, "the block is device 1's (%d)", a.device);
+    cudaSetDevice(1);
+    cudaMemsetAsync(bad1, 0, sizeof *bad1, s1);
+    fill<<<64, 256, 0, s1>>>((uint32_t *)p, 48 * MiB / 4, 5);
+    count_bad<<<64, 256, 0, s1>>>((const uint32_t *)p, 48 * MiB / 4, 5, bad1);
+    cudaMemcpyAsync(&h, bad1, sizeof h, cudaMemcpyDeviceToHost, s1);
+    CHECK(cudaStreamSynchronize(s1) == cudaSuccess && h == 0, "device 1 writes and reads it (%llu bad)", h);
+    cudaSetDevice(0);
+    CHECK(cudaFreeAsync(p, s1) == cudaSuccess && cudaStreamSynchronize(s1) == cudaSuccess, "freed on that stream");
+    if (gmlake_on()) {
+        gmlake_stats s0 = stats(0), s1s = stats(1);
+        CHECK(s1s.allocations >= 1 && s0.allocations == 0, "device 1's pool served it (%lu on 0, %lu on 1)",
+              (unsigned long)s0.allocations, (unsigned long)s1s.allocations);
+    }
+}
+
 int main(int argc, char **argv) {
     const char *mode = argc > 1 ? argv[1] : "";
     if (!strcmp(mode, "errors")) errors();
     else if (!strcmp(mode, "sticky")) sticky();
     else if (!strcmp(mode, "peers")) peers();
-    else { fprintf(stderr, "usage: semantics errors|sticky|peers\n"); return 2; }
+    else if (!strcmp(mode, "stream_device")) stream_device();
+    else { fprintf(stderr, "usage: semantics errors|sticky|peers|stream_device\n"); return 2; }
     printf("%d passed, %d failed\n", passed, failed);
     return failed != 0;
 }

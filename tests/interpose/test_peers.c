@@ -127,6 +127,27 @@ Test(peers, a_stream_of_another_device_allocates_on_that_device)
     cr_assert_eq(cudaStreamDestroy(s1), cudaSuccess);
 }
 
+/* A thread remembers its last stream's device; a stream destroyed and its handle made again on
+ * another device must not keep the old answer (the fake hands a destroyed handle out first). */
+Test(peers, a_stream_handle_made_again_on_another_device_allocates_there)
+{
+    cudaStream_t s1, s0;
+    void *p;
+    cr_assert_eq(cudaSetDevice(1), cudaSuccess);
+    cr_assert_eq(cudaStreamCreate(&s1), cudaSuccess);
+    cr_assert_eq(cudaSetDevice(0), cudaSuccess);
+    cr_assert_eq(cudaMallocAsync(&p, MiB, s1), cudaSuccess); /* remembered: device 1 */
+    cr_assert(access_is(p, MiB, 2));
+    cr_assert_eq(cudaFreeAsync(p, s1), cudaSuccess);
+    cr_assert_eq(cudaStreamDestroy(s1), cudaSuccess);
+    cr_assert_eq(cudaStreamCreate(&s0), cudaSuccess); /* on device 0 */
+    cr_assert_eq(s0, s1, "the fake made the same handle again");
+    cr_assert_eq(cudaMallocAsync(&p, 2 * MiB, s0), cudaSuccess);
+    cr_assert(access_is(p, 2 * MiB, 1), "device 0's memory: the old answer was not kept");
+    cr_assert_eq(cudaFreeAsync(p, s0), cudaSuccess);
+    cr_assert_eq(cudaStreamDestroy(s0), cudaSuccess);
+}
+
 /* cuMemAllocFromPoolAsync names its pool: a device's default pool is gmlake's, whatever pool is
  * current (gmlake used to pass the call on to cuMemAllocAsync, which allocates from the current
  * pool: another pool than the one asked for). */
