@@ -170,6 +170,28 @@ int gml_graph_free(uintptr_t ptr, uint64_t capture, gml_stream s)
     return r;
 }
 
+void gml_graph_forget_pool(gml_pool *p)
+{
+    if (!atomic_load(&tracked))
+        return;
+    pthread_mutex_lock(&mu);
+    gcap *c, *tmp;
+    HASH_ITER(hh, by_id, c, tmp) {
+        for (gblock **link = &c->blocks; *link;) {
+            gblock *b = *link;
+            if (b->pool != p) {
+                link = &b->next;
+                continue;
+            }
+            *link = b->next;
+            HASH_DELETE(hh, by_ptr, b);
+            atomic_fetch_sub(&tracked, 1);
+            free(b);
+        }
+    }
+    pthread_mutex_unlock(&mu);
+}
+
 /* With mu held: takes c out of the tables; the blocks to return to the pool go on *give. */
 static void release(gcap *c, gblock **give)
 {

@@ -376,6 +376,8 @@ bool gml_capture_under_way(void);
  *   GML_GRAPH_NOT_MINE when ptr is no graph's block (the caller goes on), else the answer.
  * gml_graph_ended: capture id ended with graph g (NULL: without a graph).
  * gml_graph_reap: returns the memory of graphs CUDA destroyed since the last call.
+ * gml_graph_forget_pool: pool p is about to be reset (reset.c): every record of its blocks ends,
+ *   so that no later free or reap acts on what the fresh pool puts at their addresses.
  * gml_free_served: the last step of every free of a live gmlake block: the trace, the pool's
  *   free, the end of its IPC export (a gmlake status). */
 enum { GML_GRAPH_NOT_MINE = -1 };
@@ -385,6 +387,7 @@ bool gml_graph_note(uint64_t id, gml_pool *p, uintptr_t ptr, size_t size);
 int gml_graph_free(uintptr_t ptr, uint64_t capture, gml_stream s);
 void gml_graph_ended(uint64_t id, CUgraph g);
 void gml_graph_reap(void);
+void gml_graph_forget_pool(gml_pool *p);
 int gml_free_served(gml_pool *p, uintptr_t ptr, gml_stream stream);
 /* Logs why `size` bytes could not be served on `device`: the process's first report at warn
  * level, later ones at info (report.c); sets gml_oom_pending, which the next allocation gmlake
@@ -409,6 +412,7 @@ int gml_torch_plan(const char *alloc_conf, const char *cuda_conf, const char **v
  * holds ptr; CUDA_ERROR_INVALID_VALUE when ptr lies in no live allocation, CUDA_ERROR_NOT_SUPPORTED
  * when the pool's device cannot export its chunks (no opener could map them).
  * gml_ipc_forget: the allocation starting at base was freed; its export, if any, ends.
+ * gml_ipc_forget_device: device's pool is about to be reset: every export of it ends.
  * gml_ipc_is_ours: whether a handle is one gml_ipc_export made (in any process).
  * gml_ipc_open: maps the allocation a handle of another process names on `device` (the caller's
  * current one); the same handle opened again gives the same pointer and counts a reference.
@@ -416,6 +420,7 @@ int gml_torch_plan(const char *alloc_conf, const char *cuda_conf, const char **v
  * -1 when ptr is not one (the real function answers). */
 int gml_ipc_export(gml_pool *p, int device, uintptr_t ptr, void *handle);
 void gml_ipc_forget(uintptr_t base);
+void gml_ipc_forget_device(int device);
 bool gml_ipc_is_ours(const void *handle);
 int gml_ipc_open(int device, const void *handle, uintptr_t *out);
 int gml_ipc_close(uintptr_t ptr);

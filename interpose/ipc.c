@@ -269,6 +269,23 @@ void gml_ipc_forget(uintptr_t base)
     pthread_mutex_unlock(&ex_mu);
 }
 
+void gml_ipc_forget_device(int device)
+{
+    if (atomic_load_explicit(&nexports, memory_order_relaxed) == 0)
+        return;
+    pthread_mutex_lock(&ex_mu);
+    export_rec *e, *tmp;
+    HASH_ITER(by_id, by_id, e, tmp) {
+        if (e->device != device)
+            continue;
+        HASH_DELETE(by_id, by_id, e);
+        HASH_DELETE(by_base, by_base, e);
+        atomic_fetch_sub(&nexports, 1);
+        free(e);
+    }
+    pthread_mutex_unlock(&ex_mu);
+}
+
 /* ---- the opener's side ---- */
 
 typedef struct opened {

@@ -11,7 +11,10 @@
  * allocations any more (a later free of one is CUDA's invalid value).  Virtual memory itself
  * outlives a reset (the probe: mappings, handles and reservations stay valid), so the pool keeps
  * its arena and serves the fresh context.  The runtime's reset reaches the driver's hook with
- * depth raised, so a pool is reset once per call.  Other devices' pools are not touched.
+ * depth raised, so a pool is reset once per call.  Other devices' pools are not touched.  What
+ * the preload layer remembers of the pool's blocks ends with them: graph captures' blocks
+ * (graphmem.c; else a graph's end would free whatever the fresh pool put at their addresses) and
+ * IPC exports (ipc.c; else an old handle would open a new allocation).
  *
  * A context may also end without a reset: the program destroys a context of its own
  * (cuCtxDestroy[_v2]), or releases a primary context (cuDevicePrimaryCtxRelease[_v2]; the last
@@ -38,6 +41,9 @@ static void reset_pool(int device)
     gml_pool *p = gml_registry_get(device);
     if (!p)
         return;
+    /* what other files remember of the pool's blocks ends first: graphs' memory, IPC exports */
+    gml_graph_forget_pool(p);
+    gml_ipc_forget_device(device);
     gml_depth++;
     int rc = gml_pool_reset(p);
     gml_depth--;

@@ -137,6 +137,21 @@ Test(ipc, the_handle_of_a_freed_allocation)
     cr_assert_eq(cudaFree(q), cudaSuccess);
 }
 
+/* A device reset destroys the allocation as a free does: its handle then names nothing, even
+ * where the fresh pool hands the same address out again. */
+Test(ipc, the_handle_of_an_allocation_a_reset_destroyed)
+{
+    void *p, *q;
+    cr_assert_eq(cudaMalloc(&p, 4 * MiB), cudaSuccess);
+    cudaIpcMemHandle_t h;
+    cr_assert_eq(cudaIpcGetMemHandle(&h, p), cudaSuccess);
+    cr_assert_eq(cudaDeviceReset(), cudaSuccess);
+    cr_assert_eq(cudaMalloc(&q, 4 * MiB), cudaSuccess);
+    cr_assert_eq(q, p, "the fresh pool serves the same address");
+    cr_assert_eq(peer("freed", &h, 0, 0, 0), 0, "refused, not the new allocation mapped");
+    cr_assert_eq(cudaFree(q), cudaSuccess);
+}
+
 Test(ipc, bad_pointers_and_handles)
 {
     void *p;

@@ -156,6 +156,32 @@ Test(reset, a_reset_after_a_sticky_fault_crashes_nothing)
     cr_expect_eq(fake_cuda_counts()->dead_event_uses, 0);
 }
 
+/* A graph's memory (graphmem.c) is the pool's too: a reset must also end gmlake's record of it,
+ * else the graph's later end (its user object's destructor) or a free of the old pointer would
+ * act on whatever the fresh pool put at the same address. */
+Test(reset, a_graphs_memory_does_not_outlive_the_reset)
+{
+    cudaStream_t s;
+    void *p = NULL, *q = NULL;
+    cudaGraph_t g;
+    cr_assert_eq(cudaStreamCreate(&s), cudaSuccess);
+    cr_assert_eq(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+    cr_assert_eq(cudaMallocAsync(&p, 4 * MiB, s), cudaSuccess);
+    cr_assert_eq(cudaFreeAsync(p, s), cudaSuccess); /* freed in its capture: the graph's */
+    cr_assert_eq(cudaStreamEndCapture(s, &g), cudaSuccess);
+    cr_assert_eq(cudaDeviceReset(), cudaSuccess);
+    cr_assert_eq(cudaMalloc(&q, 4 * MiB), cudaSuccess);
+    cr_expect_eq(stats(0).live_allocations, 1);
+    cr_assert_eq(cuGraphDestroy((CUgraph)g), CUDA_SUCCESS); /* the graph's memory is reaped next */
+    void *r = NULL;
+    cr_assert_eq(cudaMalloc(&r, MiB), cudaSuccess);
+    cr_expect_eq(stats(0).live_allocations, 2, "q is still the program's (q %p, the graph's %p)", q, p);
+    cr_expect_eq(cudaFree(q), cudaSuccess, "and frees once");
+    cr_expect_eq(cudaFree(r), cudaSuccess);
+    cr_expect_eq(stats(0).live_allocations, 0);
+    cr_expect_eq(gmlake_check(0), GMLAKE_OK);
+}
+
 Test(reset, a_bad_device_is_the_drivers_error)
 {
     cr_expect_eq(cuDevicePrimaryCtxReset_v2(7), CUDA_ERROR_INVALID_DEVICE);
