@@ -52,7 +52,7 @@ static void reset_pool(int device)
                 "starts again", device);
     else
         gml_log(GML_LOG_ERROR, "device %d: reset by the program, and the pool could not be made "
-                "again (%s); gmlake serves nothing more there", device, gmlake_strerror(rc));
+                "again (%s); its allocations pass to CUDA from now on", device, gmlake_strerror(rc));
 }
 
 GML_HOOK cudaError_t cudaDeviceReset(void)

@@ -331,7 +331,7 @@ int gml_pool_alloc(gml_pool *p, size_t size, gml_stream stream, uintptr_t *out)
     p->inflight++;
     gml_bin *bin = !p->dead && gml_addrmap_reserve(&p->live, p->inflight) ? bin_for(p, stream) : NULL;
     if (__builtin_expect(!bin, 0))
-        rc = GMLAKE_ERR_NOMEM;
+        rc = p->dead ? GMLAKE_ERR_DEVICE : GMLAKE_ERR_NOMEM;
     else if (__builtin_expect(bin->want_record, 0))
         gml_bin_record(&p->heap, bin);
     if (bin && !try_fit(p, bin, space, need, size, out)) {

@@ -107,7 +107,8 @@ int gml_pool_empty_cache(gml_pool *p);
  * stream; the pool is as gml_pool_create made it, over the same arena (its peaks and counters of
  * calls kept).  No other thread may use the pool meanwhile (CUDA asks the same of the program).
  * GMLAKE_OK, or GMLAKE_ERR_NOMEM where host memory ran out re-making the books: the pool then
- * serves nothing (every allocation fails), logged. */
+ * serves nothing (every allocation answers GMLAKE_ERR_DEVICE, which the preload layer passes to
+ * CUDA). */
 int gml_pool_reset(gml_pool *p);
 /* Waits for every stream of the pool's device (not holding the pool lock): every block freed
  * before the call may then serve any stream.  GMLAKE_ERR_DEVICE if the synchronisation failed. */
