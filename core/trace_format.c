@@ -86,8 +86,8 @@ int gml_trace_parse_line(char *s, gml_trace_rec *e, const char **why)
         *why = "expected 5 fields: OP PTR SIZE STREAM T_US";
         return -1;
     }
-    if (strcmp(tok[0], "A") && strcmp(tok[0], "F")) {
-        *why = "the operation must be A or F";
+    if (strcmp(tok[0], "A") && strcmp(tok[0], "F") && strcmp(tok[0], "E")) {
+        *why = "the operation must be A, F or E";
         return -1;
     }
     e->op = tok[0][0];
@@ -102,6 +102,10 @@ int gml_trace_parse_line(char *s, gml_trace_rec *e, const char **why)
     }
     if (e->op == 'F' && e->size != 0) {
         *why = "a free has size 0";
+        return -1;
+    }
+    if (e->op == 'E' && (e->size != 0 || e->ptr != 0)) {
+        *why = "a cache release (E) has pointer 0 and size 0";
         return -1;
     }
     return 0;

@@ -7,6 +7,8 @@
  * line, the first line of a recorded trace is the header; blank lines carry nothing.
  *   A <ptr hex> <size bytes> <stream hex> <t_us>   an allocation that returned ptr
  *   F <ptr hex> 0 <stream hex> <t_us>              a free of ptr
+ *   E 0 0 <stream hex> <t_us>                      the program gave the cache back (empty_cache:
+ *                                                  PyTorch's cudaMemPoolTrimTo of the default pool)
  * The stream column is gmlake's stream key (core/device.h); 0xffffffffffffffff
  * (GML_STREAM_NONE) marks a call with no stream (cudaMalloc, cudaFree).
  */
@@ -17,7 +19,7 @@
 #include <stdio.h>
 
 typedef struct gml_trace_rec {
-    char op; /* 'A' or 'F' */
+    char op; /* 'A', 'F' or 'E' */
     uint64_t ptr, size, stream, t_us;
 } gml_trace_rec;
 
@@ -26,7 +28,8 @@ void gml_trace_write_header(FILE *f, const char *origin);
 /* Writes one event line. */
 void gml_trace_write_line(FILE *f, const gml_trace_rec *r);
 /* Parses one event line (s is cut into tokens in place); 0, or -1 with *why saying what is wrong
- * with it.  An allocation needs a non-zero pointer and size, a free has size 0. */
+ * with it.  An allocation needs a non-zero pointer and size, a free has size 0, a cache release
+ * pointer and size 0. */
 int gml_trace_parse_line(char *s, gml_trace_rec *r, const char **why);
 
 #endif /* GML_TRACE_FORMAT_H */

@@ -634,6 +634,7 @@ GML_HOOK cudaError_t cudaMemPoolTrimTo(cudaMemPool_t pool, size_t minBytesToKeep
         gml_depth++;
         gml_pool_empty_cache(gml_registry_get(d));
         gml_depth--;
+        gml_trace_event('E', 0, 0, GML_STREAM_NONE); /* the replay gives the cache back there too */
     }
     return PASS(rt_pool_trim_to, NO_RT, pool, minBytesToKeep);
 }

@@ -107,14 +107,16 @@ def parse_line(s):
     if len(tok) != 5:
         raise ValueError("too many fields (want: OP PTR SIZE STREAM T_US)" if len(tok) > 5
                          else "expected 5 fields: OP PTR SIZE STREAM T_US")
-    if tok[0] not in (b"A", b"F"):
-        raise ValueError("the operation must be A or F")
+    if tok[0] not in (b"A", b"F", b"E"):
+        raise ValueError("the operation must be A, F or E")
     op = tok[0].decode()
     ptr, size, stream, t_us = (_number(t, what, base) for t, (what, base) in zip(tok[1:], _FIELDS))
     if op == "A" and (size == 0 or ptr == 0):
         raise ValueError("an allocation needs a non-zero pointer and size")
     if op == "F" and size != 0:
         raise ValueError("a free has size 0")
+    if op == "E" and (size != 0 or ptr != 0):
+        raise ValueError("a cache release (E) has pointer 0 and size 0")
     return op, ptr, size, stream, t_us
 
 
@@ -176,6 +178,8 @@ def device_trace(path, events, device, max_events=None):
     allocs = frees = 0
     for i, (op, ptr, size, stream, t, line) in enumerate(events):
         keep = i >= first
+        if op == "E":
+            continue  # a cache release: a snapshot of gmlake's live tensors has nothing to show
         if op == "A":
             if ptr in live:
                 raise ExportError(f"{path}:{line}: allocation of {ptr:#x}, which is still live "

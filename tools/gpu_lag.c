@@ -22,7 +22,7 @@ void gml_gpu_lag_before(gml_gpu_lag *g, const gml_trace_event *e)
         gml_sim_finish_to(g->dev, u->stream, u->unit);
     }
     if (e->stream == GML_STREAM_NONE) {
-        if (e->op == 'F') { /* cudaFree waits for the device */
+        if (e->op == 'F' || e->op == 'E') { /* cudaFree and empty_cache wait for the device */
             gml_sim_complete_events(g->dev);
             g->head = g->n;
         }

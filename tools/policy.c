@@ -116,7 +116,13 @@ static void pool_destroy(gml_policy *p)
     free(p);
 }
 
-static const gml_policy_ops pool_ops = {pool_alloc, pool_free, pool_check, pool_destroy};
+static void pool_empty_cache(gml_policy *p)
+{
+    gml_pool_empty_cache(p->pool);
+    pool_refresh(p);
+}
+
+static const gml_policy_ops pool_ops = {pool_alloc, pool_free, pool_check, pool_empty_cache, pool_destroy};
 
 /* Wraps an existing pool (which stays the caller's) or, with pool NULL, a new sim pool. */
 static gml_policy *pool_policy(const char *name, gml_pool *pool, uint64_t capacity,
@@ -244,8 +250,11 @@ int gml_policy_replay(gml_policy *p, const gml_trace *t, size_t check_every, gml
             secs_half = p->device_seconds;
         }
         live_ptr *l = NULL;
-        HASH_FIND(hh, live, &e->ptr, sizeof e->ptr, l);
-        if (e->op == 'A') {
+        if (e->op != 'E')
+            HASH_FIND(hh, live, &e->ptr, sizeof e->ptr, l);
+        if (e->op == 'E') {
+            p->ops->empty_cache(p);
+        } else if (e->op == 'A') {
             if (l) {
                 snprintf(err, errlen, "%s:%u: pointer %#" PRIx64 " is allocated while still live",
                          t->path, e->line, e->ptr);

@@ -39,6 +39,8 @@ typedef struct gml_policy_ops {
     int (*free)(gml_policy *p, uint64_t addr, uint64_t stream);
     /* Optional: a consistency check; GMLAKE_OK or an error with a message in why. */
     int (*check)(gml_policy *p, char *why, size_t whylen);
+    /* The program gave the cache back (a trace's E event): what the allocator's empty_cache does. */
+    void (*empty_cache)(gml_policy *p);
     void (*destroy)(gml_policy *p);
 } gml_policy_ops;
 

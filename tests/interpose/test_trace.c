@@ -22,6 +22,15 @@ static void *churn(void *arg)
     return NULL;
 }
 
+/* Records this process's trace into a new temporary file (path: a mkstemp template). */
+static void trace_to(char *path)
+{
+    int fd = mkstemp(path);
+    cr_assert_geq(fd, 0);
+    close(fd);
+    setenv("GMLAKE_TRACE_FILE", path, 1); /* before the first hook call */
+}
+
 typedef struct live {
     uintptr_t ptr;
     UT_hash_handle hh;
@@ -30,10 +39,7 @@ typedef struct live {
 Test(trace, frees_from_several_threads_are_logged_in_order)
 {
     char path[] = "/tmp/gmlake-trace-XXXXXX";
-    int fd = mkstemp(path);
-    cr_assert_geq(fd, 0);
-    close(fd);
-    setenv("GMLAKE_TRACE_FILE", path, 1); /* before the first hook call */
+    trace_to(path);
     pthread_t t[THREADS];
     for (int i = 0; i < THREADS; i++)
         cr_assert_eq(pthread_create(&t[i], NULL, churn, NULL), 0);
@@ -71,4 +77,29 @@ Test(trace, frees_from_several_threads_are_logged_in_order)
     }
     cr_assert_eq(bad, 0, "%zu events out of order, the first at event %zu", bad, first_bad);
     gml_trace_free(&tr);
+}
+
+/* torch.cuda.empty_cache() (PyTorch's cudaMemPoolTrimTo of the default pool) is an E event in
+ * the trace, where the replay gives the cache back too. */
+Test(trace, a_cache_release_is_recorded)
+{
+    char path[] = "/tmp/gmlake-trace-XXXXXX";
+    trace_to(path);
+    void *p;
+    cudaMemPool_t pool;
+    cr_assert_eq(cudaMalloc(&p, 8 << 20), cudaSuccess);
+    cr_assert_eq(cudaFree(p), cudaSuccess);
+    cr_assert_eq(cudaDeviceGetDefaultMemPool(&pool, 0), cudaSuccess);
+    cr_assert_eq(cudaMemPoolTrimTo(pool, 0), cudaSuccess);
+    cr_assert_eq(cudaMalloc(&p, 8 << 20), cudaSuccess);
+    gml_trace tr;
+    char err[256];
+    cr_assert_eq(gml_trace_load(path, &tr, err, sizeof err), 0, "%s", err);
+    unlink(path);
+    cr_assert_eq(tr.n, 4);
+    cr_assert(tr.ev[0].op == 'A' && tr.ev[1].op == 'F' && tr.ev[2].op == 'E' && tr.ev[3].op == 'A',
+              "A F E A: %c %c %c %c", tr.ev[0].op, tr.ev[1].op, tr.ev[2].op, tr.ev[3].op);
+    cr_assert(tr.ev[2].ptr == 0 && tr.ev[2].size == 0);
+    gml_trace_free(&tr);
+    cr_assert_eq(cudaFree(p), cudaSuccess);
 }

@@ -233,7 +233,7 @@ class Export(unittest.TestCase):
             ("cut.trace", ("\n".join([HEADER] + SYNTH) + "\nA 0x7f00").encode(),
              ":10: expected 5 fields"),
             ("fields.trace", (HEADER + "\nA 0x10 100 0x0\n").encode(), ":2: expected 5 fields"),
-            ("op.trace", (HEADER + "\nX 0x10 100 0x0 1\n").encode(), ":2: the operation must be A or F"),
+            ("op.trace", (HEADER + "\nX 0x10 100 0x0 1\n").encode(), ":2: the operation must be A, F or E"),
             ("hex.trace", (HEADER + "\nA zz 100 0x0 1\n").encode(), "the pointer is not a hexadecimal"),
             ("neg.trace", (HEADER + "\nA 0x10 -1 0x0 1\n").encode(), "the size is negative"),
             ("freesize.trace", (HEADER + "\nA 0x10 1 0x0 1\nF 0x10 5 0x0 2\n").encode(), ":3: a free has size 0"),

@@ -145,6 +145,30 @@ Test(models, roundup_power2_divisions)
     cr_assert_eq(gml_model_option_set(&o, "stitch", "on", err, sizeof err), 1, "not a model key");
 }
 
+/* A trace's E event (torch.cuda.empty_cache()): every free segment goes back, as PyTorch's
+ * emptyCache releases them; live ones stay. */
+Test(models, empty_cache_releases_the_free_segments)
+{
+    static const char *const names[] = {"pytorch", "expandable", "gmlake"};
+    for (int i = 0; i < 3; i++) {
+        gml_policy *p = make(names[i], 1024 * MiB, NULL, NULL);
+        uint64_t keep = A(p, 30 * MiB, 0), gone = A(p, 60 * MiB, 0);
+        F(p, gone);
+        cr_assert_geq(p->reserved, 90 * MiB, "%s", names[i]);
+        p->ops->empty_cache(p);
+        /* what stays is the live block's memory: its segment, its chunks, or its 20 MiB pages */
+        cr_assert_leq(p->reserved, 40 * MiB, "%s: the free 60 MiB went back (%llu held)", names[i],
+                      (unsigned long long)p->reserved);
+        cr_assert_geq(p->reserved, 30 * MiB, "%s: the live block stays", names[i]);
+        char why[256];
+        cr_assert_eq(p->ops->check(p, why, sizeof why), GMLAKE_OK, "%s: %s", names[i], why);
+        F(p, keep);
+        p->ops->empty_cache(p);
+        cr_assert_eq(p->reserved, 0, "%s", names[i]);
+        gml_policy_destroy(p);
+    }
+}
+
 Test(models, out_of_memory_releases_cached_segments_then_fails)
 {
     gml_policy *p = make("pytorch", 60 * MiB, NULL, NULL);

@@ -56,11 +56,40 @@ Test(replay, generated_trace_replays_and_repeats_without_device_calls)
     free(text);
 }
 
+/* E (the program gave the cache back) in a trace: the replay's pool releases its free memory
+ * there, so the next allocation grows it again. */
+Test(replay, a_cache_release_in_the_trace_gives_the_memory_back)
+{
+    const char *with = "# t\nA 0x10 67108864 0xffffffffffffffff 1\nF 0x10 0 0xffffffffffffffff 2\n"
+                       "E 0 0 0xffffffffffffffff 3\nA 0x20 67108864 0xffffffffffffffff 4\n";
+    const char *without = "# t\nA 0x10 67108864 0xffffffffffffffff 1\nF 0x10 0 0xffffffffffffffff 2\n"
+                          "A 0x20 67108864 0xffffffffffffffff 4\n";
+    uint64_t creates[2];
+    for (int k = 0; k < 2; k++) {
+        char *path = write_trace(k ? without : with, 0);
+        gml_trace t;
+        char err[256];
+        cr_assert_eq(gml_trace_load(path, &t, err, sizeof err), 0, "%s", err);
+        cr_assert_eq(t.n, k ? 3 : 4);
+        fixture f = fx_make(1024 * MiB, false, NULL);
+        gml_replay_result r;
+        cr_assert_eq(gml_replay(f.pool, &t, 1, &r, err, sizeof err), 0, "%s", err);
+        cr_assert_eq(r.allocations, 2);
+        cr_assert_eq(r.stats.cache_releases, k ? 0 : 1);
+        creates[k] = r.stats.device_calls[GMLAKE_DC_CHUNK_CREATE];
+        fx_free(&f);
+        gml_trace_free(&t);
+        unlink(path);
+    }
+    cr_assert_gt(creates[0], creates[1], "grown twice with the release (%llu), once without (%llu)",
+                 (unsigned long long)creates[0], (unsigned long long)creates[1]);
+}
+
 Test(replay, bad_lines_name_file_and_line)
 {
     struct { const char *text, *want; } cases[] = {
         /* line 1 is the header write_trace adds */
-        {"A 0x10 100 0x0 1\nB 0x10 0 0x0 2\n", ":3: the operation must be A or F"},
+        {"A 0x10 100 0x0 1\nB 0x10 0 0x0 2\n", ":3: the operation must be A, F or E"},
         {"A 0x10 100 0x0\n", ":2: expected 5 fields"},
         {"# c\n\nA zz 100 0x0 1\n", ":4: the pointer is not a hexadecimal number"},
         {"A 0x10 -5 0x0 1\n", ":2: the size is negative"},

@@ -28,6 +28,7 @@ Test(trace_format, what_is_written_parses_back)
         {'F', 0x7f0000200000, 0, 0x5000000, 13},
         {'A', 0xffffffffff000000, 1ull << 40, UINT64_MAX, UINT64_MAX}, /* GML_STREAM_NONE */
         {'F', 1, 0, 0, 0},
+        {'E', 0, 0, UINT64_MAX, 14}, /* a cache release (empty_cache) */
     };
     for (size_t i = 0; i < sizeof recs / sizeof recs[0]; i++) {
         char *line = written(write_rec, &recs[i]);
@@ -54,7 +55,9 @@ Test(trace_format, bad_lines_are_refused_with_a_reason)
     } bad[] = {
         {"A 0x10 4096 0x0", "expected 5 fields"},
         {"A 0x10 4096 0x0 1 2", "too many fields"},
-        {"X 0x10 4096 0x0 1", "the operation must be A or F"},
+        {"X 0x10 4096 0x0 1", "the operation must be A, F or E"},
+        {"E 0x10 0 0x0 1", "a cache release (E) has pointer 0 and size 0"},
+        {"E 0x0 4096 0x0 1", "a cache release (E) has pointer 0 and size 0"},
         {"A zz 4096 0x0 1", "the pointer is not a hexadecimal number"},
         {"A 0x10 -4 0x0 1", "the size is negative"},
         {"A 0x10 -100 0x0 1", "the size is negative"},

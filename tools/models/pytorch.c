@@ -329,7 +329,11 @@ static void pt_destroy(gml_policy *pol)
     free(a);
 }
 
-static const gml_policy_ops pt_ops = {pt_malloc, pt_free, pt_check, pt_destroy};
+/* torch.cuda.empty_cache(): every free segment released (expandable ones unmapped), as at the
+ * last step of an out of memory. */
+static void pt_empty_cache(gml_policy *pol) { release_cached_blocks((pt_alloc *)pol); }
+
+static const gml_policy_ops pt_ops = {pt_malloc, pt_free, pt_check, pt_empty_cache, pt_destroy};
 
 gml_policy *gml_model_caching_create(const char *name, uint64_t capacity,
                                      const gml_model_settings *o, bool expandable, char *err,
