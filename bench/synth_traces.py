@@ -1,4 +1,4 @@
-"""bench/synth_traces.py OUTDIR — five synthetic gmlake-trace v1 files (fixed seeds, so the same
+"""bench/synth_traces.py OUTDIR — six synthetic gmlake-trace v1 files (fixed seeds, so the same
 bytes every time) of workloads the recorded traces do not cover, to check that a pool or extent
 change is not fitted to the recorded ones:
   small_varlen  a 12-layer, 768-wide transformer with checkpointing, batch 8, length 64..512 per
@@ -8,6 +8,8 @@ change is not fitted to the recorded ones:
   kvcache       generation: a KV cache per layer re-allocated larger every 16 tokens, batch and
                 prompt length varying per request
   random        log-uniform sizes 1 MiB..256 MiB with random lifetimes (up to 200 live)
+  emptied       small_varlen's model (another seed) calling torch.cuda.empty_cache() after every
+                step (an E event): the pool regrows every step
 Replay them with `build/tools/gmlake-replay --policy expandable,gmlake OUTDIR/*.trace.gz`."""
 import gzip, os, random, sys
 MiB = 1 << 20
@@ -18,10 +20,12 @@ class T:
         s.t += 1; s.f.write(f"A {p:#x} {size} 0x0 {s.t}\n"); s.live[p] = size; return p
     def fr(s, p):
         s.t += 1; s.f.write(f"F {p:#x} 0 0x0 {s.t}\n"); del s.live[p]
+    def empty(s):
+        s.t += 1; s.f.write(f"E 0x0 0 0xffffffffffffffff {s.t}\n")
     def close(s): s.f.close()
 def rnd4(x): return (int(x) + 511) // 512 * 512
 
-def transformer(fn, seed, layers, hidden, vocab, batch, lens, steps, ckpt):
+def transformer(fn, seed, layers, hidden, vocab, batch, lens, steps, ckpt, empty=False):
     r = random.Random(seed); t = T(fn)
     params = [t.a(hidden * hidden * 4 * 2) for _ in range(layers * 4)] + [t.a(vocab * hidden * 2)]
     opt = [t.a(t.live[p] * 2) for p in params]
@@ -46,6 +50,7 @@ def transformer(fn, seed, layers, hidden, vocab, batch, lens, steps, ckpt):
             for p in g + re: t.fr(p)
             for p in acts[l]: t.fr(p)
         t.fr(lg)
+        if empty: t.empty()
     t.close()
 
 def kvcache(fn, seed, steps):
@@ -82,3 +87,4 @@ transformer(f'{out}/mid_nockpt.trace.gz', 2, 16, 1024, 50000, [4, 8, 12], [128, 
 transformer(f'{out}/tiny.trace.gz', 3, 4, 256, 8000, 4, [32, 64, 128], 40, False)
 kvcache(f'{out}/kvcache.trace.gz', 4, 60)
 randomlife(f'{out}/random.trace.gz', 5, 20000)
+transformer(f'{out}/emptied.trace.gz', 6, 12, 768, 32000, 8, [64, 128, 256, 384, 512], 40, True, empty=True)
