@@ -253,6 +253,15 @@ int gml_ipc_export(gml_pool *p, int device, uintptr_t ptr, void *handle)
     return rc;
 }
 
+/* With ex_mu held: e's export ends. */
+static void export_drop(export_rec *e)
+{
+    HASH_DELETE(by_id, by_id, e);
+    HASH_DELETE(by_base, by_base, e);
+    atomic_fetch_sub(&nexports, 1);
+    free(e);
+}
+
 void gml_ipc_forget(uintptr_t base)
 {
     if (atomic_load_explicit(&nexports, memory_order_relaxed) == 0)
@@ -260,12 +269,8 @@ void gml_ipc_forget(uintptr_t base)
     pthread_mutex_lock(&ex_mu);
     export_rec *e = NULL;
     HASH_FIND(by_base, by_base, &base, sizeof base, e);
-    if (e) {
-        HASH_DELETE(by_id, by_id, e);
-        HASH_DELETE(by_base, by_base, e);
-        atomic_fetch_sub(&nexports, 1);
-        free(e);
-    }
+    if (e)
+        export_drop(e);
     pthread_mutex_unlock(&ex_mu);
 }
 
@@ -275,14 +280,9 @@ void gml_ipc_forget_device(int device)
         return;
     pthread_mutex_lock(&ex_mu);
     export_rec *e, *tmp;
-    HASH_ITER(by_id, by_id, e, tmp) {
-        if (e->device != device)
-            continue;
-        HASH_DELETE(by_id, by_id, e);
-        HASH_DELETE(by_base, by_base, e);
-        atomic_fetch_sub(&nexports, 1);
-        free(e);
-    }
+    HASH_ITER(by_id, by_id, e, tmp)
+        if (e->device == device)
+            export_drop(e);
     pthread_mutex_unlock(&ex_mu);
 }
 

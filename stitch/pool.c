@@ -49,6 +49,8 @@ struct gml_pool {
     gml_bin *last_bin;               /* the bin of the last stream seen */
     gml_addrmap live;                /* by addr: LIVE heap blocks and VIEW stitched blocks */
     size_t inflight;                 /* allocations between their room in `live` and their end */
+    bool dead;                       /* a reset could not make the heap again: serves nothing
+                                        (beside inflight: read with it on every allocation) */
     uint64_t active, peak_active;
     uint64_t allocations, frees, nlive, failed, cache_releases;
     uint64_t alloc_ticks, free_ticks; /* wall time of gml_pool_alloc / gml_pool_free, lock waits
@@ -57,7 +59,6 @@ struct gml_pool {
     uint64_t seen_churns;            /* st.churns when last looked at */
     uint64_t churn_until;            /* stitching churns until this many allocations */
     uint64_t no_growth_until;        /* a growth failed: nothing grows first until this many */
-    bool dead;                       /* a reset could not make the heap again: serves nothing */
 };
 
 static int check_locked(gml_pool *p, char *why, size_t whylen);
