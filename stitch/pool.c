@@ -15,7 +15,8 @@
  *      1/GML_BORROW_SHARE of the pool, the other streams' free memory by a wait on the GPU
  *      before growth: "borrow" in stitch.h; growth only by the deficit); else grow the large
  *      space; at level 1 stitch after growth failed.  At level 0 a request below frag_limit, or
- *      below churn_limit while stitching churns (grow_first), takes a cached stitched block or
+ *      below churn_limit while stitching churns, or while the pool regrows well below the most
+ *      it once held (grow_first), takes a cached stitched block or
  *      grows the large space first, and is stitched once growth failed; after such a failure
  *      nothing grows first for a window of allocations (the device is full);
  *   3. out of memory: if stream bins hold free blocks, unlock, synchronise the device, lock
@@ -199,8 +200,24 @@ static inline bool try_fit(gml_pool *p, gml_bin *bin, int space, size_t need, si
     return fit(p, bin, space, need, req, out, false);
 }
 
-/* Whether a large miss of req bytes grows the pool before it is stitched: below frag_limit, or
- * below churn_limit while stitching churns.  Stitching churns when new stitched blocks tear
+/* Whether the pool regrows: it gave memory back (empty_cache, the last resort) and a growth for
+ * req bytes leaves it below the most it once held by at least 1/GML_REGROW_MARGIN of that.  Such
+ * a growth takes back memory the program held before, so it makes no new peak, where a stitch
+ * would map the same bytes a second time: a program calling torch.cuda.empty_cache() every step
+ * tears every stitch down with the cache, and stitched ~44 times a step again (an 8-layer
+ * transformer on an H200; its recorded trace: half the driver time at +0.1% peak with this rule,
+ * docs/BENCHMARKS.md "empty_cache every step").  The margin keeps the last growths of a step,
+ * near the mark, stitching the free memory the step has left instead of raising the mark. */
+#define GML_REGROW_MARGIN 16
+static inline bool regrowing(const gml_pool *p, size_t req)
+{
+    const gml_heap *h = &p->heap;
+    size_t k = (req + h->chunk - 1) >> h->chunk_shift;
+    return h->mapped_slots + k + h->most_slots / GML_REGROW_MARGIN <= h->most_slots;
+}
+
+/* Whether a large miss of req bytes grows the pool before it is stitched: while it regrows
+ * (above), below frag_limit, or below churn_limit while stitching churns.  Stitching churns when new stitched blocks tear
  * cached ones down or use them up (a patch, stitch.h): each then serves about one request for a map and an unmap, where one growth
  * would have served the pattern from then on.  A training loop's stitches are cached and reused,
  * and tear nothing down.  Never for GML_CHURN_WINDOW allocations after such a growth failed: the
@@ -210,7 +227,7 @@ static inline bool grow_first(const gml_pool *p, size_t req)
 {
     if (p->allocations < p->no_growth_until)
         return false;
-    return req < p->set.frag_limit || (p->allocations < p->churn_until && req < p->set.churn_limit);
+    return regrowing(p, req) || req < p->set.frag_limit || (p->allocations < p->churn_until && req < p->set.churn_limit);
 }
 
 /* Stitches a large miss (a cached stitched block first; growth only by the deficit). */

@@ -318,6 +318,57 @@ Test(pool, after_the_cache_is_given_back_growth_keeps_the_extents_of_the_memory_
     fx_free(&f);
 }
 
+/* While a pool that gave its cache back regrows well below the most it once held, a large miss
+ * grows rather than stitching free extents and a fresh deficit: the growth takes back memory the
+ * program held before, where the stitch would map the same bytes a second time (an H200 looping
+ * over empty_cache() made ~44 such stitches a step, each torn down by the next empty_cache,
+ * 1.2-1.5 x PyTorch's step).  Within 1/16 of the mark it stitches as before. */
+static void two_free_extents(gml_pool *p, size_t mib, uintptr_t *sep)
+{
+    uintptr_t a = must_alloc(p, mib * MiB, 0);
+    *sep = must_alloc(p, 4 * MiB, 0); /* keeps the two apart */
+    uintptr_t b = must_alloc(p, mib * MiB, 0);
+    must_free(p, a, 0);
+    must_free(p, b, 0);
+}
+
+Test(pool, a_pool_regrowing_below_its_mark_grows_before_it_stitches)
+{
+    fixture f = fx_make(4096 * MiB, false, NULL);
+    gml_pool *p = f.pool;
+    must_free(p, must_alloc(p, 1920 * MiB, 0), 0); /* the mark: 960 chunks */
+    cr_assert_eq(gml_pool_empty_cache(p), GMLAKE_OK);
+    cr_assert_eq(stats_of(p).reserved_bytes, 0);
+    uintptr_t sep1;
+    two_free_extents(p, 12, &sep1); /* 28 MiB reserved, 24 of it free in two 12 MiB extents */
+    gmlake_stats s0 = stats_of(p);
+    uintptr_t big = must_alloc(p, 32 * MiB, 0); /* fits in neither */
+    gmlake_stats s1 = stats_of(p);
+    cr_assert_eq(s1.stitches, s0.stitches, "grown, not stitched");
+    cr_assert_eq(s1.device_calls[GMLAKE_DC_VA_RESERVE], s0.device_calls[GMLAKE_DC_VA_RESERVE]);
+    /* the growth extends the free extent at the arena's end (20 MiB), as growth does where a
+     * free block ends at the top */
+    cr_assert_eq(s1.reserved_bytes, 48 * MiB, "20 MiB grown for it: %llu MiB reserved",
+                 (unsigned long long)(s1.reserved_bytes / MiB));
+    CHECK_POOL(p);
+    /* within 1/16 of the mark (60 chunks): fill up to 40 MiB short of it, and the same miss is
+     * stitched from the two free extents and an 8 MiB deficit */
+    uintptr_t fill = must_alloc(p, (1920 - 60 - 40) * MiB, 0), sep2;
+    two_free_extents(p, 12, &sep2);
+    s0 = stats_of(p);
+    uintptr_t near = must_alloc(p, 32 * MiB, 0);
+    s1 = stats_of(p);
+    cr_assert_eq(s1.stitches, s0.stitches + 1, "near the mark a miss is stitched");
+    cr_assert_leq(s1.reserved_bytes, 1920 * MiB);
+    CHECK_POOL(p);
+    must_free(p, near, 0);
+    must_free(p, fill, 0);
+    must_free(p, big, 0);
+    must_free(p, sep1, 0);
+    must_free(p, sep2, 0);
+    fx_free(&f);
+}
+
 static void limit_8m(gml_pool_settings *s) { s->limit_bytes = 8 * MiB; }
 
 Test(pool, limit_bytes_caps_reservation)
