@@ -15,8 +15,8 @@
  *      1/GML_BORROW_SHARE of the pool, the other streams' free memory by a wait on the GPU
  *      before growth: "borrow" in stitch.h; growth only by the deficit); else grow the large
  *      space; at level 1 stitch after growth failed.  At level 0 a request below frag_limit, or
- *      below churn_limit while stitching churns, or while the pool regrows well below the most
- *      it once held (grow_first), takes a cached stitched block or
+ *      below churn_limit while stitching churns, or while a pool that gives its cache back
+ *      again and again regrows well below what it held (grow_first), takes a cached stitched block or
  *      grows the large space first, and is stitched once growth failed; after such a failure
  *      nothing grows first for a window of allocations (the device is full);
  *   3. out of memory: if stream bins hold free blocks, unlock, synchronise the device, lock
@@ -41,6 +41,9 @@
 #include "stitch.h"
 #include "pool.h"
 
+/* How many of the last releases by empty_cache the regrowth rule remembers (regrowing). */
+#define GML_REGROW_RECENT 8
+
 struct gml_pool {
     pthread_mutex_t mu;
     gml_device *dev;
@@ -60,6 +63,9 @@ struct gml_pool {
     uint64_t seen_churns;            /* st.churns when last looked at */
     uint64_t churn_until;            /* stitching churns until this many allocations */
     uint64_t no_growth_until;        /* a growth failed: nothing grows first until this many */
+    size_t emptied[GML_REGROW_RECENT]; /* slots mapped before each of the last empty_cache
+                                        calls that released memory (a ring; 0: none) */
+    unsigned empties;                /* such calls so far */
 };
 
 static int check_locked(gml_pool *p, char *why, size_t whylen);
@@ -200,20 +206,29 @@ static inline bool try_fit(gml_pool *p, gml_bin *bin, int space, size_t need, si
     return fit(p, bin, space, need, req, out, false);
 }
 
-/* Whether the pool regrows: it gave memory back (empty_cache, the last resort) and a growth for
- * req bytes leaves it below the most it once held by at least 1/GML_REGROW_MARGIN of that.  Such
- * a growth takes back memory the program held before, so it makes no new peak, where a stitch
- * would map the same bytes a second time: a program calling torch.cuda.empty_cache() every step
- * tears every stitch down with the cache, and stitched ~44 times a step again (an 8-layer
- * transformer on an H200; its recorded trace: half the driver time at +0.1% peak with this rule,
- * docs/BENCHMARKS.md "empty_cache every step").  The margin keeps the last growths of a step,
- * near the mark, stitching the free memory the step has left instead of raising the mark. */
+/* Whether the pool regrows: the program gives its cache back again and again (empty_cache has
+ * released memory twice or more), and a growth for req bytes leaves the pool below the most it
+ * held before one of the last GML_REGROW_RECENT releases by at least 1/GML_REGROW_MARGIN of that
+ * (steps of different sizes between the releases: the largest of them).  Such a growth takes back
+ * memory the program held a step ago, so it makes no new peak, where a stitch would map the same
+ * bytes a second time, to be torn down with the next release: a program calling
+ * torch.cuda.empty_cache() every step stitched ~44 times a step (an 8-layer transformer on an
+ * H200; with this rule 8 a step, half the driver time, +0.1% peak: docs/BENCHMARKS.md "Growing
+ * before stitching while a pool regrows").  The margin keeps the last growths of a step, near the
+ * mark, stitching the free memory the step has left instead of raising the mark.  One release
+ * is not enough: after a one-off peak (cuDNN's benchmark probes, an evaluation pass) and one
+ * empty_cache, the pool stitches as always, and its stitches stay cached for the rest of the run;
+ * and a one-off peak before the releases is forgotten after GML_REGROW_RECENT of them. */
 #define GML_REGROW_MARGIN 16
-static inline bool regrowing(const gml_pool *p, size_t req)
+static bool regrowing(const gml_pool *p, size_t req)
 {
+    if (p->empties < 2)
+        return false;
     const gml_heap *h = &p->heap;
-    size_t k = (req + h->chunk - 1) >> h->chunk_shift;
-    return h->mapped_slots + k + h->most_slots / GML_REGROW_MARGIN <= h->most_slots;
+    size_t k = (req + h->chunk - 1) >> h->chunk_shift, mark = 0;
+    for (int i = 0; i < GML_REGROW_RECENT; i++)
+        mark = p->emptied[i] > mark ? p->emptied[i] : mark;
+    return h->mapped_slots + k + mark / GML_REGROW_MARGIN <= mark;
 }
 
 /* Whether a large miss of req bytes grows the pool before it is stitched: while it regrows
@@ -580,6 +595,8 @@ int gml_pool_reset(gml_pool *p)
         gml_stitch_init(&p->st, &p->heap, &p->set, &why); /* its settings passed at creation */
         p->active = p->nlive = 0;
         p->seen_churns = p->churn_until = p->no_growth_until = 0;
+        memset(p->emptied, 0, sizeof p->emptied);
+        p->empties = 0;
         p->last_bin = p->heap.ready;
         p->dead = rc != GMLAKE_OK;
     }
@@ -597,8 +614,11 @@ int gml_pool_empty_cache(gml_pool *p)
     }
     gml_promote(&p->heap, NULL, 0, 0);
     gml_stitch_gc(&p->st, true);
-    if (gml_release_free_chunks(&p->heap))
+    size_t held = p->heap.mapped_slots;
+    if (gml_release_free_chunks(&p->heap)) {
         p->cache_releases++;
+        p->emptied[p->empties++ % GML_REGROW_RECENT] = held;
+    }
     pthread_mutex_unlock(&p->mu);
     return rc;
 }

@@ -336,8 +336,10 @@ Test(pool, a_pool_regrowing_below_its_mark_grows_before_it_stitches)
 {
     fixture f = fx_make(4096 * MiB, false, NULL);
     gml_pool *p = f.pool;
-    must_free(p, must_alloc(p, 1920 * MiB, 0), 0); /* the mark: 960 chunks */
-    cr_assert_eq(gml_pool_empty_cache(p), GMLAKE_OK);
+    for (int step = 0; step < 2; step++) { /* a loop giving its cache back: the mark, 960 chunks */
+        must_free(p, must_alloc(p, 1920 * MiB, 0), 0);
+        cr_assert_eq(gml_pool_empty_cache(p), GMLAKE_OK);
+    }
     cr_assert_eq(stats_of(p).reserved_bytes, 0);
     uintptr_t sep1;
     two_free_extents(p, 12, &sep1); /* 28 MiB reserved, 24 of it free in two 12 MiB extents */
@@ -366,6 +368,50 @@ Test(pool, a_pool_regrowing_below_its_mark_grows_before_it_stitches)
     must_free(p, big, 0);
     must_free(p, sep1, 0);
     must_free(p, sep2, 0);
+    fx_free(&f);
+}
+
+/* One empty_cache after a one-off peak (cuDNN's benchmark probes, an evaluation pass) leaves a
+ * high-water mark the program may never reach again: stitching must not stop until the pool
+ * grows back to it.  Only a program that gives the cache back again and again (each release
+ * tearing the stitches down) regrows by growth first, and up to the memory it held at its last
+ * release. */
+Test(pool, one_release_after_a_one_off_peak_keeps_stitching)
+{
+    fixture f = fx_make(4096 * MiB, false, NULL);
+    gml_pool *p = f.pool;
+    must_free(p, must_alloc(p, 1920 * MiB, 0), 0); /* a one-off peak: 960 chunks */
+    cr_assert_eq(gml_pool_empty_cache(p), GMLAKE_OK);
+    uintptr_t sep;
+    two_free_extents(p, 12, &sep);
+    gmlake_stats s0 = stats_of(p);
+    uintptr_t big = must_alloc(p, 32 * MiB, 0);
+    cr_assert_eq(stats_of(p).stitches, s0.stitches + 1, "stitched after a single release");
+    CHECK_POOL(p);
+    must_free(p, big, 0);
+    must_free(p, sep, 0);
+    fx_free(&f);
+}
+
+/* ... nor a one-off peak before a loop of releases, once eight releases have passed since. */
+Test(pool, a_one_off_peak_is_forgotten_after_eight_releases)
+{
+    fixture f = fx_make(4096 * MiB, false, NULL);
+    gml_pool *p = f.pool;
+    must_free(p, must_alloc(p, 1920 * MiB, 0), 0); /* the one-off peak: 960 chunks */
+    cr_assert_eq(gml_pool_empty_cache(p), GMLAKE_OK);
+    for (int step = 0; step < 8; step++) { /* then a loop of 40 MiB steps, each given back */
+        must_free(p, must_alloc(p, 40 * MiB, 0), 0);
+        cr_assert_eq(gml_pool_empty_cache(p), GMLAKE_OK);
+    }
+    uintptr_t sep;
+    two_free_extents(p, 12, &sep);
+    gmlake_stats s0 = stats_of(p);
+    uintptr_t big = must_alloc(p, 32 * MiB, 0); /* beyond the loop's 40 MiB: stitched */
+    cr_assert_eq(stats_of(p).stitches, s0.stitches + 1);
+    CHECK_POOL(p);
+    must_free(p, big, 0);
+    must_free(p, sep, 0);
     fx_free(&f);
 }
 
