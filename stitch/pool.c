@@ -207,28 +207,36 @@ static inline bool try_fit(gml_pool *p, gml_bin *bin, int space, size_t need, si
 }
 
 /* Whether the pool regrows: the program gives its cache back again and again (empty_cache has
- * released memory twice or more), and a growth for req bytes leaves the pool below the most it
- * held before one of the last GML_REGROW_RECENT releases by at least 1/GML_REGROW_MARGIN of that
- * (steps of different sizes between the releases: the largest of them).  Such a growth takes back
+ * released memory twice or more), and a growth for req bytes (with the growths under way) leaves
+ * the pool below its mark by at least 1/GML_REGROW_MARGIN of the mark.  The mark is the second
+ * largest of what the pool held before each of the last GML_REGROW_RECENT releases: a level the
+ * program reached twice (steps of different sizes between the releases: the largest that
+ * recurs; a one-off peak, counted once, never sets it).  Such a growth takes back
  * memory the program held a step ago, so it makes no new peak, where a stitch would map the same
  * bytes a second time, to be torn down with the next release: a program calling
  * torch.cuda.empty_cache() every step stitched ~44 times a step (an 8-layer transformer on an
- * H200; with this rule 8 a step, half the driver time, +0.1% peak: docs/BENCHMARKS.md "Growing
+ * H200; with this rule 11 a step, half the driver time, +0.2% peak: docs/BENCHMARKS.md "Growing
  * before stitching while a pool regrows").  The margin keeps the last growths of a step, near the
  * mark, stitching the free memory the step has left instead of raising the mark.  One release
  * is not enough: after a one-off peak (cuDNN's benchmark probes, an evaluation pass) and one
- * empty_cache, the pool stitches as always, and its stitches stay cached for the rest of the run;
- * and a one-off peak before the releases is forgotten after GML_REGROW_RECENT of them. */
+ * empty_cache, the pool stitches as always, and its stitches stay cached for the rest of the run.
+ * (Peaks repeated over several releases, probes at each of a few new shapes, count until
+ * GML_REGROW_RECENT releases have passed.) */
 #define GML_REGROW_MARGIN 16
 static bool regrowing(const gml_pool *p, size_t req)
 {
     if (p->empties < 2)
         return false;
     const gml_heap *h = &p->heap;
-    size_t k = (req + h->chunk - 1) >> h->chunk_shift, mark = 0;
-    for (int i = 0; i < GML_REGROW_RECENT; i++)
-        mark = p->emptied[i] > mark ? p->emptied[i] : mark;
-    return h->mapped_slots + k + mark / GML_REGROW_MARGIN <= mark;
+    size_t k = (req + h->chunk - 1) >> h->chunk_shift, top = 0, mark = 0;
+    for (int i = 0; i < GML_REGROW_RECENT; i++) {
+        size_t v = p->emptied[i];
+        if (v > top)
+            mark = top, top = v;
+        else if (v > mark)
+            mark = v;
+    }
+    return h->mapped_slots + h->growing_slots + k + mark / GML_REGROW_MARGIN <= mark;
 }
 
 /* Whether a large miss of req bytes grows the pool before it is stitched: while it regrows

@@ -374,8 +374,8 @@ Test(pool, a_pool_regrowing_below_its_mark_grows_before_it_stitches)
 /* One empty_cache after a one-off peak (cuDNN's benchmark probes, an evaluation pass) leaves a
  * high-water mark the program may never reach again: stitching must not stop until the pool
  * grows back to it.  Only a program that gives the cache back again and again (each release
- * tearing the stitches down) regrows by growth first, and up to the memory it held at its last
- * release. */
+ * tearing the stitches down) regrows by growth first, up to 15/16 of a level it held before two
+ * of its last 8 releases (stitch/pool.c, regrowing). */
 Test(pool, one_release_after_a_one_off_peak_keeps_stitching)
 {
     fixture f = fx_make(4096 * MiB, false, NULL);
@@ -393,25 +393,59 @@ Test(pool, one_release_after_a_one_off_peak_keeps_stitching)
     fx_free(&f);
 }
 
-/* ... nor a one-off peak before a loop of releases, once eight releases have passed since. */
-Test(pool, a_one_off_peak_is_forgotten_after_eight_releases)
+/* Steps of `mib` MiB, each given back by empty_cache. */
+static void released_steps(gml_pool *p, size_t mib, int n)
 {
-    fixture f = fx_make(4096 * MiB, false, NULL);
-    gml_pool *p = f.pool;
-    must_free(p, must_alloc(p, 1920 * MiB, 0), 0); /* the one-off peak: 960 chunks */
-    cr_assert_eq(gml_pool_empty_cache(p), GMLAKE_OK);
-    for (int step = 0; step < 8; step++) { /* then a loop of 40 MiB steps, each given back */
-        must_free(p, must_alloc(p, 40 * MiB, 0), 0);
+    for (int step = 0; step < n; step++) {
+        must_free(p, must_alloc(p, mib * MiB, 0), 0);
         cr_assert_eq(gml_pool_empty_cache(p), GMLAKE_OK);
     }
+}
+
+/* Whether a 32 MiB miss beside two free 12 MiB extents is stitched (else grown). */
+static bool miss_stitched(gml_pool *p)
+{
     uintptr_t sep;
     two_free_extents(p, 12, &sep);
     gmlake_stats s0 = stats_of(p);
-    uintptr_t big = must_alloc(p, 32 * MiB, 0); /* beyond the loop's 40 MiB: stitched */
-    cr_assert_eq(stats_of(p).stitches, s0.stitches + 1);
+    uintptr_t big = must_alloc(p, 32 * MiB, 0);
+    bool stitched = stats_of(p).stitches == s0.stitches + 1;
     CHECK_POOL(p);
     must_free(p, big, 0);
     must_free(p, sep, 0);
+    return stitched;
+}
+
+/* ... nor a one-off peak before a loop of releases: a level counts once reached twice. */
+Test(pool, a_one_off_peak_before_a_loop_of_releases_never_sets_the_mark)
+{
+    fixture f = fx_make(4096 * MiB, false, NULL);
+    released_steps(f.pool, 1920, 1); /* the one-off peak: 960 chunks */
+    released_steps(f.pool, 40, 2);   /* then a loop of 40 MiB steps */
+    cr_assert(miss_stitched(f.pool), "beyond the loop's 40 MiB: stitched");
+    fx_free(&f);
+}
+
+/* Steps of different sizes between releases (sequence lengths varying): after a short step the
+ * pool regrows by growth up to the longest step that recurs, not only to the last step's level. */
+Test(pool, steps_of_different_sizes_regrow_to_the_largest_that_recurs)
+{
+    fixture f = fx_make(4096 * MiB, false, NULL);
+    for (int round = 0; round < 2; round++) {
+        released_steps(f.pool, 1920, 1);
+        released_steps(f.pool, 40, 1);
+    }
+    cr_assert(!miss_stitched(f.pool), "grown: the 1,920 MiB steps recur");
+    fx_free(&f);
+}
+
+/* A device reset ends the program's steps: what was released before it counts no more. */
+Test(pool, a_reset_forgets_the_releases)
+{
+    fixture f = fx_make(4096 * MiB, false, NULL);
+    released_steps(f.pool, 1920, 2);
+    cr_assert_eq(gml_pool_reset(f.pool), GMLAKE_OK);
+    cr_assert(miss_stitched(f.pool), "stitched as in a fresh pool");
     fx_free(&f);
 }
 
