@@ -8,7 +8,8 @@
  *   A <ptr hex> <size bytes> <stream hex> <t_us>   an allocation that returned ptr
  *   F <ptr hex> 0 <stream hex> <t_us>              a free of ptr
  *   E 0 0 <stream hex> <t_us>                      the program gave the cache back (empty_cache:
- *                                                  PyTorch's cudaMemPoolTrimTo of the default pool)
+ *                                                  PyTorch's cudaMemPoolTrimTo of the default pool,
+ *                                                  gmlake_empty_cache)
  * The stream column is gmlake's stream key (core/device.h); 0xffffffffffffffff
  * (GML_STREAM_NONE) marks a call with no stream (cudaMalloc, cudaFree).
  */

@@ -630,12 +630,8 @@ GML_HOOK cudaError_t cudaMemPoolTrimTo(cudaMemPool_t pool, size_t minBytesToKeep
 {
     GML_RT_ENTRY();
     int d = default_pool_device(pool);
-    if (d >= 0) {
-        gml_depth++;
-        gml_pool_empty_cache(gml_registry_get(d));
-        gml_depth--;
-        gml_trace_event('E', 0, 0, GML_STREAM_NONE); /* the replay gives the cache back there too */
-    }
+    if (d >= 0)
+        gml_give_back(d); /* and an E event in the trace */
     return PASS(rt_pool_trim_to, NO_RT, pool, minBytesToKeep);
 }
 

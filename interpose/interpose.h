@@ -350,6 +350,11 @@ void gml_pools_hold_creation(bool hold); /* fork handlers: the pool-creation loc
  * now or when it is created, maps its present and future memory for accessor too.  Ignores
  * out-of-range ordinals and owner == accessor. */
 void gml_peer_grant(int owner, int accessor);
+/* The program gives the cache of `device` back (gmlake_empty_cache, which pools.c defines, and
+ * PyTorch's cudaMemPoolTrimTo of the default pool): its pool releases every cached chunk after
+ * waiting for the device, and the trace records an E event, where the replay gives the cache back
+ * too.  GMLAKE_ERR_NO_POOL (and no event) where the device has no pool. */
+int gml_give_back(int device);
 
 /* Ownership (owner.c).  The pool whose memory holds ptr (home arena or a stitched range), or NULL
  * (foreign pointer); takes each pool's lock. */

@@ -2,7 +2,9 @@
  * pools.c — the per-device pools of the preload layer: created on a device's first allocation
  * (gml_pool_of; never in a constructor), installed in the registry (stitch/registry.h) for good,
  * with the peer-access grants recorded before or after the pool exists.  A device where no pool
- * can be made is marked once (logged) and its allocations pass through to CUDA.
+ * can be made is marked once (logged) and its allocations pass through to CUDA.  The program's
+ * giving a pool's cache back (gml_give_back, the public gmlake_empty_cache) is here, where the
+ * trace recorder is reachable.
  */
 #include <pthread.h>
 #include <stdatomic.h>
@@ -75,3 +77,17 @@ void gml_pools_hold_creation(bool hold)
     else
         pthread_mutex_unlock(&create_mu);
 }
+
+int gml_give_back(int device)
+{
+    gml_pool *p = gml_registry_get(device);
+    if (!p)
+        return GMLAKE_ERR_NO_POOL;
+    gml_depth++;
+    int rc = gml_pool_empty_cache(p);
+    gml_depth--;
+    gml_trace_event('E', 0, 0, GML_STREAM_NONE);
+    return rc;
+}
+
+int gmlake_empty_cache(int device) { return gml_give_back(device); }

@@ -55,12 +55,6 @@ int gmlake_get_host_seconds(int device, double *alloc_seconds, double *free_seco
     return GMLAKE_OK;
 }
 
-int gmlake_empty_cache(int device)
-{
-    gml_pool *p = gml_registry_get(device);
-    return p ? gml_pool_empty_cache(p) : GMLAKE_ERR_NO_POOL;
-}
-
 int gmlake_reset_peak_stats(int device)
 {
     gml_pool *p = gml_registry_get(device);

@@ -103,3 +103,24 @@ Test(trace, a_cache_release_is_recorded)
     gml_trace_free(&tr);
     cr_assert_eq(cudaFree(p), cudaSuccess);
 }
+
+/* gmlake.empty_cache() (the public gmlake_empty_cache) gives the cache back as well: an E event
+ * too, or the replay of such a trace keeps what the GPU released. */
+Test(trace, gmlakes_own_empty_cache_is_recorded)
+{
+    char path[] = "/tmp/gmlake-trace-XXXXXX";
+    trace_to(path);
+    void *p;
+    cr_assert_eq(cudaMalloc(&p, 8 << 20), cudaSuccess);
+    cr_assert_eq(cudaFree(p), cudaSuccess);
+    cr_assert_eq(gmlake_empty_cache(0), GMLAKE_OK);
+    cr_assert_eq(gmlake_empty_cache(5), GMLAKE_ERR_NO_POOL, "a device without a pool: no event");
+    gml_trace tr;
+    char err[256];
+    cr_assert_eq(gml_trace_load(path, &tr, err, sizeof err), 0, "%s", err);
+    unlink(path);
+    cr_assert_eq(tr.n, 3);
+    cr_assert(tr.ev[0].op == 'A' && tr.ev[1].op == 'F' && tr.ev[2].op == 'E', "A F E: %c %c %c",
+              tr.ev[0].op, tr.ev[1].op, tr.ev[2].op);
+    gml_trace_free(&tr);
+}
