@@ -16,9 +16,9 @@
  *      before growth: "borrow" in stitch.h; growth only by the deficit); else grow the large
  *      space; at level 1 stitch after growth failed.  At level 0 a request below frag_limit, or
  *      below churn_limit while stitching churns, or while a pool that gives its cache back
- *      again and again regrows well below what it held (grow_first), takes a cached stitched block or
- *      grows the large space first, and is stitched once growth failed; after such a failure
- *      nothing grows first for a window of allocations (the device is full);
+ *      again and again regrows well below what it held (grow_first), takes a cached stitched
+ *      block or grows the large space first, and is stitched once growth failed; after such a
+ *      failure nothing grows first for a window of allocations (the device is full);
  *   3. out of memory: if stream bins hold free blocks, unlock, synchronise the device, lock
  *      (nothing waits for the device under the pool lock); tear down cached stitches, release
  *      free chunks, grow again; at level 2 (or as the last resort at any level) stitch;
@@ -240,8 +240,8 @@ static bool regrowing(const gml_pool *p, size_t req)
 }
 
 /* Whether a large miss of req bytes grows the pool before it is stitched: while it regrows
- * (above), below frag_limit, or below churn_limit while stitching churns.  Stitching churns when new stitched blocks tear
- * cached ones down or use them up (a patch, stitch.h): each then serves about one request for a map and an unmap, where one growth
+ * (above), below frag_limit, or below churn_limit while stitching churns.  Stitching churns when
+ * new stitched blocks tear cached ones down or use them up (a patch, stitch.h): each then serves about one request for a map and an unmap, where one growth
  * would have served the pattern from then on.  A training loop's stitches are cached and reused,
  * and tear nothing down.  Never for GML_CHURN_WINDOW allocations after such a growth failed: the
  * device is full (or gmlake's memory_limit reached), and asking it again at every miss would
@@ -250,7 +250,8 @@ static inline bool grow_first(const gml_pool *p, size_t req)
 {
     if (p->allocations < p->no_growth_until)
         return false;
-    return regrowing(p, req) || req < p->set.frag_limit || (p->allocations < p->churn_until && req < p->set.churn_limit);
+    return regrowing(p, req) || req < p->set.frag_limit ||
+           (p->allocations < p->churn_until && req < p->set.churn_limit);
 }
 
 /* Stitches a large miss (a cached stitched block first; growth only by the deficit). */

@@ -332,14 +332,34 @@ static void two_free_extents(gml_pool *p, size_t mib, uintptr_t *sep)
     must_free(p, b, 0);
 }
 
+/* Steps of `mib` MiB, each given back by empty_cache. */
+static void released_steps(gml_pool *p, size_t mib, int n)
+{
+    for (int step = 0; step < n; step++) {
+        must_free(p, must_alloc(p, mib * MiB, 0), 0);
+        cr_assert_eq(gml_pool_empty_cache(p), GMLAKE_OK);
+    }
+}
+
+/* Whether a 32 MiB miss beside two free 12 MiB extents is stitched (else grown). */
+static bool miss_stitched(gml_pool *p)
+{
+    uintptr_t sep;
+    two_free_extents(p, 12, &sep);
+    gmlake_stats s0 = stats_of(p);
+    uintptr_t big = must_alloc(p, 32 * MiB, 0);
+    bool stitched = stats_of(p).stitches == s0.stitches + 1;
+    CHECK_POOL(p);
+    must_free(p, big, 0);
+    must_free(p, sep, 0);
+    return stitched;
+}
+
 Test(pool, a_pool_regrowing_below_its_mark_grows_before_it_stitches)
 {
     fixture f = fx_make(4096 * MiB, false, NULL);
     gml_pool *p = f.pool;
-    for (int step = 0; step < 2; step++) { /* a loop giving its cache back: the mark, 960 chunks */
-        must_free(p, must_alloc(p, 1920 * MiB, 0), 0);
-        cr_assert_eq(gml_pool_empty_cache(p), GMLAKE_OK);
-    }
+    released_steps(p, 1920, 2); /* a loop giving its cache back: the mark, 960 chunks */
     cr_assert_eq(stats_of(p).reserved_bytes, 0);
     uintptr_t sep1;
     two_free_extents(p, 12, &sep1); /* 28 MiB reserved, 24 of it free in two 12 MiB extents */
@@ -379,41 +399,9 @@ Test(pool, a_pool_regrowing_below_its_mark_grows_before_it_stitches)
 Test(pool, one_release_after_a_one_off_peak_keeps_stitching)
 {
     fixture f = fx_make(4096 * MiB, false, NULL);
-    gml_pool *p = f.pool;
-    must_free(p, must_alloc(p, 1920 * MiB, 0), 0); /* a one-off peak: 960 chunks */
-    cr_assert_eq(gml_pool_empty_cache(p), GMLAKE_OK);
-    uintptr_t sep;
-    two_free_extents(p, 12, &sep);
-    gmlake_stats s0 = stats_of(p);
-    uintptr_t big = must_alloc(p, 32 * MiB, 0);
-    cr_assert_eq(stats_of(p).stitches, s0.stitches + 1, "stitched after a single release");
-    CHECK_POOL(p);
-    must_free(p, big, 0);
-    must_free(p, sep, 0);
+    released_steps(f.pool, 1920, 1); /* a one-off peak: 960 chunks */
+    cr_assert(miss_stitched(f.pool), "stitched after a single release");
     fx_free(&f);
-}
-
-/* Steps of `mib` MiB, each given back by empty_cache. */
-static void released_steps(gml_pool *p, size_t mib, int n)
-{
-    for (int step = 0; step < n; step++) {
-        must_free(p, must_alloc(p, mib * MiB, 0), 0);
-        cr_assert_eq(gml_pool_empty_cache(p), GMLAKE_OK);
-    }
-}
-
-/* Whether a 32 MiB miss beside two free 12 MiB extents is stitched (else grown). */
-static bool miss_stitched(gml_pool *p)
-{
-    uintptr_t sep;
-    two_free_extents(p, 12, &sep);
-    gmlake_stats s0 = stats_of(p);
-    uintptr_t big = must_alloc(p, 32 * MiB, 0);
-    bool stitched = stats_of(p).stitches == s0.stitches + 1;
-    CHECK_POOL(p);
-    must_free(p, big, 0);
-    must_free(p, sep, 0);
-    return stitched;
 }
 
 /* ... nor a one-off peak before a loop of releases: a level counts once reached twice. */
