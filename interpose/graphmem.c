@@ -10,22 +10,30 @@
  *
  * Contract (hooks.c and capture.c call it; every code is CUresult numbering):
  *  - An allocation on a stream that captures (status active; an invalidated capture passes
- *    through) is served by gmlake for that capture (its id, cuStreamGetCaptureInfo): first a
- *    block this capture freed on the same stream whose size fits (>= the request, at most a
- *    quarter more): stream order inside the graph makes the reuse safe, as in one stream's bin;
- *    else a new block of the pool taken as cudaMalloc takes one (GML_STREAM_NONE: memory no
- *    stream still uses, whichever stream launches the graph later).
- *  - A free of such a block during its own capture marks it free for that capture's later
- *    allocations on the free's stream; outside the capture (or during another) the program's free
- *    succeeds but the block stays allocated, held by the graph.  A second free of a block the
- *    program already freed is CUDA_ERROR_INVALID_VALUE (a double free), the tables unchanged.
+ *    through) is served by gmlake for that capture (its id, cuStreamGetCaptureInfo).  The capture
+ *    keeps its memory as slabs (blocks of the pool) cut into pieces (one per allocation, 512-byte
+ *    aligned, tiling the slab): first the smallest piece this capture freed on the same stream
+ *    that holds the request, cut in two where the rest is 512 bytes or more (the rest stays free
+ *    for the capture on that stream): stream order inside the graph makes the reuse safe, as in
+ *    one stream's bin; else a new slab of the pool taken as cudaMalloc takes one (GML_STREAM_NONE:
+ *    memory no stream still uses, whichever stream launches the graph later).  So a capture holds
+ *    about what its allocations needed at once, as a pool's private bin would, not one block per
+ *    size it asked for (before session 27 only a freed block at most a quarter larger was reused).
+ *  - A free of a piece during its own capture marks it free for that capture's later
+ *    allocations on the free's stream, and merges it with neighbours freed there; outside the
+ *    capture (or during another) the program's free succeeds but the piece stays allocated, held
+ *    by the graph.  A second free of a piece the program already freed is
+ *    CUDA_ERROR_INVALID_VALUE (a double free), the tables unchanged.  A piece may start inside a
+ *    block of the pool: pointer queries (cuMemGetAddressRange, IPC) answer with the slab.
  *  - At the capture's end (capture.c: gml_graph_ended) a CUDA user object is retained by the
  *    graph (moved into it).  CUDA keeps that reference with the graph, its clones, its executable
  *    graphs and child-graph nodes made from it, and releases it only once all of those are
  *    destroyed and their launches have finished; its destructor (a CUDA thread, which may make no
  *    CUDA call) only queues the capture.  The next allocation or free in the process
- *    (gml_graph_reap) then returns the blocks the program freed to the pool (as cudaFree would:
- *    no launch uses them any more) and leaves the ones it still holds to it, as ordinary blocks.
+ *    (gml_graph_reap) then returns the slabs none of whose pieces the program holds to the pool
+ *    (as cudaFree would: no launch uses them any more); a slab the program still holds pieces of
+ *    goes back when it frees the last of them, on that free's stream (the device waited for
+ *    first where those frees came on several streams).
  *    A capture that ends without a graph (invalidated) is released at its end.  Where the user
  *    object cannot be made or retained, the capture's blocks are kept until the process exits
  *    (logged once): never reused under a graph that may still run.
@@ -38,33 +46,49 @@
 
 #include "interpose.h"
 
-enum { LIVE, FREED_IN_CAPTURE, HELD }; /* a block's state: the program's, free for its capture, the graph's */
+enum { LIVE, FREED_IN_CAPTURE, HELD }; /* a piece's state: the program's, free for its capture, the graph's */
+enum { PIECE_ALIGN = 512 };              /* a piece starts where the pool's blocks may: 512 bytes */
 
 typedef struct gcap gcap;
+typedef struct gslab gslab;
 
-typedef struct gblock {
+typedef struct gblock {  /* a piece of a slab: what one allocation of the capture was handed */
     uintptr_t ptr;
-    size_t size;      /* bytes the pool handed out for it (the first request) */
-    gml_pool *pool;
+    size_t size;         /* bytes of the slab it spans */
     gml_stream freed_on; /* FREED_IN_CAPTURE: the stream of that free */
     int state;
-    gcap *cap;
-    struct gblock *next; /* the capture's blocks */
-    UT_hash_handle hh;   /* by ptr */
+    gslab *slab;
+    struct gblock *prev, *next; /* the slab's pieces in address order */
+    UT_hash_handle hh;          /* by ptr */
 } gblock;
+
+struct gslab {           /* one block of the pool, taken by a capture */
+    uintptr_t ptr;
+    size_t size;         /* bytes asked of the pool (the capture's first request for it) */
+    gml_pool *pool;
+    int device;          /* the pool's */
+    gcap *cap;           /* NULL: its graph is gone and the program still holds pieces of it */
+    gblock *pieces;      /* address order, tiling [ptr, ptr + size) */
+    size_t live;         /* LIVE pieces */
+    gml_stream last_free; /* after the graph went: the stream of the program's frees ... */
+    bool frees, mixed;    /* ... whether there were any, and on more than one stream */
+    gslab *next;         /* the capture's slabs, the orphans, or a list to give back */
+};
 
 struct gcap {
     uint64_t id;
-    bool pinned;      /* kept until the process exits */
-    gblock *blocks;
-    gcap *next_dead;  /* the queue of released captures */
-    UT_hash_handle hh; /* open or owned by a graph, by id */
+    bool pinned;         /* kept until the process exits */
+    gslab *slabs;
+    size_t taken, live_bytes, peak_bytes; /* bytes of its slabs; of its LIVE pieces, now and at most */
+    gcap *next_dead;     /* the queue of released captures */
+    UT_hash_handle hh;   /* open or owned by a graph, by id */
 };
 
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static gblock *by_ptr;
 static gcap *by_id;
-static _Atomic long tracked;            /* blocks in by_ptr: frees skip the lookup while 0 */
+static gslab *orphans;                  /* slabs whose graph is gone, with LIVE pieces */
+static _Atomic long tracked;            /* pieces in by_ptr: frees skip the lookup while 0 */
 static _Atomic(gcap *) dead;            /* captures CUDA released, not reaped yet */
 
 int gml_free_served(gml_pool *p, uintptr_t ptr, gml_stream stream)
@@ -109,41 +133,146 @@ static gcap *cap_of(uint64_t id, bool make)
     return c;
 }
 
-bool gml_graph_reuse(uint64_t id, gml_stream s, size_t size, uintptr_t *out)
+static size_t piece_bytes(size_t size)
 {
-    bool found = false;
-    pthread_mutex_lock(&mu);
-    gcap *c = cap_of(id, false);
-    gblock *best = NULL;
-    for (gblock *b = c ? c->blocks : NULL; b; b = b->next)
-        if (b->state == FREED_IN_CAPTURE && b->freed_on == s && b->size >= size &&
-            b->size - size <= size / 4 && (!best || b->size < best->size))
-            best = b;
-    if (best) {
-        best->state = LIVE;
-        *out = best->ptr;
-        found = true;
-    }
-    pthread_mutex_unlock(&mu);
-    return found;
+    return (size + PIECE_ALIGN - 1) & ~(size_t)(PIECE_ALIGN - 1);
 }
 
-bool gml_graph_note(uint64_t id, gml_pool *p, uintptr_t ptr, size_t size)
+static void piece_add(gblock *b)
 {
-    gblock *b = calloc(1, sizeof *b);
+    HASH_ADD(hh, by_ptr, ptr, sizeof b->ptr, b);
+    atomic_fetch_add(&tracked, 1);
+}
+
+static void piece_drop(gblock *b)
+{
+    HASH_DELETE(hh, by_ptr, b);
+    atomic_fetch_sub(&tracked, 1);
+    free(b);
+}
+
+/* With mu held: every piece of s out of the tables (s itself stays the caller's). */
+static void slab_forget(gslab *s)
+{
+    for (gblock *b = s->pieces, *next; b; b = next) {
+        next = b->next;
+        piece_drop(b);
+    }
+    s->pieces = NULL;
+}
+
+/* With mu held: takes s off the list *head. */
+static void slab_unlink(gslab **head, gslab *s)
+{
+    for (gslab **link = head; *link; link = &(*link)->next)
+        if (*link == s) {
+            *link = s->next;
+            return;
+        }
+}
+
+/* With mu held: b absorbs its next piece n (both free for the capture on one stream). */
+static void piece_merge(gblock *b, gblock *n)
+{
+    b->size += n->size;
+    b->next = n->next;
+    if (n->next)
+        n->next->prev = b;
+    piece_drop(n);
+}
+
+bool gml_graph_reuse(uint64_t id, gml_stream s, size_t size, uintptr_t *out)
+{
+    size_t need = piece_bytes(size);
+    gblock *best = NULL, *rest = NULL;
     pthread_mutex_lock(&mu);
-    gcap *c = b ? cap_of(id, true) : NULL;
-    if (c) {
-        *b = (gblock){.ptr = ptr, .size = size, .pool = p, .state = LIVE, .cap = c, .next = c->blocks};
-        c->blocks = b;
-        HASH_ADD(hh, by_ptr, ptr, sizeof b->ptr, b);
-        atomic_fetch_add(&tracked, 1);
+    gcap *c = cap_of(id, false);
+    for (gslab *sl = c ? c->slabs : NULL; sl; sl = sl->next)
+        for (gblock *b = sl->pieces; b; b = b->next)
+            if (b->state == FREED_IN_CAPTURE && b->freed_on == s && b->size >= size &&
+                (!best || b->size < best->size))
+                best = b;
+    if (best && best->size > need && best->size - need >= PIECE_ALIGN && (rest = calloc(1, sizeof *rest))) {
+        /* the rest stays free for this capture on s: best fit with splitting, as in a pool */
+        *rest = (gblock){.ptr = best->ptr + need, .size = best->size - need, .freed_on = s,
+                         .state = FREED_IN_CAPTURE, .slab = best->slab, .prev = best, .next = best->next};
+        if (best->next)
+            best->next->prev = rest;
+        best->next = rest;
+        best->size = need;
+        piece_add(rest);
+    }
+    if (best) {
+        best->state = LIVE;
+        best->slab->live++;
+        c->live_bytes += best->size;
+        if (c->live_bytes > c->peak_bytes)
+            c->peak_bytes = c->live_bytes;
+        *out = best->ptr;
     }
     pthread_mutex_unlock(&mu);
-    if (!c)
+    return best != NULL;
+}
+
+bool gml_graph_note(uint64_t id, gml_pool *p, int device, uintptr_t ptr, size_t size)
+{
+    gblock *b = calloc(1, sizeof *b);
+    gslab *s = b ? calloc(1, sizeof *s) : NULL;
+    pthread_mutex_lock(&mu);
+    gcap *c = s ? cap_of(id, true) : NULL;
+    if (c) {
+        *s = (gslab){.ptr = ptr, .size = size, .pool = p, .device = device, .cap = c, .pieces = b, .live = 1, .next = c->slabs};
+        *b = (gblock){.ptr = ptr, .size = size, .state = LIVE, .slab = s};
+        c->slabs = s;
+        piece_add(b);
+        c->taken += size;
+        c->live_bytes += size;
+        if (c->live_bytes > c->peak_bytes)
+            c->peak_bytes = c->live_bytes;
+    }
+    pthread_mutex_unlock(&mu);
+    if (!c) {
+        free(s);
         free(b); /* the caller frees the block: unrecorded, the program's free would hand it
                     to the pool under the graph */
+    }
     return c != NULL;
+}
+
+bool gml_graph_piece(uintptr_t ptr, gml_pool **p, int *device)
+{
+    if (!atomic_load_explicit(&tracked, memory_order_relaxed))
+        return false;
+    pthread_mutex_lock(&mu);
+    gblock *b = NULL;
+    HASH_FIND(hh, by_ptr, &ptr, sizeof ptr, b);
+    if (b) {
+        *p = b->slab->pool;
+        *device = b->slab->device;
+    }
+    pthread_mutex_unlock(&mu);
+    return b != NULL;
+}
+
+/* Returns slab s, whose graph is gone, to its pool once the program freed its last piece, on
+ * stream `on` (no lock held).  Pieces freed on several streams since the graph went: the device
+ * is waited for first, so that none of their work can still be running. */
+static void orphan_give(gslab *s, gml_stream on)
+{
+    if (s->mixed) {
+        gml_depth++; /* the pool's driver calls are real calls: routing off */
+        int rc = gml_pool_sync(s->pool);
+        gml_depth--;
+        if (rc != GMLAKE_OK) {
+            gml_log(GML_LOG_WARN, "a graph's block (%#lx) stays allocated: waiting for its device failed",
+                    (unsigned long)s->ptr);
+            free(s);
+            return;
+        }
+        on = GML_STREAM_NONE;
+    }
+    gml_free_served(s->pool, s->ptr, on);
+    free(s);
 }
 
 int gml_graph_free(uintptr_t ptr, uint64_t capture, gml_stream s)
@@ -151,23 +280,62 @@ int gml_graph_free(uintptr_t ptr, uint64_t capture, gml_stream s)
     if (!atomic_load_explicit(&tracked, memory_order_relaxed))
         return GML_GRAPH_NOT_MINE;
     int r = CUDA_SUCCESS;
+    gslab *give = NULL;
     pthread_mutex_lock(&mu);
     gblock *b = NULL;
     HASH_FIND(hh, by_ptr, &ptr, sizeof ptr, b);
-    if (!b)
+    gslab *sl = b ? b->slab : NULL;
+    if (!b) {
         r = GML_GRAPH_NOT_MINE;
-    else if (b->state != LIVE)
+    } else if (b->state != LIVE) {
         r = CUDA_ERROR_INVALID_VALUE;
-    else if (capture && capture == b->cap->id) {
-        b->state = FREED_IN_CAPTURE;
-        b->freed_on = s;
-    } else {
+    } else if (!sl->cap) {
+        /* its graph is gone: the program's own block now */
         b->state = HELD;
+        if (sl->frees && sl->last_free != s)
+            sl->mixed = true;
+        sl->frees = true;
+        sl->last_free = s;
+        if (--sl->live == 0) {
+            slab_unlink(&orphans, sl);
+            slab_forget(sl);
+            give = sl;
+        }
+    } else {
+        sl->live--;
+        sl->cap->live_bytes -= b->size;
+        if (capture && capture == sl->cap->id) {
+            b->state = FREED_IN_CAPTURE;
+            b->freed_on = s;
+            if (b->next && b->next->state == FREED_IN_CAPTURE && b->next->freed_on == s)
+                piece_merge(b, b->next);
+            if (b->prev && b->prev->state == FREED_IN_CAPTURE && b->prev->freed_on == s)
+                piece_merge(b->prev, b);
+        } else {
+            b->state = HELD;
+        }
     }
     pthread_mutex_unlock(&mu);
     if (r == CUDA_ERROR_INVALID_VALUE)
         gml_log(GML_LOG_ERROR, "free(%#lx): a graph's block freed twice; unchanged", (unsigned long)ptr);
+    if (give)
+        orphan_give(give, s);
     return r;
+}
+
+/* With mu held: drops every slab of pool p from the list *head, and its pieces. */
+static void forget_slabs(gslab **head, gml_pool *p)
+{
+    for (gslab **link = head; *link;) {
+        gslab *s = *link;
+        if (s->pool != p) {
+            link = &s->next;
+            continue;
+        }
+        *link = s->next;
+        slab_forget(s);
+        free(s);
+    }
 }
 
 void gml_graph_forget_pool(gml_pool *p)
@@ -176,51 +344,44 @@ void gml_graph_forget_pool(gml_pool *p)
         return;
     pthread_mutex_lock(&mu);
     gcap *c, *tmp;
-    HASH_ITER(hh, by_id, c, tmp) {
-        for (gblock **link = &c->blocks; *link;) {
-            gblock *b = *link;
-            if (b->pool != p) {
-                link = &b->next;
-                continue;
-            }
-            *link = b->next;
-            HASH_DELETE(hh, by_ptr, b);
-            atomic_fetch_sub(&tracked, 1);
-            free(b);
-        }
-    }
+    HASH_ITER(hh, by_id, c, tmp)
+        forget_slabs(&c->slabs, p);
+    forget_slabs(&orphans, p);
     pthread_mutex_unlock(&mu);
 }
 
-/* With mu held: takes c out of the tables; the blocks to return to the pool go on *give. */
-static void release(gcap *c, gblock **give)
+/* With mu held: takes c out of the tables.  A slab none of whose pieces the program holds goes
+ * on *give (to return to the pool); one it still holds pieces of stays, an orphan, until the
+ * program frees the last of them. */
+static void release(gcap *c, gslab **give)
 {
     HASH_DELETE(hh, by_id, c);
-    for (gblock *b = c->blocks, *next; b; b = next) {
-        next = b->next;
-        HASH_DELETE(hh, by_ptr, b);
-        atomic_fetch_sub(&tracked, 1);
-        if (b->state == LIVE) {
-            free(b); /* the program's: its free goes to the pool as any other */
+    for (gslab *s = c->slabs, *next; s; s = next) {
+        next = s->next;
+        s->cap = NULL;
+        if (s->live) {
+            s->next = orphans;
+            orphans = s;
         } else {
-            b->next = *give;
-            *give = b;
+            slab_forget(s);
+            s->next = *give;
+            *give = s;
         }
     }
     free(c);
 }
 
-/* Returns the blocks on `give` to their pools (no lock held; the device is done with them). */
-static void give_back(gblock *give)
+/* Returns the slabs on `give` to their pools (no lock held; the device is done with them). */
+static void give_back(gslab *give)
 {
     size_t n = 0, bytes = 0;
-    for (gblock *b = give, *next; b; b = next) {
-        next = b->next;
-        if (gml_free_served(b->pool, b->ptr, GML_STREAM_NONE) == GMLAKE_OK) {
+    for (gslab *s = give, *next; s; s = next) {
+        next = s->next;
+        if (gml_free_served(s->pool, s->ptr, GML_STREAM_NONE) == GMLAKE_OK) {
             n++;
-            bytes += b->size;
+            bytes += s->size;
         }
-        free(b);
+        free(s);
     }
     if (n)
         gml_log(GML_LOG_DEBUG, "a graph is gone: %zu of its blocks (%zu bytes) returned to the pool", n, bytes);
@@ -241,7 +402,7 @@ void gml_graph_reap(void)
     if (!atomic_load_explicit(&dead, memory_order_relaxed))
         return;
     gcap *c = atomic_exchange(&dead, NULL);
-    gblock *give = NULL;
+    gslab *give = NULL;
     pthread_mutex_lock(&mu);
     for (gcap *next; c; c = next) {
         next = c->next_dead;
@@ -272,15 +433,20 @@ static bool tie(gcap *c, CUgraph g)
 void gml_graph_ended(uint64_t id, CUgraph g)
 {
     static _Atomic int warned;
-    gblock *give = NULL;
+    gslab *give = NULL;
     bool untied = false;
     pthread_mutex_lock(&mu);
     gcap *c = id ? cap_of(id, false) : NULL;
+    size_t taken = c ? c->taken : 0, peak = c ? c->peak_bytes : 0, live = c ? c->live_bytes : 0;
     if (c && !g)
         release(c, &give); /* no graph: nothing will run on its blocks */
     else if (c)
         untied = !tie(c, g);
     pthread_mutex_unlock(&mu);
+    if (c)
+        gml_log(GML_LOG_DEBUG, "capture %llu ended: %zu bytes taken from the pool for allocations "
+                "that peaked at %zu bytes live; %zu bytes live at its end", (unsigned long long)id,
+                taken, peak, live);
     give_back(give);
     if (untied && !atomic_exchange(&warned, 1))
         gml_log(GML_LOG_WARN, "cannot tie a captured graph's memory to the graph's life (CUDA user "

@@ -381,7 +381,7 @@ static outcome alloc_op(api a, uintptr_t *out, size_t size, CUstream s, bool asy
     /* a graph's block is taken as cudaMalloc takes one: whichever stream launches the graph */
     switch (serve_alloc(device, size, capture ? GML_STREAM_NONE : key, out)) {
     case 0:
-        if (capture && !gml_graph_note(capture, gml_registry_get(device), *out, size)) {
+        if (capture && !gml_graph_note(capture, gml_registry_get(device), device, *out, size)) {
             gml_free_served(gml_registry_get(device), *out, GML_STREAM_NONE);
             return answer(CUDA_ERROR_OUT_OF_MEMORY);
         }
@@ -419,17 +419,20 @@ static int serve_free(api a, uintptr_t ptr, CUstream s, bool ptsz, const char *n
 {
     int device = -1;
     gml_pool *p = gml_arena_owner(ptr, &device);
-    bool live_known = false;
+    bool live_known = false, piece = false;
     if (!p) {
         p = gml_live_owner(ptr, &device);
         live_known = p != NULL;
     }
+    /* a piece of a graph's memory may start inside one of the pool's blocks (graphmem.c) */
+    if (!p)
+        live_known = piece = gml_graph_piece(ptr, &p, &device);
     if (!p && !gml_owner(ptr, NULL))
         return FREE_PASS;
     int query = 0;
     bool capture = !sync && p && capturing(a, named(s, ptsz), &query);
     if (p && !live_known && (sync || capture))
-        live_known = gml_pool_alloc_size(p, ptr) != 0;
+        live_known = (piece = gml_graph_piece(ptr, &p, &device)) || gml_pool_alloc_size(p, ptr) != 0;
     if (!p || ((sync || capture) && !live_known))
         return invalid_free(name, ptr);
     if (query) {
@@ -458,6 +461,8 @@ static int serve_free(api a, uintptr_t ptr, CUstream s, bool ptsz, const char *n
     int graph = gml_graph_free(ptr, in, stream);
     if (graph != GML_GRAPH_NOT_MINE)
         return graph;
+    if (piece)
+        return invalid_free(name, ptr); /* another thread freed it meanwhile */
     if (capture) {
         if (!atomic_exchange(&capture_warned, 1))
             gml_log(GML_LOG_WARN, "%s during graph capture: gmlake keeps such blocks allocated", name);

@@ -374,9 +374,12 @@ bool gml_capture_under_way(void);
  * gml_graph_capture_id: the id of the capture stream s (as named: the driver's handles) is part
  *   of (*id 0: none) and, if active is not NULL, whether it is active (not invalidated); the
  *   query's error, else 0.
- * gml_graph_reuse: a block capture `id` freed on stream s that fits `size` (true, *out set).
- * gml_graph_note: pool p served ptr (size bytes) to capture id; false when it cannot be recorded
+ * gml_graph_reuse: memory capture `id` freed on stream s that fits `size` (true, *out set): the
+ *   best fit among the pieces it freed there, split where the rest is worth keeping.
+ * gml_graph_note: pool p (of device) served ptr (size bytes) to capture id; false when it cannot be recorded
  *   (no host memory): the caller frees it and answers out of memory.
+ * gml_graph_piece: whether ptr is the start of a piece of a graph's memory (live or not), and
+ *   its pool and device: such a pointer may lie inside one of the pool's blocks.
  * gml_graph_free: a free of ptr during capture `capture` (0: outside any) on stream s:
  *   GML_GRAPH_NOT_MINE when ptr is no graph's block (the caller goes on), else the answer.
  * gml_graph_ended: capture id ended with graph g (NULL: without a graph).
@@ -388,7 +391,8 @@ bool gml_capture_under_way(void);
 enum { GML_GRAPH_NOT_MINE = -1 };
 int gml_graph_capture_id(CUstream s, uint64_t *id, bool *active);
 bool gml_graph_reuse(uint64_t id, gml_stream s, size_t size, uintptr_t *out);
-bool gml_graph_note(uint64_t id, gml_pool *p, uintptr_t ptr, size_t size);
+bool gml_graph_note(uint64_t id, gml_pool *p, int device, uintptr_t ptr, size_t size);
+bool gml_graph_piece(uintptr_t ptr, gml_pool **p, int *device);
 int gml_graph_free(uintptr_t ptr, uint64_t capture, gml_stream s);
 void gml_graph_ended(uint64_t id, CUgraph g);
 void gml_graph_reap(void);

@@ -14,6 +14,21 @@ typedef int (*stats_fn)(int, gmlake_stats *);
 static stats_fn get_stats;
 static gmlake_stats st() { gmlake_stats s; memset(&s, 0, sizeof s); if (get_stats) get_stats(0, &s); return s; }
 
+// CUDA calls a graph's user object destructor on a thread of its own and the next allocation
+// or free reaps: allocates and frees until the pool's live allocations are back to live0 (3 s
+// at most).  Returns them.
+static uint64_t reaped(uint64_t live0) {
+    uint64_t live = st().live_allocations;
+    for (int i = 0; i < 300 && live > live0; i++) {
+        void *t;
+        cudaMalloc(&t, 512);
+        cudaFree(t);
+        live = st().live_allocations;
+        if (live > live0) usleep(10000);
+    }
+    return live;
+}
+
 int main() {
     get_stats = (stats_fn)dlsym(RTLD_DEFAULT, "gmlake_get_stats");
     CHECK(get_stats != NULL, "libgmlake is preloaded");
@@ -149,16 +164,38 @@ int main() {
     CHECK(early == 0, "no block of a running graph was handed out (%d were)", early);
     for (int i = 0; i < 8; i++) cudaFreeAsync(late[i], other_s);
     cudaFree(o1);
-    // CUDA calls the user object's destructor on a thread of its own: the next call reaps
-    uint64_t live = st().live_allocations;
-    for (int i = 0; i < 300 && live > live0; i++) {
-        void *t;
-        cudaMalloc(&t, 512);
-        cudaFree(t);
-        live = st().live_allocations;
-        if (live > live0) usleep(10000);
-    }
+    uint64_t live = reaped(live0);
     CHECK(live == live0, "the graph's memory returned once CUDA destroyed it (%lu live, %lu before)",
+          (unsigned long)live, (unsigned long)live0);
+    // a capture cuts what it freed into pieces for its later, smaller allocations (graphmem.c)
+    allocs = st().allocations;
+    void *big = NULL, *pc[3];
+    const size_t MB = 1 << 20;
+    CHECK(cudaStreamBeginCapture(cs, cudaStreamCaptureModeGlobal) == cudaSuccess, "begin capture (pieces)");
+    CHECK(cudaMallocAsync(&big, 4 * MB, cs) == cudaSuccess, "a 4 MiB block in capture");
+    fill<<<16, 256, 0, cs>>>((uint32_t *)big, 4 * MB / 4, 30);
+    CHECK(cudaFreeAsync(big, cs) == cudaSuccess, "freed in capture");
+    for (int i = 0; i < 3; i++) {
+        CHECK(cudaMallocAsync(&pc[i], MB, cs) == cudaSuccess && pc[i] == (char *)big + i * MB,
+              "piece %d is part %d of the freed block", i, i);
+        fill<<<16, 256, 0, cs>>>((uint32_t *)pc[i], MB / 4, 31 + i);
+    }
+    CHECK(cudaFreeAsync(pc[0], cs) == cudaSuccess && cudaFreeAsync(pc[2], cs) == cudaSuccess,
+          "two pieces freed in capture");
+    cudaGraph_t g2;
+    CHECK(cudaStreamEndCapture(cs, &g2) == cudaSuccess, "end capture (pieces)");
+    CHECK(st().allocations == allocs + 1, "one block of the pool for four allocations");
+    cudaGraphExec_t ge2;
+    CHECK(cudaGraphInstantiate(&ge2, g2, 0) == cudaSuccess, "instantiate (pieces)");
+    CHECK(cudaGraphLaunch(ge2, cs) == cudaSuccess && cudaGraphLaunch(ge2, cs) == cudaSuccess &&
+          cudaStreamSynchronize(cs) == cudaSuccess, "the graph runs twice");
+    CHECK(ok_data(pc[1], MB, 32), "the output piece holds its own data: its neighbours' writes stayed out");
+    CHECK(cudaFree(pc[1]) == cudaSuccess, "the program frees the output piece (inside a block of the pool)");
+    CHECK(cudaFree(pc[1]) == cudaErrorInvalidValue, "a second free is a double free");
+    cudaGetLastError();
+    CHECK(cudaGraphExecDestroy(ge2) == cudaSuccess && cudaGraphDestroy(g2) == cudaSuccess, "graph destroyed");
+    live = reaped(live0);
+    CHECK(live == live0, "the pieces' block returned once CUDA destroyed the graph (%lu live, %lu before)",
           (unsigned long)live, (unsigned long)live0);
     size_t fr, tot;
     CHECK(cudaMemGetInfo(&fr, &tot) == cudaSuccess && fr <= tot, "cudaMemGetInfo");

@@ -344,8 +344,8 @@ Test(capture, a_capture_reuses_what_it_freed_on_the_same_stream_only)
     cr_assert_eq(cudaMallocAsync(&b, 2 * MiB - 4096, C), cudaSuccess);
     cr_assert_eq(b, a, "a block this capture freed on C serves C again");
     cr_assert_eq(cudaFreeAsync(b, C), cudaSuccess);
-    cr_assert_eq(cudaMallocAsync(&c, MiB, C), cudaSuccess);
-    cr_assert_neq(c, a, "not a block twice the size asked for");
+    cr_assert_eq(cudaMallocAsync(&c, 3 * MiB, C), cudaSuccess);
+    cr_assert_neq(c, a, "not a block smaller than asked for");
     cr_assert_eq(cudaMallocAsync(&d, 8 * MiB, S1), cudaSuccess);
     cr_assert_neq(d, a, "S1 does not capture: an ordinary block");
     cudaGraph_t g;
@@ -357,6 +357,92 @@ Test(capture, a_capture_reuses_what_it_freed_on_the_same_stream_only)
     cr_assert_eq(cuGraphDestroy((CUgraph)g), CUDA_SUCCESS);
     pairs(S1, 1);
     cr_assert_eq(stats().live_allocations, 0);
+}
+
+/* Begins a capture on C in which a block of `size` bytes is allocated and freed: memory free for
+ * that capture on C.  Returns the block. */
+static void *freed_in_capture(size_t size)
+{
+    void *a;
+    cr_assert_eq(cudaStreamBeginCapture(C, cudaStreamCaptureModeRelaxed), cudaSuccess);
+    cr_assert_eq(cudaMallocAsync(&a, size, C), cudaSuccess);
+    cr_assert_eq(cudaFreeAsync(a, C), cudaSuccess);
+    return a;
+}
+
+Test(capture, a_capture_splits_what_it_freed_for_smaller_requests)
+{
+    make_streams();
+    void *a, *b, *c, *d;
+    a = freed_in_capture(8 * MiB);
+    cr_assert_eq(cudaMallocAsync(&b, MiB, C), cudaSuccess);
+    cr_assert_eq(b, a, "the freed block's start serves a smaller request");
+    cr_assert_eq(cudaMallocAsync(&c, 2 * MiB + 100, C), cudaSuccess);
+    cr_assert_eq((char *)c, (char *)a + MiB, "its rest serves the next one");
+    cr_assert_eq(cudaMallocAsync(&d, 5 * MiB, C), cudaSuccess);
+    cr_assert_neq(d, a, "5 MiB do not fit the 5 MiB - 512 bytes left");
+    cr_assert_eq(stats().live_allocations, 2, "two blocks of the pool for four requests");
+    cr_assert_eq(stats().active_bytes, 13 * MiB);
+    cudaGraph_t g;
+    cr_assert_eq(cudaStreamEndCapture(C, &g), cudaSuccess);
+    cr_assert_eq(cudaFreeAsync(c, S1), cudaSuccess, "a piece inside a block: the program's free succeeds");
+    cr_assert_eq(cudaFreeAsync(c, S1), cudaErrorInvalidValue, "and a second one is a double free");
+    cr_assert_eq(cudaFree(b), cudaSuccess);
+    cr_assert_eq(cudaFreeAsync(d, S1), cudaSuccess);
+    cr_assert_eq(stats().live_allocations, 2, "the graph holds both blocks");
+    cr_assert_eq(cuGraphDestroy((CUgraph)g), CUDA_SUCCESS);
+    pairs(S1, 1);
+    cr_assert_eq(stats().live_allocations, 0);
+    cr_assert_eq(stats().active_bytes, 0);
+}
+
+Test(capture, pieces_freed_on_one_stream_merge_again)
+{
+    make_streams();
+    void *a, *b, *c, *d, *e;
+    a = freed_in_capture(8 * MiB);
+    cr_assert_eq(cudaMallocAsync(&b, 4 * MiB, C), cudaSuccess);
+    cr_assert_eq(cudaMallocAsync(&c, 4 * MiB, C), cudaSuccess);
+    cr_assert_eq(b, a);
+    cr_assert_eq((char *)c, (char *)a + 4 * MiB);
+    cr_assert_eq(cudaFreeAsync(c, C), cudaSuccess);
+    cr_assert_eq(cudaFreeAsync(b, C), cudaSuccess);
+    cr_assert_eq(cudaMallocAsync(&d, 8 * MiB, C), cudaSuccess);
+    cr_assert_eq(d, a, "the two halves freed on C are one piece again");
+    cr_assert_eq(cudaFreeAsync(d, C), cudaSuccess);
+    cr_assert_eq(cudaMallocAsync(&e, 4 * MiB, S2), cudaSuccess);
+    cr_assert_neq(e, a, "S2 does not capture: an ordinary block");
+    cr_assert_eq(stats().live_allocations, 2);
+    cudaGraph_t g;
+    cr_assert_eq(cudaStreamEndCapture(C, &g), cudaSuccess);
+    cr_assert_eq(cudaFreeAsync(e, S2), cudaSuccess);
+    cr_assert_eq(cuGraphDestroy((CUgraph)g), CUDA_SUCCESS);
+    pairs(S1, 1);
+    cr_assert_eq(stats().live_allocations, 0);
+}
+
+Test(capture, a_block_goes_back_when_the_program_frees_its_last_piece_after_the_graph)
+{
+    make_streams();
+    void *a, *b, *c, *d;
+    a = freed_in_capture(6 * MiB);
+    cr_assert_eq(cudaMallocAsync(&b, 2 * MiB, C), cudaSuccess);
+    cr_assert_eq(cudaMallocAsync(&c, 2 * MiB, C), cudaSuccess);
+    cr_assert_eq(cudaMallocAsync(&d, 2 * MiB, C), cudaSuccess);
+    cr_assert_eq((char *)d, (char *)a + 4 * MiB);
+    cr_assert_eq(cudaFreeAsync(b, C), cudaSuccess);
+    cudaGraph_t g;
+    cr_assert_eq(cudaStreamEndCapture(C, &g), cudaSuccess);
+    cr_assert_eq(cuGraphDestroy((CUgraph)g), CUDA_SUCCESS);
+    pairs(S1, 1);
+    cr_assert_eq(stats().live_allocations, 1, "the program still holds two pieces of the block");
+    cr_assert_eq(cudaFreeAsync(d, S1), cudaSuccess);
+    cr_assert_eq(cudaFreeAsync(d, S1), cudaErrorInvalidValue, "a double free");
+    cr_assert_eq(cudaFreeAsync(b, S1), cudaErrorInvalidValue, "the capture freed it already");
+    cr_assert_eq(stats().live_allocations, 1);
+    cr_assert_eq(cudaFreeAsync(c, S2), cudaSuccess, "the last piece, on another stream");
+    cr_assert_eq(stats().live_allocations, 0, "the block is the pool's again");
+    cr_assert_eq(cudaFreeAsync(c, S2), cudaErrorInvalidValue);
 }
 
 Test(capture, another_captures_free_of_a_graphs_block_leaves_it_to_the_graph)
