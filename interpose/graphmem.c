@@ -31,13 +31,19 @@
  *    destroyed and their launches have finished; its destructor (a CUDA thread, which may make no
  *    CUDA call) only queues the capture.  The next allocation or free in the process
  *    (gml_graph_reap) then returns the slabs none of whose pieces the program holds to the pool
- *    (as cudaFree would: no launch uses them any more); a slab the program still holds pieces of
- *    goes back when it frees the last of them, on that free's stream (the device waited for
- *    first where those frees came on several streams).
+ *    (no launch uses them any more); a slab the program still holds pieces of goes back when it
+ *    frees the last of them.  Either goes back on the stream of the program's frees of its
+ *    pieces (none: as cudaFree would), or after a wait for the device where they came on
+ *    several streams or on one destroyed since; a piece freed into another capture keeps its
+ *    slab, as any block freed during a capture is kept (hooks.c).  A capture's reuse stays
+ *    within the pool (device) the allocation asks.
  *    A capture that ends without a graph (invalidated) is released at its end.  Where the user
  *    object cannot be made or retained, the capture's blocks are kept until the process exits
  *    (logged once): never reused under a graph that may still run.
- *  - Cost where no graph was captured: one relaxed atomic load per free and per allocation.
+ *  - Cost where no graph was captured: two relaxed atomic loads per allocation and three per
+ *    free (whether anything waits to be reaped; whether any piece is tracked).
+ *  - No device wait while a capture may be under way (a wait is an unsafe call there): a slab
+ *    that needs one is parked and given back by the first reap outside captures.
  */
 #include <pthread.h>
 #include <stdatomic.h>
@@ -88,6 +94,8 @@ static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static gblock *by_ptr;
 static gcap *by_id;
 static gslab *orphans;                  /* slabs whose graph is gone, with LIVE pieces */
+static gslab *parked;                   /* slabs to give back after a device wait, once no capture is under way */
+static _Atomic bool any_parked;
 static _Atomic long tracked;            /* pieces in by_ptr: frees skip the lookup while 0 */
 static _Atomic(gcap *) dead;            /* captures CUDA released, not reaped yet */
 
@@ -181,14 +189,14 @@ static void piece_merge(gblock *b, gblock *n)
     piece_drop(n);
 }
 
-bool gml_graph_reuse(uint64_t id, gml_stream s, size_t size, uintptr_t *out)
+bool gml_graph_reuse(uint64_t id, int device, gml_stream s, size_t size, uintptr_t *out)
 {
     size_t need = piece_bytes(size);
     gblock *best = NULL, *rest = NULL;
     pthread_mutex_lock(&mu);
     gcap *c = cap_of(id, false);
     for (gslab *sl = c ? c->slabs : NULL; sl; sl = sl->next)
-        for (gblock *b = sl->pieces; b; b = b->next)
+        for (gblock *b = sl->device == device ? sl->pieces : NULL; b; b = b->next)
             if (b->state == FREED_IN_CAPTURE && b->freed_on == s && b->size >= size &&
                 (!best || b->size < best->size))
                 best = b;
@@ -254,12 +262,31 @@ bool gml_graph_piece(uintptr_t ptr, gml_pool **p, int *device)
     return b != NULL;
 }
 
-/* Returns slab s, whose graph is gone, to its pool once the program freed its last piece, on
- * stream `on` (no lock held).  Pieces freed on several streams since the graph went: the device
- * is waited for first, so that none of their work can still be running. */
-static void orphan_give(gslab *s, gml_stream on)
+/* With mu held: the program freed a piece of s on stream `on` (outside s's capture). */
+static void note_free(gslab *s, gml_stream on)
 {
+    if (s->frees && s->last_free != on)
+        s->mixed = true;
+    s->frees = true;
+    s->last_free = on;
+}
+
+/* Returns slab s (out of the tables, no piece LIVE) to its pool (no lock held): on the stream of
+ * the program's frees of its pieces, or, where they came on several, after a wait for the
+ * device, so that none of their work can still be running.  That wait is an unsafe call in a
+ * capture: unless may_wait (no capture under way), s is parked for gml_graph_reap. */
+static void slab_give(gslab *s, bool may_wait)
+{
+    gml_stream on = s->frees ? s->last_free : GML_STREAM_NONE;
     if (s->mixed) {
+        if (!may_wait) {
+            pthread_mutex_lock(&mu);
+            s->next = parked;
+            parked = s;
+            atomic_store(&any_parked, true);
+            pthread_mutex_unlock(&mu);
+            return;
+        }
         gml_depth++; /* the pool's driver calls are real calls: routing off */
         int rc = gml_pool_sync(s->pool);
         gml_depth--;
@@ -275,7 +302,7 @@ static void orphan_give(gslab *s, gml_stream on)
     free(s);
 }
 
-int gml_graph_free(uintptr_t ptr, uint64_t capture, gml_stream s)
+int gml_graph_free(uintptr_t ptr, uint64_t capture, gml_stream s, bool may_wait)
 {
     if (!atomic_load_explicit(&tracked, memory_order_relaxed))
         return GML_GRAPH_NOT_MINE;
@@ -290,13 +317,12 @@ int gml_graph_free(uintptr_t ptr, uint64_t capture, gml_stream s)
     } else if (b->state != LIVE) {
         r = CUDA_ERROR_INVALID_VALUE;
     } else if (!sl->cap) {
-        /* its graph is gone: the program's own block now */
+        /* its graph is gone: the program's own block now; a free captured into a graph runs
+         * when that graph does: kept, as hooks.c keeps any block freed during a capture */
         b->state = HELD;
-        if (sl->frees && sl->last_free != s)
-            sl->mixed = true;
-        sl->frees = true;
-        sl->last_free = s;
-        if (--sl->live == 0) {
+        if (!capture)
+            note_free(sl, s);
+        if (!capture && --sl->live == 0) {
             slab_unlink(&orphans, sl);
             slab_forget(sl);
             give = sl;
@@ -313,14 +339,36 @@ int gml_graph_free(uintptr_t ptr, uint64_t capture, gml_stream s)
                 piece_merge(b->prev, b);
         } else {
             b->state = HELD;
+            note_free(sl, s);
         }
     }
     pthread_mutex_unlock(&mu);
     if (r == CUDA_ERROR_INVALID_VALUE)
         gml_log(GML_LOG_ERROR, "free(%#lx): a graph's block freed twice; unchanged", (unsigned long)ptr);
     if (give)
-        orphan_give(give, s);
+        slab_give(give, may_wait);
     return r;
+}
+
+/* With mu held: a slab whose pieces the program freed last on stream s, now retired, counts as
+ * freed on several streams: a later stream with the same handle is another stream. */
+static void retire_on(gslab *list, gml_stream s)
+{
+    for (; list; list = list->next)
+        if (list->frees && list->last_free == s)
+            list->mixed = true;
+}
+
+void gml_graph_stream_retired(gml_stream s)
+{
+    if (!atomic_load(&tracked))
+        return;
+    pthread_mutex_lock(&mu);
+    gcap *c, *tmp;
+    HASH_ITER(hh, by_id, c, tmp)
+        retire_on(c->slabs, s);
+    retire_on(orphans, s);
+    pthread_mutex_unlock(&mu);
 }
 
 /* With mu held: drops every slab of pool p from the list *head, and its pieces. */
@@ -340,13 +388,14 @@ static void forget_slabs(gslab **head, gml_pool *p)
 
 void gml_graph_forget_pool(gml_pool *p)
 {
-    if (!atomic_load(&tracked))
+    if (!atomic_load(&tracked) && !atomic_load(&any_parked))
         return;
     pthread_mutex_lock(&mu);
     gcap *c, *tmp;
     HASH_ITER(hh, by_id, c, tmp)
         forget_slabs(&c->slabs, p);
     forget_slabs(&orphans, p);
+    forget_slabs(&parked, p);
     pthread_mutex_unlock(&mu);
 }
 
@@ -363,6 +412,9 @@ static void release(gcap *c, gslab **give)
             s->next = orphans;
             orphans = s;
         } else {
+            /* pieces the program freed while the graph lived go back in the order of those
+             * frees: on their stream, or after a wait for the device where they came on several
+             * streams or on one since destroyed (slab_give) */
             slab_forget(s);
             s->next = *give;
             *give = s;
@@ -372,16 +424,14 @@ static void release(gcap *c, gslab **give)
 }
 
 /* Returns the slabs on `give` to their pools (no lock held; the device is done with them). */
-static void give_back(gslab *give)
+static void give_back(gslab *give, bool may_wait)
 {
     size_t n = 0, bytes = 0;
     for (gslab *s = give, *next; s; s = next) {
         next = s->next;
-        if (gml_free_served(s->pool, s->ptr, GML_STREAM_NONE) == GMLAKE_OK) {
-            n++;
-            bytes += s->size;
-        }
-        free(s);
+        n++;
+        bytes += s->size;
+        slab_give(s, may_wait);
     }
     if (n)
         gml_log(GML_LOG_DEBUG, "a graph is gone: %zu of its blocks (%zu bytes) returned to the pool", n, bytes);
@@ -397,20 +447,31 @@ static void CUDA_CB graph_gone(void *arg)
     while (!atomic_compare_exchange_weak(&dead, &head, c));
 }
 
-void gml_graph_reap(void)
+bool gml_graph_reap_pending(void)
 {
-    if (!atomic_load_explicit(&dead, memory_order_relaxed))
+    return atomic_load_explicit(&dead, memory_order_relaxed) ||
+           atomic_load_explicit(&any_parked, memory_order_relaxed);
+}
+
+void gml_graph_reap(bool may_wait)
+{
+    if (!gml_graph_reap_pending())
         return;
     gcap *c = atomic_exchange(&dead, NULL);
     gslab *give = NULL;
     pthread_mutex_lock(&mu);
+    if (may_wait) {
+        give = parked;
+        parked = NULL;
+        atomic_store(&any_parked, false);
+    }
     for (gcap *next; c; c = next) {
         next = c->next_dead;
         if (!c->pinned)
             release(c, &give);
     }
     pthread_mutex_unlock(&mu);
-    give_back(give);
+    give_back(give, may_wait);
 }
 
 /* Ties capture c's life to graph g: a user object whose last reference the graph owns.  Where
@@ -447,7 +508,7 @@ void gml_graph_ended(uint64_t id, CUgraph g)
         gml_log(GML_LOG_DEBUG, "capture %llu ended: %zu bytes taken from the pool for allocations "
                 "that peaked at %zu bytes live; %zu bytes live at its end", (unsigned long long)id,
                 taken, peak, live);
-    give_back(give);
+    give_back(give, false);
     if (untied && !atomic_exchange(&warned, 1))
         gml_log(GML_LOG_WARN, "cannot tie a captured graph's memory to the graph's life (CUDA user "
                 "objects); its blocks stay allocated until the process exits");

@@ -122,6 +122,7 @@ static void ptds_thread_exit(void *unused)
     gml_depth++;
     for (int d = 0; d < GML_MAX_DEVICES; d++) {
         gml_pool *p = gml_registry_get(d);
+        gml_graph_stream_retired(gml_stream_ptds(d));
         if (p)
             gml_pool_stream_retire(p, gml_stream_ptds(d));
     }
@@ -362,7 +363,8 @@ static outcome alloc_op(api a, uintptr_t *out, size_t size, CUstream s, bool asy
 {
     if (!gml_serving() || size == 0)
         return PASS_THROUGH;
-    gml_graph_reap();
+    if (gml_graph_reap_pending())
+        gml_graph_reap(!gml_capture_under_way()); /* no device wait in a capture */
     int query;
     uint64_t capture = 0;
     bool active = false;
@@ -376,7 +378,7 @@ static outcome alloc_op(api a, uintptr_t *out, size_t size, CUstream s, bool asy
     if (sticky != cudaSuccess)
         return (outcome){.code = sticky};
     gml_stream key = async ? stream_key(s, ptsz, device) : GML_STREAM_NONE;
-    if (capture && gml_graph_reuse(capture, key, size, out))
+    if (capture && gml_graph_reuse(capture, device, key, size, out))
         return answer(CUDA_SUCCESS);
     /* a graph's block is taken as cudaMalloc takes one: whichever stream launches the graph */
     switch (serve_alloc(device, size, capture ? GML_STREAM_NONE : key, out)) {
@@ -458,7 +460,7 @@ static int serve_free(api a, uintptr_t ptr, CUstream s, bool ptsz, const char *n
     uint64_t in = 0;
     if (capture)
         gml_graph_capture_id(named(s, ptsz), &in, NULL); /* in stays 0 if it fails */
-    int graph = gml_graph_free(ptr, in, stream);
+    int graph = gml_graph_free(ptr, in, stream, !gml_capture_under_way());
     if (graph != GML_GRAPH_NOT_MINE)
         return graph;
     if (piece)
@@ -480,7 +482,8 @@ static outcome free_op(api a, uintptr_t ptr, CUstream s, bool ptsz, const char *
     int sticky = rt_sticky(a);
     if (sticky != cudaSuccess)
         return (outcome){.code = sticky};
-    gml_graph_reap();
+    if (gml_graph_reap_pending())
+        gml_graph_reap(!gml_capture_under_way()); /* no device wait in a capture */
     int r = serve_free(a, ptr, s, ptsz, name, sync);
     return r == FREE_PASS ? PASS_THROUGH : answer(r);
 }
@@ -904,6 +907,7 @@ static void retire_stream(CUstream s)
     if (!gml_serving() || !s || s == CU_STREAM_LEGACY || s == CU_STREAM_PER_THREAD)
         return;
     gml_streams_changed();
+    gml_graph_stream_retired((gml_stream)s);
     gml_depth++;
     for (int d = 0; d < GML_MAX_DEVICES; d++) {
         gml_pool *p = gml_registry_get(d);

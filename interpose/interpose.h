@@ -374,28 +374,36 @@ bool gml_capture_under_way(void);
  * gml_graph_capture_id: the id of the capture stream s (as named: the driver's handles) is part
  *   of (*id 0: none) and, if active is not NULL, whether it is active (not invalidated); the
  *   query's error, else 0.
- * gml_graph_reuse: memory capture `id` freed on stream s that fits `size` (true, *out set): the
- *   best fit among the pieces it freed there, split where the rest is worth keeping.
- * gml_graph_note: pool p (of device) served ptr (size bytes) to capture id; false when it cannot be recorded
- *   (no host memory): the caller frees it and answers out of memory.
+ * gml_graph_reuse: memory of device's pool that capture `id` freed on stream s and that fits
+ *   `size` (true, *out set): the best fit among the pieces it freed there, split where the rest
+ *   is worth keeping.
+ * gml_graph_note: pool p (of device) served ptr (size bytes) to capture id; false when it
+ *   cannot be recorded (no host memory): the caller frees it and answers out of memory.
  * gml_graph_piece: whether ptr is the start of a piece of a graph's memory (live or not), and
  *   its pool and device: such a pointer may lie inside one of the pool's blocks.
  * gml_graph_free: a free of ptr during capture `capture` (0: outside any) on stream s:
  *   GML_GRAPH_NOT_MINE when ptr is no graph's block (the caller goes on), else the answer.
+ *   may_wait: no capture is under way, so the device may be waited for (else a block that needs
+ *   it waits for a later reap).
  * gml_graph_ended: capture id ended with graph g (NULL: without a graph).
- * gml_graph_reap: returns the memory of graphs CUDA destroyed since the last call.
+ * gml_graph_reap: returns the memory of graphs CUDA destroyed since the last call (may_wait: as
+ *   for gml_graph_free); gml_graph_reap_pending: whether it has anything to do (two loads).
+ * gml_graph_stream_retired: the program destroys stream s (a created stream's handle, or a
+ *   thread's per-thread stream at its exit): a later stream with its key is another one.
  * gml_graph_forget_pool: pool p is about to be reset (reset.c): every record of its blocks ends,
  *   so that no later free or reap acts on what the fresh pool puts at their addresses.
  * gml_free_served: the last step of every free of a live gmlake block: the trace, the pool's
  *   free, the end of its IPC export (a gmlake status). */
 enum { GML_GRAPH_NOT_MINE = -1 };
 int gml_graph_capture_id(CUstream s, uint64_t *id, bool *active);
-bool gml_graph_reuse(uint64_t id, gml_stream s, size_t size, uintptr_t *out);
+bool gml_graph_reuse(uint64_t id, int device, gml_stream s, size_t size, uintptr_t *out);
 bool gml_graph_note(uint64_t id, gml_pool *p, int device, uintptr_t ptr, size_t size);
 bool gml_graph_piece(uintptr_t ptr, gml_pool **p, int *device);
-int gml_graph_free(uintptr_t ptr, uint64_t capture, gml_stream s);
+int gml_graph_free(uintptr_t ptr, uint64_t capture, gml_stream s, bool may_wait);
 void gml_graph_ended(uint64_t id, CUgraph g);
-void gml_graph_reap(void);
+bool gml_graph_reap_pending(void);
+void gml_graph_reap(bool may_wait);
+void gml_graph_stream_retired(gml_stream s);
 void gml_graph_forget_pool(gml_pool *p);
 int gml_free_served(gml_pool *p, uintptr_t ptr, gml_stream stream);
 /* Logs why `size` bytes could not be served on `device`: the process's first report at warn

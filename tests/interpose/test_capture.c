@@ -4,8 +4,9 @@
  * of this thread's default stream; a stream's capture status is asked only while a capture is
  * under way (interpose/capture.c), including one that ended by invalidation.  The memory of
  * captures (interpose/graphmem.c): gmlake serves it, reuses what a capture freed only inside that
- * capture on the same stream, holds what the program frees while the graph or an executable graph
- * made from it lives, and gives it back once CUDA destroys the last of them. */
+ * capture on the same stream and device (cut to size, merged again), holds what the program frees
+ * while the graph or an executable graph made from it lives, and gives it back once CUDA destroys
+ * the last of them, in the order of the program's frees and without a wait during a capture. */
 #include "harness.h"
 #include <cuda.h>
 #include <cuda_runtime_api.h>
@@ -494,4 +495,176 @@ Test(capture, memory_that_cannot_be_tied_to_its_graph_is_kept)
     cr_assert_eq(cuGraphDestroy(g), CUDA_SUCCESS);
     pairs(S1, 2);
     cr_assert_eq(stats().live_allocations, 1, "kept: gmlake cannot know when the graph is gone");
+}
+
+/* ---- when a graph's pieces go back: the order of the program's frees, other captures ---- */
+
+/* A capture on C that leaves the program two live 2 MiB pieces (b, c) of one 4 MiB slab (a);
+ * its graph destroyed and reaped: the slab is an orphan. */
+static void *orphan_of_two(void **b, void **c)
+{
+    void *a = freed_in_capture(4 * MiB);
+    cr_assert_eq(cudaMallocAsync(b, 2 * MiB, C), cudaSuccess);
+    cr_assert_eq(cudaMallocAsync(c, 2 * MiB, C), cudaSuccess);
+    cr_assert_eq(*b, a);
+    cr_assert_eq((char *)*c, (char *)a + 2 * MiB);
+    cudaGraph_t g;
+    cr_assert_eq(cudaStreamEndCapture(C, &g), cudaSuccess);
+    cr_assert_eq(cuGraphDestroy((CUgraph)g), CUDA_SUCCESS);
+    pairs(S1, 1);
+    cr_assert_eq(stats().live_allocations, 1, "the orphan slab");
+    return a;
+}
+
+/* A free captured into a graph runs when that graph runs: the block must stay allocated (as
+ * serve_free keeps any block freed during a capture), not go back to the pool now. */
+Test(capture, the_last_piece_freed_during_another_capture_stays_allocated)
+{
+    make_streams();
+    void *a, *b, *c, *q;
+    a = orphan_of_two(&b, &c);
+    cr_assert_eq(cudaFreeAsync(b, S2), cudaSuccess);
+    cr_assert_eq(cudaStreamBeginCapture(S2, cudaStreamCaptureModeRelaxed), cudaSuccess);
+    /* the new graph's kernels read c, then it frees c: a node of that graph, run at its launch */
+    cr_assert_eq(cudaFreeAsync(c, S2), cudaSuccess);
+    cr_assert_eq(stats().live_allocations, 1, "the slab went back before the graph that frees c ran");
+    cr_assert_eq(cudaMallocAsync(&q, 4 * MiB, S1), cudaSuccess);
+    cr_assert_neq(q, a, "S1 got the memory a graph not yet launched will read");
+    cudaGraph_t g2;
+    cr_assert_eq(cudaStreamEndCapture(S2, &g2), cudaSuccess);
+    cr_assert_eq(cudaFreeAsync(q, S1), cudaSuccess);
+}
+
+/* A stream-ordered free is no unsafe call: it must neither fail nor invalidate another thread's
+ * global capture, even where the orphan's pieces were freed on two streams. */
+Test(capture, the_last_piece_freed_on_a_second_stream_leaves_a_global_capture_alone)
+{
+    make_streams();
+    void *b, *c;
+    orphan_of_two(&b, &c);
+    cr_assert_eq(cudaFreeAsync(b, S1), cudaSuccess);
+    cudaStream_t G;
+    cr_assert_eq(cudaStreamCreate(&G), cudaSuccess);
+    capturer k;
+    capture_start(&k, G, cudaStreamCaptureModeGlobal);
+    cr_assert_eq(cudaFreeAsync(c, S2), cudaSuccess);
+    cr_assert_eq(fake_cuda_counts()->capture_violations, 0, "no unsafe call during the capture");
+    cr_assert_eq(capture_end(&k), cudaSuccess, "the other thread's capture is intact");
+}
+
+/* The program freed b on S2 while the graph lived (S2's kernel still reading it), then c on S1
+ * after the graph went: the frees came on two streams, so the slab may serve S1 only once S2's
+ * work is done (contract: "the device waited for first where those frees came on several
+ * streams"). */
+Test(capture, a_piece_freed_while_the_graph_lived_counts_for_the_streams_of_the_frees)
+{
+    setenv("GMLAKE_STREAM_WAIT", "off", 1);
+    make_streams();
+    void *b, *c, *q[3];
+    freed_in_capture(4 * MiB);
+    cr_assert_eq(cudaMallocAsync(&b, 2 * MiB, C), cudaSuccess);
+    cr_assert_eq(cudaMallocAsync(&c, 2 * MiB, C), cudaSuccess);
+    cudaGraph_t g;
+    cr_assert_eq(cudaStreamEndCapture(C, &g), cudaSuccess);
+    cr_assert_eq(fake_cuda_launch((CUstream)S2), 0); /* S2's kernel reads b, the graph's output */
+    cr_assert_eq(cudaFreeAsync(b, S2), cudaSuccess);   /* held: the graph lives */
+    cr_assert_eq(cuGraphDestroy((CUgraph)g), CUDA_SUCCESS);
+    pairs(S1, 1);
+    cr_assert_eq(cudaFreeAsync(c, S1), cudaSuccess, "the last piece: the slab goes back");
+    cr_assert_eq(stats().live_allocations, 0);
+    for (int i = 0; i < 3; i++) {
+        cr_assert_eq(cudaMallocAsync(&q[i], 2 * MiB, S1), cudaSuccess);
+        cr_assert(q[i] != b || fake_cuda_pending((CUstream)S2) == 0,
+                  "S1 got b's memory while S2's kernel on b was still running");
+    }
+    for (int i = 0; i < 3; i++)
+        cr_assert_eq(cudaFreeAsync(q[i], S1), cudaSuccess);
+}
+
+/* A piece device 0's pool served, freed on C, does not serve an allocation from device 1's pool
+ * on C (before session 27 a capture's reuse looked at stream and size only). */
+Test(capture, a_capture_reuses_memory_of_the_pool_asked_only)
+{
+    make_streams();
+    CUdeviceptr a, b;
+    cr_assert_eq(cudaStreamBeginCapture(C, cudaStreamCaptureModeRelaxed), cudaSuccess);
+    cr_assert_eq(cuMemAllocAsync(&a, 4 * MiB, (CUstream)C), CUDA_SUCCESS);
+    cr_assert_eq(cuMemFreeAsync(a, (CUstream)C), CUDA_SUCCESS);
+    fake_cuda_set_device(1);
+    cr_assert_eq(cuMemAllocFromPoolAsync(&b, MiB, (CUmemoryPool)((char *)FAKE_DEFAULT_POOL + 1), (CUstream)C),
+                 CUDA_SUCCESS);
+    cr_assert_neq(b, a, "device 1's allocation got device 0's memory");
+    fake_cuda_set_device(0);
+    cudaGraph_t g;
+    cr_assert_eq(cudaStreamEndCapture(C, &g), cudaSuccess);
+}
+
+/* A block the program freed on S2 while its graph lived goes back at the reap in S2's order,
+ * not as if the device were done with it: S2's kernel that read it before the free may still
+ * run (before session 27 it went back as GML_STREAM_NONE). */
+Test(capture, a_block_freed_while_the_graph_lived_goes_back_in_the_order_of_its_free)
+{
+    setenv("GMLAKE_STREAM_WAIT", "off", 1);
+    make_streams();
+    void *p, *q;
+    CUgraph g = capture_one(C, &p, 4 * MiB);
+    cr_assert_eq(fake_cuda_launch((CUstream)S2), 0); /* S2's kernel reads p */
+    cr_assert_eq(cudaFreeAsync(p, S2), cudaSuccess);
+    cr_assert_eq(cuGraphDestroy(g), CUDA_SUCCESS);
+    cr_assert_eq(cudaMallocAsync(&q, 4 * MiB, S1), cudaSuccess, "reaps, then allocates");
+    cr_assert(q != p || fake_cuda_pending((CUstream)S2) == 0,
+              "S1 got p while S2's kernel on p was still running");
+    cr_assert_eq(cudaFreeAsync(q, S1), cudaSuccess);
+}
+
+/* Merging with the previous piece, and three pieces into one. */
+Test(capture, pieces_merge_with_the_previous_one_and_three_way)
+{
+    make_streams();
+    void *a, *p[3], *d;
+    a = freed_in_capture(6 * MiB);
+    for (int i = 0; i < 3; i++)
+        cr_assert_eq(cudaMallocAsync(&p[i], 2 * MiB, C), cudaSuccess);
+    cr_assert_eq(cudaFreeAsync(p[0], C), cudaSuccess);
+    cr_assert_eq(cudaFreeAsync(p[2], C), cudaSuccess);
+    cr_assert_eq(cudaFreeAsync(p[1], C), cudaSuccess, "merges with both neighbours");
+    cr_assert_eq(cudaFreeAsync(p[2], C), cudaErrorInvalidValue, "merged away: not a piece any more");
+    size_t s0 = fake_cuda_counts()->ctx_sync;
+    cr_assert_eq(cudaMallocAsync(&d, 6 * MiB, C), cudaSuccess);
+    cr_assert_eq(d, a);
+    cr_assert_eq(stats().live_allocations, 1);
+    cudaGraph_t g;
+    cr_assert_eq(cudaStreamEndCapture(C, &g), cudaSuccess);
+    cr_assert_eq(fake_cuda_counts()->ctx_sync, (int)s0);
+    cr_assert_eq(cuGraphDestroy((CUgraph)g), CUDA_SUCCESS);
+    pairs(S1, 1);
+    cr_assert_eq(stats().live_allocations, 1, "d is the program's");
+    cr_assert_eq(cudaFreeAsync(d, S1), cudaSuccess);
+    cr_assert_eq(stats().live_allocations, 0);
+}
+
+/* A destroyed stream whose handle a new stream reuses is another stream to the orphan's
+ * bookkeeping (gml_graph_stream_retired), so the slab waits for the device. */
+Test(capture, an_orphans_frees_on_a_destroyed_and_a_new_stream_are_two_streams)
+{
+    setenv("GMLAKE_STREAM_WAIT", "off", 1);
+    make_streams();
+    void *b, *c, *q[3];
+    orphan_of_two(&b, &c);
+    CUevent ev;
+    cr_assert_eq(cuEventCreate(&ev, 0), CUDA_SUCCESS);
+    cr_assert_eq(fake_cuda_launch((CUstream)S1), 0); /* S1's kernel reads b */
+    cr_assert_eq(cuEventRecord(ev, (CUstream)S1), CUDA_SUCCESS);
+    cr_assert_eq(cudaFreeAsync(b, S1), cudaSuccess);
+    cudaStream_t old = S1, S3;
+    cr_assert_eq(cudaStreamDestroy(S1), cudaSuccess);
+    cr_assert_eq(cudaStreamCreate(&S3), cudaSuccess);
+    cr_assert_eq(S3, old, "the fake hands the handle out again");
+    cr_assert_eq(cudaFreeAsync(c, S3), cudaSuccess);
+    for (int i = 0; i < 3; i++) {
+        cr_assert_eq(cudaMallocAsync(&q[i], 2 * MiB, S3), cudaSuccess);
+        cr_assert(q[i] != b || cuEventQuery(ev) == CUDA_SUCCESS,
+                  "S3 got b's memory while the destroyed S1's kernel on b still ran");
+    }
+    cr_assert_eq(cuEventDestroy_v2(ev), CUDA_SUCCESS);
 }
