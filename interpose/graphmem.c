@@ -34,9 +34,9 @@
  *    (no launch uses them any more); a slab the program still holds pieces of goes back when it
  *    frees the last of them.  Either goes back on the stream of the program's frees of its
  *    pieces (none: as cudaFree would), or after a wait for the device where they came on
- *    several streams or on one destroyed since; a piece freed into another capture keeps its
- *    slab, as any block freed during a capture is kept (hooks.c).  A capture's reuse stays
- *    within the pool (device) the allocation asks.
+ *    several streams or on one destroyed since.  A free of a piece captured into another graph
+ *    runs at that graph's launches: the slab then waits for that capture's release too (a
+ *    hold, gborrow).  A capture's reuse stays within the pool (device) the allocation asks.
  *    A capture that ends without a graph (invalidated) is released at its end.  Where the user
  *    object cannot be made or retained, the capture's blocks are kept until the process exits
  *    (logged once): never reused under a graph that may still run.
@@ -73,18 +73,26 @@ struct gslab {           /* one block of the pool, taken by a capture */
     size_t size;         /* bytes asked of the pool (the capture's first request for it) */
     gml_pool *pool;
     int device;          /* the pool's */
-    gcap *cap;           /* NULL: its graph is gone and the program still holds pieces of it */
+    gcap *cap;           /* NULL: its graph is gone; an orphan while the program or another
+                            graph still holds pieces of it */
     gblock *pieces;      /* address order, tiling [ptr, ptr + size) */
     size_t live;         /* LIVE pieces */
+    unsigned holds;      /* other captures that froze a free of one of its pieces (gborrow) */
     gml_stream last_free; /* after the graph went: the stream of the program's frees ... */
     bool frees, mixed;    /* ... whether there were any, and on more than one stream */
     gslab *next;         /* the capture's slabs, the orphans, or a list to give back */
 };
 
+typedef struct gborrow {  /* a slab of another capture, a free of whose piece this capture holds */
+    gslab *slab;
+    struct gborrow *next;
+} gborrow;
+
 struct gcap {
     uint64_t id;
     bool pinned;         /* kept until the process exits */
     gslab *slabs;
+    gborrow *borrowed;
     size_t taken, live_bytes, peak_bytes; /* bytes of its slabs; of its LIVE pieces, now and at most */
     gcap *next_dead;     /* the queue of released captures */
     UT_hash_handle hh;   /* open or owned by a graph, by id */
@@ -302,6 +310,23 @@ static void slab_give(gslab *s, bool may_wait)
     free(s);
 }
 
+/* With mu held: capture `id` (not s's own) records a free of a piece of s: the free runs at that
+ * graph's launches, so s stays allocated until that capture too is released.  false: no host
+ * memory (nothing changed). */
+static bool borrow(gslab *s, uint64_t id)
+{
+    gborrow *w = malloc(sizeof *w);
+    gcap *c = w ? cap_of(id, true) : NULL;
+    if (!c) {
+        free(w);
+        return false;
+    }
+    *w = (gborrow){.slab = s, .next = c->borrowed};
+    c->borrowed = w;
+    s->holds++;
+    return true;
+}
+
 int gml_graph_free(uintptr_t ptr, uint64_t capture, gml_stream s, bool may_wait)
 {
     if (!atomic_load_explicit(&tracked, memory_order_relaxed))
@@ -316,13 +341,15 @@ int gml_graph_free(uintptr_t ptr, uint64_t capture, gml_stream s, bool may_wait)
         r = GML_GRAPH_NOT_MINE;
     } else if (b->state != LIVE) {
         r = CUDA_ERROR_INVALID_VALUE;
+    } else if (capture && (!sl->cap || capture != sl->cap->id) && !borrow(sl, capture)) {
+        r = CUDA_ERROR_OUT_OF_MEMORY; /* no host memory to record it: the piece stays LIVE */
     } else if (!sl->cap) {
-        /* its graph is gone: the program's own block now; a free captured into a graph runs
-         * when that graph does: kept, as hooks.c keeps any block freed during a capture */
+        /* its graph is gone: the program's own block now (a free captured into another graph
+         * is that graph's: borrow() above) */
         b->state = HELD;
         if (!capture)
             note_free(sl, s);
-        if (!capture && --sl->live == 0) {
+        if (--sl->live == 0 && !sl->holds) {
             slab_unlink(&orphans, sl);
             slab_forget(sl);
             give = sl;
@@ -339,7 +366,8 @@ int gml_graph_free(uintptr_t ptr, uint64_t capture, gml_stream s, bool may_wait)
                 piece_merge(b->prev, b);
         } else {
             b->state = HELD;
-            note_free(sl, s);
+            if (!capture)
+                note_free(sl, s);
         }
     }
     pthread_mutex_unlock(&mu);
@@ -386,12 +414,28 @@ static void forget_slabs(gslab **head, gml_pool *p)
     }
 }
 
+/* With mu held: drops capture c's holds on slabs of pool p. */
+static void forget_borrows(gcap *c, gml_pool *p)
+{
+    for (gborrow **link = &c->borrowed; *link;) {
+        gborrow *w = *link;
+        if (w->slab->pool != p) {
+            link = &w->next;
+            continue;
+        }
+        *link = w->next;
+        free(w);
+    }
+}
+
 void gml_graph_forget_pool(gml_pool *p)
 {
     if (!atomic_load(&tracked) && !atomic_load(&any_parked))
         return;
     pthread_mutex_lock(&mu);
     gcap *c, *tmp;
+    HASH_ITER(hh, by_id, c, tmp) /* first: a hold names a slab the loop below may free */
+        forget_borrows(c, p);
     HASH_ITER(hh, by_id, c, tmp)
         forget_slabs(&c->slabs, p);
     forget_slabs(&orphans, p);
@@ -405,10 +449,21 @@ void gml_graph_forget_pool(gml_pool *p)
 static void release(gcap *c, gslab **give)
 {
     HASH_DELETE(hh, by_id, c);
+    for (gborrow *w = c->borrowed, *next; w; w = next) {
+        next = w->next;
+        gslab *s = w->slab;
+        free(w);
+        if (--s->holds || s->cap || s->live)
+            continue; /* still held by its own graph, another one or the program */
+        slab_unlink(&orphans, s);
+        slab_forget(s);
+        s->next = *give;
+        *give = s;
+    }
     for (gslab *s = c->slabs, *next; s; s = next) {
         next = s->next;
         s->cap = NULL;
-        if (s->live) {
+        if (s->live || s->holds) {
             s->next = orphans;
             orphans = s;
         } else {

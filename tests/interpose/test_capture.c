@@ -516,6 +516,14 @@ static void *orphan_of_two(void **b, void **c)
     return a;
 }
 
+/* Destroys graph g, reaps (the next calls), and checks the pool's live allocations. */
+static void destroyed_leaves(CUgraph g, size_t live, const char *why)
+{
+    cr_assert_eq(cuGraphDestroy(g), CUDA_SUCCESS);
+    pairs(S1, 1);
+    cr_assert_eq(stats().live_allocations, live, "%s", why);
+}
+
 /* A free captured into a graph runs when that graph runs: the block must stay allocated (as
  * serve_free keeps any block freed during a capture), not go back to the pool now. */
 Test(capture, the_last_piece_freed_during_another_capture_stays_allocated)
@@ -533,6 +541,26 @@ Test(capture, the_last_piece_freed_during_another_capture_stays_allocated)
     cudaGraph_t g2;
     cr_assert_eq(cudaStreamEndCapture(S2, &g2), cudaSuccess);
     cr_assert_eq(cudaFreeAsync(q, S1), cudaSuccess);
+    cr_assert_eq(stats().live_allocations, 1, "the graph that frees c holds the slab");
+    destroyed_leaves((CUgraph)g2, 0, "the slab goes back once that graph is gone too");
+}
+
+/* A graph's block that another capture frees: that free runs at the other graph's launches, so
+ * the block stays allocated until both graphs are gone, whichever goes first. */
+Test(capture, a_block_freed_into_another_graph_stays_until_that_graph_goes_too)
+{
+    make_streams();
+    void *p, *q;
+    CUgraph g = capture_one(C, &p, 4 * MiB);
+    cr_assert_eq(cudaStreamBeginCapture(S2, cudaStreamCaptureModeRelaxed), cudaSuccess);
+    cr_assert_eq(cudaFreeAsync(p, S2), cudaSuccess);
+    cudaGraph_t g2;
+    cr_assert_eq(cudaStreamEndCapture(S2, &g2), cudaSuccess);
+    destroyed_leaves(g, 1, "the graph that made p goes first; the second one still frees p");
+    cr_assert_eq(cudaMallocAsync(&q, 4 * MiB, S1), cudaSuccess);
+    cr_assert_neq(q, p);
+    cr_assert_eq(cudaFreeAsync(q, S1), cudaSuccess);
+    destroyed_leaves((CUgraph)g2, 0, "back once both graphs are gone");
 }
 
 /* A stream-ordered free is no unsafe call: it must neither fail nor invalidate another thread's
