@@ -197,6 +197,44 @@ int main() {
     live = reaped(live0);
     CHECK(live == live0, "the pieces' block returned once CUDA destroyed the graph (%lu live, %lu before)",
           (unsigned long)live, (unsigned long)live0);
+    // a block one graph made and another graph frees: it stays allocated until both are gone
+    void *gblk = NULL, *gout = NULL;
+    CHECK(cudaMalloc(&gout, MB) == cudaSuccess, "the second graph's output (the program's)");
+    CHECK(cudaStreamBeginCapture(cs, cudaStreamCaptureModeGlobal) == cudaSuccess, "begin capture (maker)");
+    CHECK(cudaMallocAsync(&gblk, MB, cs) == cudaSuccess, "the first graph's block");
+    fill<<<16, 256, 0, cs>>>((uint32_t *)gblk, MB / 4, 40);
+    cudaGraph_t gm, gf;
+    CHECK(cudaStreamEndCapture(cs, &gm) == cudaSuccess, "end capture (maker)");
+    cudaGraphExec_t gme, gfe;
+    CHECK(cudaGraphInstantiate(&gme, gm, 0) == cudaSuccess && cudaGraphLaunch(gme, cs) == cudaSuccess &&
+          cudaStreamSynchronize(cs) == cudaSuccess, "the first graph runs");
+    CHECK(cudaStreamBeginCapture(other_s, cudaStreamCaptureModeGlobal) == cudaSuccess, "begin capture (reader)");
+    CHECK(cudaMemcpyAsync(gout, gblk, MB, cudaMemcpyDeviceToDevice, other_s) == cudaSuccess, "it reads the block");
+    CHECK(cudaFreeAsync(gblk, other_s) == cudaSuccess, "and frees it");
+    CHECK(cudaStreamEndCapture(other_s, &gf) == cudaSuccess, "end capture (reader)");
+    CHECK(cudaGraphInstantiate(&gfe, gf, 0) == cudaSuccess, "instantiate (reader)");
+    CHECK(cudaGraphExecDestroy(gme) == cudaSuccess && cudaGraphDestroy(gm) == cudaSuccess, "the first graph goes");
+    usleep(200000); // CUDA calls the first graph's destructor on a thread of its own; the next calls reap
+    void *others[8];
+    int taken = 0;
+    for (int i = 0; i < 8; i++) {
+        CHECK(cudaMalloc(&others[i], MB) == cudaSuccess, "allocate while the reader lives");
+        taken += others[i] == gblk;
+        fill<<<16, 256>>>((uint32_t *)others[i], MB / 4, 50 + i);
+    }
+    CHECK(st().live_allocations == live0 + 10, "the block the second graph frees stays allocated (%lu live)",
+          (unsigned long)st().live_allocations);
+    CHECK(taken == 0, "no one else got the block (%d did)", taken);
+    CHECK(cudaGraphLaunch(gfe, other_s) == cudaSuccess && cudaStreamSynchronize(other_s) == cudaSuccess,
+          "the second graph runs");
+    CHECK(ok_data(gout, MB, 40), "and read the first graph's data");
+    for (int i = 0; i < 8; i++) CHECK(ok_data(others[i], MB, 50 + i), "block %d kept its data", i);
+    for (int i = 0; i < 8; i++) cudaFree(others[i]);
+    CHECK(cudaGraphExecDestroy(gfe) == cudaSuccess && cudaGraphDestroy(gf) == cudaSuccess, "the second graph goes");
+    cudaFree(gout);
+    live = reaped(live0);
+    CHECK(live == live0, "the block returned once both graphs were gone (%lu live, %lu before)",
+          (unsigned long)live, (unsigned long)live0);
     size_t fr, tot;
     CHECK(cudaMemGetInfo(&fr, &tot) == cudaSuccess && fr <= tot, "cudaMemGetInfo");
     CHECK(((int (*)(int))dlsym(RTLD_DEFAULT, "gmlake_check"))(0) == 0, "pool consistent");
