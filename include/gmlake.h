@@ -111,6 +111,14 @@ GMLAKE_API int gmlake_check(int device);
  * serve, a freed block, one past the end) or an output is NULL.  What a CUDA IPC handle of ptr
  * names: cudaIpcOpenMemHandle in another process returns that allocation's first byte. */
 GMLAKE_API int gmlake_allocation_range(const void *ptr, void **base, size_t *size);
+/* The captures the program begins on `stream` (a cudaStream_t / CUstream) go into graph pool
+ * `pool` (any nonzero number naming it, e.g. PyTorch's pool id) until it names 0 there: a capture
+ * may then reuse the memory that earlier captures into the same pool freed inside themselves on
+ * the same stream (never their outputs), as PyTorch's private pools do; the program promises, as
+ * PyTorch asks of a shared pool, that graphs of one pool never run at the same time.  gmlake's
+ * part of PyTorch's import calls it around torch.cuda.graph(pool=...).  GMLAKE_ERR_NOMEM: 64
+ * streams name pools already (that capture keeps its memory to itself). */
+GMLAKE_API int gmlake_graph_pool(void *stream, uint64_t pool);
 /* A one-line description of a status code. */
 GMLAKE_API const char *gmlake_strerror(int status);
 

@@ -62,6 +62,7 @@ typedef struct gblock {  /* a piece of a slab: what one allocation of the captur
     uintptr_t ptr;
     size_t size;         /* bytes of the slab it spans */
     gml_stream freed_on; /* FREED_IN_CAPTURE: the stream of that free */
+    uint64_t owner;      /* LIVE or HELD: the capture whose allocation it is */
     int state;
     gslab *slab;
     struct gblock *prev, *next; /* the slab's pieces in address order */
@@ -73,6 +74,7 @@ struct gslab {           /* one block of the pool, taken by a capture */
     size_t size;         /* bytes asked of the pool (the capture's first request for it) */
     gml_pool *pool;
     int device;          /* the pool's */
+    uint64_t share;      /* its capture's graph pool (0: none): what other captures may reuse */
     gcap *cap;           /* NULL: its graph is gone; an orphan while the program or another
                             graph still holds pieces of it */
     gblock *pieces;      /* address order, tiling [ptr, ptr + size) */
@@ -90,6 +92,7 @@ typedef struct gborrow {  /* a slab of another capture, a free of whose piece th
 
 struct gcap {
     uint64_t id;
+    uint64_t share;      /* the graph pool the program captures it into (0: its own memory) */
     bool pinned;         /* kept until the process exits */
     gslab *slabs;
     gborrow *borrowed;
@@ -106,6 +109,12 @@ static gslab *parked;                   /* slabs to give back after a device wai
 static _Atomic bool any_parked;
 static _Atomic long tracked;            /* pieces in by_ptr: frees skip the lookup while 0 */
 static _Atomic(gcap *) dead;            /* captures CUDA released, not reaped yet */
+enum { GML_SHARES = 64 };
+static struct {
+    uintptr_t stream;
+    uint64_t pool;
+} shares[GML_SHARES];                   /* streams whose next captures go into a named pool */
+static int nshares;
 
 int gml_free_served(gml_pool *p, uintptr_t ptr, gml_stream stream)
 {
@@ -147,6 +156,36 @@ static gcap *cap_of(uint64_t id, bool make)
         HASH_ADD(hh, by_id, id, sizeof c->id, c);
     }
     return c;
+}
+
+/* With mu held: the graph pool that captures on `stream` (the program's handle) go into, 0 if none
+ * was named. */
+static uint64_t share_of(uintptr_t stream)
+{
+    for (int i = 0; i < nshares; i++)
+        if (shares[i].stream == stream)
+            return shares[i].pool;
+    return 0;
+}
+
+GMLAKE_API int gmlake_graph_pool(void *stream, uint64_t pool)
+{
+    int rc = GMLAKE_OK;
+    pthread_mutex_lock(&mu);
+    int i = 0;
+    while (i < nshares && shares[i].stream != (uintptr_t)stream)
+        i++;
+    if (!pool && i < nshares)
+        shares[i] = shares[--nshares];
+    else if (pool && i < nshares)
+        shares[i].pool = pool;
+    else if (pool && nshares < GML_SHARES) {
+        shares[nshares].stream = (uintptr_t)stream;
+        shares[nshares++].pool = pool;
+    } else if (pool)
+        rc = GMLAKE_ERR_NOMEM; /* that capture keeps its memory to itself */
+    pthread_mutex_unlock(&mu);
+    return rc;
 }
 
 static size_t piece_bytes(size_t size)
@@ -197,19 +236,62 @@ static void piece_merge(gblock *b, gblock *n)
     piece_drop(n);
 }
 
-bool gml_graph_reuse(uint64_t id, int device, gml_stream s, size_t size, uintptr_t *out)
+/* With mu held: capture `id` (not s's own) records a free of a piece of s: the free runs at that
+ * graph's launches, so s stays allocated until that capture too is released.  false: no host
+ * memory (nothing changed). */
+static bool borrow(gslab *s, uint64_t id)
+{
+    gborrow *w = malloc(sizeof *w);
+    gcap *c = w ? cap_of(id, true) : NULL;
+    if (!c) {
+        free(w);
+        return false;
+    }
+    *w = (gborrow){.slab = s, .next = c->borrowed};
+    c->borrowed = w;
+    s->holds++;
+    return true;
+}
+
+/* With mu held: the best fit for `size` among the pieces of the slabs on `list` that are free for
+ * a capture on stream s of `device` (FREED_IN_CAPTURE there), those of slabs shared into graph
+ * pool `share` only (0: every slab on the list), better than *best. */
+static void best_piece(gslab *list, uint64_t share, int device, gml_stream s, size_t size, gblock **best)
+{
+    for (gslab *sl = list; sl; sl = sl->next) {
+        if (sl->device != device || (share && sl->share != share))
+            continue;
+        for (gblock *b = sl->pieces; b; b = b->next)
+            if (b->state == FREED_IN_CAPTURE && b->freed_on == s && b->size >= size &&
+                (!*best || b->size < (*best)->size))
+                *best = b;
+    }
+}
+
+bool gml_graph_reuse(uint64_t id, int device, gml_stream s, uintptr_t stream, size_t size, uintptr_t *out)
 {
     size_t need = piece_bytes(size);
     gblock *best = NULL, *rest = NULL;
     pthread_mutex_lock(&mu);
     gcap *c = cap_of(id, false);
-    for (gslab *sl = c ? c->slabs : NULL; sl; sl = sl->next)
-        for (gblock *b = sl->device == device ? sl->pieces : NULL; b; b = b->next)
-            if (b->state == FREED_IN_CAPTURE && b->freed_on == s && b->size >= size &&
-                (!best || b->size < best->size))
-                best = b;
+    uint64_t share = c && c->share ? c->share : share_of(stream);
+    if (c)
+        best_piece(c->slabs, 0, device, s, size, &best);
+    if (!best && share) {
+        /* what earlier captures into the same graph pool freed inside themselves: PyTorch's
+         * contract for a shared pool is that its graphs never run at once */
+        gcap *o, *tmp;
+        HASH_ITER(hh, by_id, o, tmp)
+            if (o != c && o->share == share)
+                best_piece(o->slabs, share, device, s, size, &best);
+        best_piece(orphans, share, device, s, size, &best);
+        if (best && (!(c = c ? c : cap_of(id, true)) || !borrow(best->slab, id)))
+            best = NULL; /* no host memory: a new slab instead */
+    }
+    if (c && !c->share)
+        c->share = share;
     if (best && best->size > need && best->size - need >= PIECE_ALIGN && (rest = calloc(1, sizeof *rest))) {
-        /* the rest stays free for this capture on s: best fit with splitting, as in a pool */
+        /* the rest stays free for captures on s: best fit with splitting, as in a pool */
         *rest = (gblock){.ptr = best->ptr + need, .size = best->size - need, .freed_on = s,
                          .state = FREED_IN_CAPTURE, .slab = best->slab, .prev = best, .next = best->next};
         if (best->next)
@@ -220,6 +302,7 @@ bool gml_graph_reuse(uint64_t id, int device, gml_stream s, size_t size, uintptr
     }
     if (best) {
         best->state = LIVE;
+        best->owner = id;
         best->slab->live++;
         c->live_bytes += best->size;
         if (c->live_bytes > c->peak_bytes)
@@ -230,15 +313,18 @@ bool gml_graph_reuse(uint64_t id, int device, gml_stream s, size_t size, uintptr
     return best != NULL;
 }
 
-bool gml_graph_note(uint64_t id, gml_pool *p, int device, uintptr_t ptr, size_t size)
+bool gml_graph_note(uint64_t id, gml_pool *p, int device, uintptr_t stream, uintptr_t ptr, size_t size)
 {
     gblock *b = calloc(1, sizeof *b);
     gslab *s = b ? calloc(1, sizeof *s) : NULL;
     pthread_mutex_lock(&mu);
     gcap *c = s ? cap_of(id, true) : NULL;
     if (c) {
-        *s = (gslab){.ptr = ptr, .size = size, .pool = p, .device = device, .cap = c, .pieces = b, .live = 1, .next = c->slabs};
-        *b = (gblock){.ptr = ptr, .size = size, .state = LIVE, .slab = s};
+        if (!c->share)
+            c->share = share_of(stream);
+        *s = (gslab){.ptr = ptr, .size = size, .pool = p, .device = device, .share = c->share,
+                     .cap = c, .pieces = b, .live = 1, .next = c->slabs};
+        *b = (gblock){.ptr = ptr, .size = size, .owner = id, .state = LIVE, .slab = s};
         c->slabs = s;
         piece_add(b);
         c->taken += size;
@@ -310,23 +396,6 @@ static void slab_give(gslab *s, bool may_wait)
     free(s);
 }
 
-/* With mu held: capture `id` (not s's own) records a free of a piece of s: the free runs at that
- * graph's launches, so s stays allocated until that capture too is released.  false: no host
- * memory (nothing changed). */
-static bool borrow(gslab *s, uint64_t id)
-{
-    gborrow *w = malloc(sizeof *w);
-    gcap *c = w ? cap_of(id, true) : NULL;
-    if (!c) {
-        free(w);
-        return false;
-    }
-    *w = (gborrow){.slab = s, .next = c->borrowed};
-    c->borrowed = w;
-    s->holds++;
-    return true;
-}
-
 int gml_graph_free(uintptr_t ptr, uint64_t capture, gml_stream s, bool may_wait)
 {
     if (!atomic_load_explicit(&tracked, memory_order_relaxed))
@@ -341,23 +410,16 @@ int gml_graph_free(uintptr_t ptr, uint64_t capture, gml_stream s, bool may_wait)
         r = GML_GRAPH_NOT_MINE;
     } else if (b->state != LIVE) {
         r = CUDA_ERROR_INVALID_VALUE;
-    } else if (capture && (!sl->cap || capture != sl->cap->id) && !borrow(sl, capture)) {
+    } else if (capture && capture != b->owner && !borrow(sl, capture)) {
         r = CUDA_ERROR_OUT_OF_MEMORY; /* no host memory to record it: the piece stays LIVE */
-    } else if (!sl->cap) {
-        /* its graph is gone: the program's own block now (a free captured into another graph
-         * is that graph's: borrow() above) */
-        b->state = HELD;
-        if (!capture)
-            note_free(sl, s);
-        if (--sl->live == 0 && !sl->holds) {
-            slab_unlink(&orphans, sl);
-            slab_forget(sl);
-            give = sl;
-        }
     } else {
+        gcap *oc = cap_of(b->owner, false);
+        if (oc)
+            oc->live_bytes -= b->size;
         sl->live--;
-        sl->cap->live_bytes -= b->size;
-        if (capture && capture == sl->cap->id) {
+        if (capture && capture == b->owner) {
+            /* inside the capture that allocated it: free for that capture's (and its graph
+             * pool's) later allocations on s */
             b->state = FREED_IN_CAPTURE;
             b->freed_on = s;
             if (b->next && b->next->state == FREED_IN_CAPTURE && b->next->freed_on == s)
@@ -365,9 +427,16 @@ int gml_graph_free(uintptr_t ptr, uint64_t capture, gml_stream s, bool may_wait)
             if (b->prev && b->prev->state == FREED_IN_CAPTURE && b->prev->freed_on == s)
                 piece_merge(b->prev, b);
         } else {
+            /* the program's free, or one captured into another graph (that graph's: borrow()
+             * above): held until the graphs are gone */
             b->state = HELD;
             if (!capture)
                 note_free(sl, s);
+            if (!sl->cap && !sl->live && !sl->holds) {
+                slab_unlink(&orphans, sl);
+                slab_forget(sl);
+                give = sl;
+            }
         }
     }
     pthread_mutex_unlock(&mu);

@@ -378,12 +378,13 @@ static outcome alloc_op(api a, uintptr_t *out, size_t size, CUstream s, bool asy
     if (sticky != cudaSuccess)
         return (outcome){.code = sticky};
     gml_stream key = async ? stream_key(s, ptsz, device) : GML_STREAM_NONE;
-    if (capture && gml_graph_reuse(capture, device, key, size, out))
+    if (capture && gml_graph_reuse(capture, device, key, (uintptr_t)named(s, ptsz), size, out))
         return answer(CUDA_SUCCESS);
     /* a graph's block is taken as cudaMalloc takes one: whichever stream launches the graph */
     switch (serve_alloc(device, size, capture ? GML_STREAM_NONE : key, out)) {
     case 0:
-        if (capture && !gml_graph_note(capture, gml_registry_get(device), device, *out, size)) {
+        if (capture && !gml_graph_note(capture, gml_registry_get(device), device, (uintptr_t)named(s, ptsz),
+                                       *out, size)) {
             gml_free_served(gml_registry_get(device), *out, GML_STREAM_NONE);
             return answer(CUDA_ERROR_OUT_OF_MEMORY);
         }

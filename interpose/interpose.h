@@ -374,11 +374,13 @@ bool gml_capture_under_way(void);
  * gml_graph_capture_id: the id of the capture stream s (as named: the driver's handles) is part
  *   of (*id 0: none) and, if active is not NULL, whether it is active (not invalidated); the
  *   query's error, else 0.
- * gml_graph_reuse: memory of device's pool that capture `id` freed on stream s and that fits
- *   `size` (true, *out set): the best fit among the pieces it freed there, split where the rest
+ * gml_graph_reuse: memory of device's pool that capture `id` (or, where the program named a graph
+ *   pool for `stream`, its handle, an earlier capture into that pool) freed on stream s and that
+ *   fits `size` (true, *out set): the best fit among the pieces freed there, split where the rest
  *   is worth keeping.
- * gml_graph_note: pool p (of device) served ptr (size bytes) to capture id; false when it
- *   cannot be recorded (no host memory): the caller frees it and answers out of memory.
+ * gml_graph_note: pool p (of device) served ptr (size bytes) to capture id on `stream` (the
+ *   program's handle); false when it cannot be recorded (no host memory): the caller frees it
+ *   and answers out of memory.
  * gml_graph_piece: whether ptr is the start of a piece of a graph's memory (live or not), and
  *   its pool and device: such a pointer may lie inside one of the pool's blocks.
  * gml_graph_free: a free of ptr during capture `capture` (0: outside any) on stream s:
@@ -396,8 +398,8 @@ bool gml_capture_under_way(void);
  *   free, the end of its IPC export (a gmlake status). */
 enum { GML_GRAPH_NOT_MINE = -1 };
 int gml_graph_capture_id(CUstream s, uint64_t *id, bool *active);
-bool gml_graph_reuse(uint64_t id, int device, gml_stream s, size_t size, uintptr_t *out);
-bool gml_graph_note(uint64_t id, gml_pool *p, int device, uintptr_t ptr, size_t size);
+bool gml_graph_reuse(uint64_t id, int device, gml_stream s, uintptr_t stream, size_t size, uintptr_t *out);
+bool gml_graph_note(uint64_t id, gml_pool *p, int device, uintptr_t stream, uintptr_t ptr, size_t size);
 bool gml_graph_piece(uintptr_t ptr, gml_pool **p, int *device);
 int gml_graph_free(uintptr_t ptr, uint64_t capture, gml_stream s, bool may_wait);
 void gml_graph_ended(uint64_t id, CUgraph g);

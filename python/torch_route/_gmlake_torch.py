@@ -22,6 +22,9 @@ TORCH_DEVICE_BACKEND_AUTOLOAD=0).  `autoload` then:
     torch._inductor.config.triton.cudagraph_trees to False when that module is first imported
     (a program may set it back); the memory such a graph captures is gmlake's, held for the
     graph's life (interpose/graphmem.c);
+  * tells libgmlake which graph pool a CUDA graph capture goes into (torch.cuda.graph(pool=...)),
+    so that captures into one pool share the memory they freed inside themselves, as PyTorch's
+    private pools let them (gmlake_graph_pool);
   * makes the refusals of that backend name gmlake, why and the way out: CUDA graph trees asked
     for explicitly and memory history snapshots raise PyTorch's "cudaMallocAsync does not yet
     support ..." otherwise, which never says that gmlake is behind the backend (gmlake's snapshot
@@ -473,6 +476,73 @@ def graph_trees_off():
         sys.meta_path.insert(0, _AfterImport(_INDUCTOR_CONFIG, _trees_off))
 
 
+# --- CUDA graphs that share a pool ---------------------------------------------------------
+
+def pool_key(pool):
+    """A nonzero 64-bit number for PyTorch's graph pool id (a pair of integers)."""
+    a, b = (int(x) for x in pool)
+    key = ((a & 0xFFFFFFFF) << 32) | (b & 0xFFFFFFFF)
+    return key or 1 << 63
+
+
+def _graph_pool(stream, key):
+    """Names graph pool `key` (0: none) for the captures begun on `stream` (gmlake_graph_pool);
+    whether libgmlake took it (an older library without the function: no)."""
+    g = _cuda()
+    fn = getattr(g, "gmlake_graph_pool", None)
+    if fn is None:
+        return False
+    fn.argtypes = [ctypes.c_void_p, ctypes.c_uint64]
+    fn.restype = ctypes.c_int
+    return fn(ctypes.c_void_p(stream), ctypes.c_uint64(key)) == 0
+
+
+def share_graph_pools(graph_cls, current_stream):
+    """Wraps graph_cls.capture_begin / capture_end (torch.cuda.CUDAGraph) so that a capture into
+    a pool the program names (torch.cuda.graph(pool=...), CUDAGraph.capture_begin(pool)) tells
+    libgmlake which pool it goes into: captures into one pool may then reuse the memory the
+    others freed inside themselves, as PyTorch's private pools let them.  current_stream() gives
+    the capture's stream handle (PyTorch captures on the current stream)."""
+    begin, end = graph_cls.capture_begin, graph_cls.capture_end
+    if hasattr(begin, "__wrapped__"):
+        return
+    named = {}  # id(graph) -> the stream whose pool it named
+
+    def capture_begin(self, pool=None, *args, **kwargs):
+        stream = None
+        if pool is not None:
+            try:
+                s = current_stream()
+                if _graph_pool(s, pool_key(pool)):
+                    stream = s
+            except Exception:
+                stream = None  # no sharing: each capture keeps its own memory
+        if stream is not None:
+            named[id(self)] = stream
+        try:
+            return begin(self, pool, *args, **kwargs)
+        except BaseException:
+            _unname(named.pop(id(self), None))
+            raise
+
+    def capture_end(self):
+        try:
+            return end(self)
+        finally:
+            _unname(named.pop(id(self), None))
+
+    capture_begin.__wrapped__, capture_end.__wrapped__ = begin, end
+    graph_cls.capture_begin, graph_cls.capture_end = capture_begin, capture_end
+
+
+def _unname(stream):
+    if stream is not None:
+        try:
+            _graph_pool(stream, 0)
+        except Exception:
+            pass
+
+
 # --- installation ---------------------------------------------------------------------------
 
 def _feeder_guard():
@@ -505,6 +575,8 @@ def install():
     import torch.cuda.memory
     name_refusals(torch._C, torch.cuda.memory)
     graph_trees_off()
+    import torch.cuda.graphs
+    share_graph_pools(torch.cuda.graphs.CUDAGraph, lambda: torch.cuda.current_stream().cuda_stream)
     import torch.multiprocessing.reductions as red
     from multiprocessing.reduction import ForkingPickler
     wrap = {red.reduce_tensor: _reduce_tensor(red.reduce_tensor),

@@ -696,3 +696,106 @@ Test(capture, an_orphans_frees_on_a_destroyed_and_a_new_stream_are_two_streams)
     }
     cr_assert_eq(cuEventDestroy_v2(ev), CUDA_SUCCESS);
 }
+
+/* ---- graph pools (gmlake_graph_pool): captures that share what they freed ---- */
+
+/* Graph 1, captured on C: an 8 MiB block freed inside it (scratch), then a 1 MiB output *out at
+ * its start; the rest, 7 MiB at a + 1 MiB, is free for captures on C.  Returns a. */
+static void *graph_with_scratch(cudaGraph_t *g, void **out)
+{
+    void *a = freed_in_capture(8 * MiB);
+    cr_assert_eq(cudaMallocAsync(out, MiB, C), cudaSuccess);
+    cr_assert_eq(*out, a);
+    cr_assert_eq(cudaStreamEndCapture(C, g), cudaSuccess);
+    return a;
+}
+
+/* A capture on s that allocates `size` bytes into *got and keeps them (its output). */
+static CUgraph captured_on(cudaStream_t s, size_t size, void **got)
+{
+    cr_assert_eq(cudaStreamBeginCapture(s, cudaStreamCaptureModeRelaxed), cudaSuccess);
+    cr_assert_eq(cudaMallocAsync(got, size, s), cudaSuccess);
+    cudaGraph_t g;
+    cr_assert_eq(cudaStreamEndCapture(s, &g), cudaSuccess);
+    return (CUgraph)g;
+}
+
+Test(capture, captures_into_one_graph_pool_share_what_they_freed)
+{
+    make_streams();
+    void *a, *o1, *o2;
+    cudaGraph_t g1;
+    cr_assert_eq(gmlake_graph_pool(C, 7), GMLAKE_OK);
+    a = graph_with_scratch(&g1, &o1);
+    CUgraph g2 = captured_on(C, 4 * MiB, &o2);
+    cr_assert_eq(gmlake_graph_pool(C, 0), GMLAKE_OK);
+    cr_assert_eq((char *)o2, (char *)a + MiB, "graph 2 takes what graph 1 freed inside itself");
+    cr_assert_eq(stats().live_allocations, 1, "one block of the pool for both graphs");
+    destroyed_leaves((CUgraph)g1, 1, "graph 2 still runs on part of graph 1's block");
+    cr_assert_eq(cudaFreeAsync(o1, S1), cudaSuccess);
+    cr_assert_eq(cudaFreeAsync(o2, S1), cudaSuccess);
+    cr_assert_eq(stats().live_allocations, 1, "held by graph 2");
+    destroyed_leaves(g2, 0, "back once both graphs are gone");
+}
+
+Test(capture, captures_share_only_within_one_named_pool_and_stream)
+{
+    make_streams();
+    void *a, *o1, *p, *q, *r;
+    cudaGraph_t g1;
+    cr_assert_eq(gmlake_graph_pool(C, 7), GMLAKE_OK);
+    a = graph_with_scratch(&g1, &o1);
+    cr_assert_eq(gmlake_graph_pool(C, 8), GMLAKE_OK);
+    CUgraph g2 = captured_on(C, 4 * MiB, &p);
+    cr_assert_eq(gmlake_graph_pool(C, 0), GMLAKE_OK);
+    CUgraph g3 = captured_on(C, 4 * MiB, &q);
+    cr_assert_eq(gmlake_graph_pool(S2, 7), GMLAKE_OK);
+    CUgraph g4 = captured_on(S2, 4 * MiB, &r);
+    cr_assert_eq(gmlake_graph_pool(S2, 0), GMLAKE_OK);
+    char *rest = (char *)a + MiB;
+    cr_assert(p != rest && q != rest && r != rest,
+              "another pool, no pool, another stream: none takes graph 1's scratch");
+    cr_assert_eq(stats().live_allocations, 4);
+    cr_assert_eq(cudaFreeAsync(o1, S1), cudaSuccess);
+    destroyed_leaves((CUgraph)g1, 3, "graph 1's block goes back with graph 1");
+    cr_assert_eq(cuGraphDestroy(g2), CUDA_SUCCESS);
+    cr_assert_eq(cuGraphDestroy(g3), CUDA_SUCCESS);
+    cr_assert_eq(cuGraphDestroy(g4), CUDA_SUCCESS);
+    cr_assert_eq(cudaFreeAsync(p, S1), cudaSuccess);
+    cr_assert_eq(cudaFreeAsync(q, S1), cudaSuccess);
+    cr_assert_eq(cudaFreeAsync(r, S1), cudaSuccess);
+    pairs(S1, 1);
+    cr_assert_eq(stats().live_allocations, 0);
+}
+
+Test(capture, a_piece_a_graph_pool_lends_is_freed_inside_the_borrowing_capture)
+{
+    make_streams();
+    void *a, *o1, *x, *y;
+    cudaGraph_t g1, g2;
+    cr_assert_eq(gmlake_graph_pool(C, 9), GMLAKE_OK);
+    a = graph_with_scratch(&g1, &o1);
+    cr_assert_eq(cudaStreamBeginCapture(C, cudaStreamCaptureModeRelaxed), cudaSuccess);
+    cr_assert_eq(cudaMallocAsync(&x, 2 * MiB, C), cudaSuccess);
+    cr_assert_eq((char *)x, (char *)a + MiB);
+    cr_assert_eq(cudaFreeAsync(x, C), cudaSuccess, "freed inside the capture that took it");
+    cr_assert_eq(cudaMallocAsync(&y, 3 * MiB, C), cudaSuccess);
+    cr_assert_eq(y, x, "and free for it again, merged with the rest");
+    cr_assert_eq(cudaStreamEndCapture(C, &g2), cudaSuccess);
+    cr_assert_eq(gmlake_graph_pool(C, 0), GMLAKE_OK);
+    cr_assert_eq(cudaFreeAsync(y, S1), cudaSuccess);
+    cr_assert_eq(cudaFreeAsync(y, S1), cudaErrorInvalidValue, "a double free");
+    cr_assert_eq(cudaFreeAsync(o1, S1), cudaSuccess);
+    destroyed_leaves((CUgraph)g2, 1, "graph 1 holds its block");
+    destroyed_leaves((CUgraph)g1, 0, "back once both graphs are gone");
+}
+
+Test(capture, naming_pools_on_more_streams_than_gmlake_keeps_is_refused)
+{
+    for (int i = 0; i < 64; i++)
+        cr_assert_eq(gmlake_graph_pool((void *)(uintptr_t)(0x1000 + i), 1), GMLAKE_OK);
+    cr_assert_eq(gmlake_graph_pool((void *)0x2000, 1), GMLAKE_ERR_NOMEM);
+    cr_assert_eq(gmlake_graph_pool((void *)0x1000, 2), GMLAKE_OK, "a stream already named may change");
+    cr_assert_eq(gmlake_graph_pool((void *)0x1001, 0), GMLAKE_OK);
+    cr_assert_eq(gmlake_graph_pool((void *)0x2000, 1), GMLAKE_OK, "room again");
+}

@@ -10,7 +10,8 @@
   * the sender's release socket drops the storage kept for a receiver when told its token;
   * autoload does nothing where gmlake did not choose the backend, and never raises;
   * the backend's refusals (reduce-overhead's pool checks, memory history) name gmlake and the way
-    out, and only those.
+    out, and only those;
+  * a capture into a named graph pool names it to libgmlake for its stream until its end.
 Prints "N passed, M failed"; exit status 1 on any failure.
 """
 import os
@@ -473,6 +474,53 @@ def round_trip(route_dir):
         g._api = None
 
 
+def graph_pools(route_dir):
+    """A capture into a pool the program names (CUDAGraph.capture_begin(pool)) names it to
+    libgmlake for the capture's stream (gmlake_graph_pool) until capture_end, also when the
+    capture fails to begin; a capture without a pool names nothing; the class is wrapped once."""
+    import types
+    sys.path.insert(0, route_dir)
+    import _gmlake_torch as g
+    calls = []
+    fake = types.SimpleNamespace(gmlake_graph_pool=lambda s, k: calls.append((s.value, k.value)) or 0)
+    saved = g._cuda
+    g._cuda = lambda: fake
+    try:
+        class Graph:
+            def capture_begin(self, pool=None, capture_error_mode="global"):
+                if pool == (9, 9):
+                    raise RuntimeError("begin failed")
+                self.began = (pool, capture_error_mode)
+
+            def capture_end(self):
+                self.ended = True
+        g.share_graph_pools(Graph, lambda: 0x77)
+        g.share_graph_pools(Graph, lambda: 0x77)
+        check(not hasattr(Graph.capture_begin.__wrapped__, "__wrapped__"), "wrapped once")
+        gr = Graph()
+        gr.capture_begin()
+        gr.capture_end()
+        check(calls == [] and gr.began == (None, "global") and gr.ended, "no pool: nothing named")
+        gr.capture_begin((0, 5), capture_error_mode="thread_local")
+        check(calls == [(0x77, 5)] and gr.began == ((0, 5), "thread_local"), "the pool named: %s" % calls)
+        gr.capture_end()
+        check(calls[-1] == (0x77, 0), "and unnamed at the capture's end: %s" % calls)
+        try:
+            gr.capture_begin((9, 9))
+            check(False, "a failing begin raises")
+        except RuntimeError:
+            check(calls[-2:] == [(0x77, (9 << 32) | 9), (0x77, 0)], "a failing begin unnames: %s" % calls)
+        check(g.pool_key((0, 0)) == 1 << 63 and g.pool_key((1, 2)) == (1 << 32) | 2, "keys are nonzero")
+        # libgmlake refused (GMLAKE_ERR_NOMEM): nothing to undo at the end
+        fake.gmlake_graph_pool = lambda s, k: calls.append((s.value, k.value)) or 6
+        del calls[:]
+        gr.capture_begin((1, 1))
+        gr.capture_end()
+        check(calls == [(0x77, (1 << 32) | 1)], "a refused name is not unnamed: %s" % calls)
+    finally:
+        g._cuda = saved
+
+
 def main():
     import tempfile
     route_dir, lib = sys.argv[1], sys.argv[2]
@@ -484,6 +532,7 @@ def main():
     trees(route_dir)
     resharing(route_dir)
     round_trip(route_dir)
+    graph_pools(route_dir)
     print("%d passed, %d failed" % (results.count(True), results.count(False)))
     sys.exit(0 if all(results) else 1)
 
