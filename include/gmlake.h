@@ -116,9 +116,14 @@ GMLAKE_API int gmlake_allocation_range(const void *ptr, void **base, size_t *siz
  * may then reuse the memory that earlier captures into the same pool freed inside themselves on
  * the same stream (never their outputs), as PyTorch's private pools do; the program promises, as
  * PyTorch asks of a shared pool, that graphs of one pool never run at the same time.  gmlake's
- * part of PyTorch's import calls it around torch.cuda.graph(pool=...).  GMLAKE_ERR_NOMEM: 64
- * streams name pools already (that capture keeps its memory to itself). */
+ * part of PyTorch's import calls it around torch.cuda.graph(pool=...).  cudaStreamPerThread (or
+ * NULL, which cannot capture as the legacy stream) names the calling thread's default stream only.
+ * GMLAKE_ERR_NOMEM: 64 streams name pools already (that capture keeps its memory to itself). */
 GMLAKE_API int gmlake_graph_pool(void *stream, uint64_t pool);
+/* Graph pool `from` is now called `to` (both nonzero, else GMLAKE_ERR_INVALID): for a capture
+ * whose pool gets its name only once it ended (PyTorch's graph.pool() of a graph captured without
+ * one, which a later capture may name to share it). */
+GMLAKE_API int gmlake_graph_pool_rename(uint64_t from, uint64_t to);
 /* A one-line description of a status code. */
 GMLAKE_API const char *gmlake_strerror(int status);
 

@@ -112,6 +112,7 @@ static _Atomic(gcap *) dead;            /* captures CUDA released, not reaped ye
 enum { GML_SHARES = 64 };
 static struct {
     uintptr_t stream;
+    pthread_t thread;                   /* the per-thread default stream's: the thread that named it */
     uint64_t pool;
 } shares[GML_SHARES];                   /* streams whose next captures go into a named pool */
 static int nshares;
@@ -158,34 +159,72 @@ static gcap *cap_of(uint64_t id, bool make)
     return c;
 }
 
+/* With mu held: the entry of stream `stream` as the calling thread names it (CU_STREAM_PER_THREAD:
+ * this thread's own default stream), or nshares. */
+static int share_at(uintptr_t stream)
+{
+    int i = 0;
+    bool ptds = stream == (uintptr_t)CU_STREAM_PER_THREAD;
+    while (i < nshares && (shares[i].stream != stream || (ptds && !pthread_equal(shares[i].thread, pthread_self()))))
+        i++;
+    return i;
+}
+
 /* With mu held: the graph pool that captures on `stream` (the program's handle) go into, 0 if none
  * was named. */
 static uint64_t share_of(uintptr_t stream)
 {
-    for (int i = 0; i < nshares; i++)
-        if (shares[i].stream == stream)
-            return shares[i].pool;
-    return 0;
+    int i = share_at(stream);
+    return i < nshares ? shares[i].pool : 0;
 }
 
 GMLAKE_API int gmlake_graph_pool(void *stream, uint64_t pool)
 {
     int rc = GMLAKE_OK;
+    /* NULL cannot capture as the legacy stream: it is stream 0 of a per-thread program */
+    uintptr_t h = stream ? (uintptr_t)stream : (uintptr_t)CU_STREAM_PER_THREAD;
     pthread_mutex_lock(&mu);
-    int i = 0;
-    while (i < nshares && shares[i].stream != (uintptr_t)stream)
-        i++;
+    int i = share_at(h);
     if (!pool && i < nshares)
         shares[i] = shares[--nshares];
     else if (pool && i < nshares)
         shares[i].pool = pool;
     else if (pool && nshares < GML_SHARES) {
-        shares[nshares].stream = (uintptr_t)stream;
+        shares[nshares].stream = h;
+        shares[nshares].thread = pthread_self();
         shares[nshares++].pool = pool;
     } else if (pool)
         rc = GMLAKE_ERR_NOMEM; /* that capture keeps its memory to itself */
     pthread_mutex_unlock(&mu);
     return rc;
+}
+
+/* With mu held: the slabs on `list` shared into graph pool `from` are now in `to`. */
+static void rename_slabs(gslab *list, uint64_t from, uint64_t to)
+{
+    for (; list; list = list->next)
+        if (list->share == from)
+            list->share = to;
+}
+
+GMLAKE_API int gmlake_graph_pool_rename(uint64_t from, uint64_t to)
+{
+    if (!from || !to)
+        return GMLAKE_ERR_INVALID;
+    pthread_mutex_lock(&mu);
+    gcap *c, *tmp;
+    HASH_ITER(hh, by_id, c, tmp) {
+        if (c->share == from)
+            c->share = to;
+        rename_slabs(c->slabs, from, to);
+    }
+    rename_slabs(orphans, from, to);
+    rename_slabs(parked, from, to);
+    for (int i = 0; i < nshares; i++)
+        if (shares[i].pool == from)
+            shares[i].pool = to;
+    pthread_mutex_unlock(&mu);
+    return GMLAKE_OK;
 }
 
 static size_t piece_bytes(size_t size)

@@ -8,6 +8,11 @@ line: the NVML peak above the baseline (bench/gpu/train.py's NvmlPeak), torch's 
 and, under gmlake, its pool's peak reserved and active.
 
     python3 bench/gpu/graphs_many.py --allocator NAME [--hidden 8192] [--batches 4096,3584,...]
+                                     [--share handle|first]
+
+--share first: the first graph is captured without a pool and the others into its pool
+(graph.pool()), PyTorch's documented way of sharing; handle (the default): all into
+torch.cuda.graph_pool_handle().
 
 Run it under each allocator's environment (bench/gpu/lib.sh: alloc_env), e.g.
 `env $(ALLOCATOR=...) python3 bench/gpu/graphs_many.py --allocator gmlake`.
@@ -29,6 +34,7 @@ def main():
     ap.add_argument("--allocator", required=True)
     ap.add_argument("--hidden", type=int, default=8192)
     ap.add_argument("--batches", default=",".join(str(b) for b in range(4096, 0, -512)))
+    ap.add_argument("--share", choices=("handle", "first"), default="handle")
     a = ap.parse_args()
     batches = [int(b) for b in a.batches.split(",")]
     nvml = NvmlPeak()
@@ -37,7 +43,7 @@ def main():
     block = torch.nn.Sequential(torch.nn.Linear(h, 4 * h), torch.nn.GELU(), torch.nn.Linear(4 * h, h),
                                 torch.nn.GELU(), torch.nn.Linear(h, 4 * h), torch.nn.GELU(),
                                 torch.nn.Linear(4 * h, h)).to(dev, torch.bfloat16)
-    pool = torch.cuda.graph_pool_handle()
+    pool = torch.cuda.graph_pool_handle() if a.share == "handle" else None
     graphs = []
     with torch.no_grad():
         s = torch.cuda.Stream()
@@ -53,6 +59,8 @@ def main():
             with torch.cuda.graph(g, pool=pool):
                 y = block(x)
             graphs.append((b, g, x, y))
+            if pool is None:
+                pool = g.pool()  # --share first: the others go into the first graph's pool
         torch.cuda.synchronize()
         bad = 0
         for b, g, x, y in graphs:
@@ -62,7 +70,7 @@ def main():
             bad += int(not torch.allclose(y.float(), block(x).float(), atol=0.5, rtol=0.05))
     torch.cuda.synchronize()
     nvml.close()
-    out = {"allocator": a.allocator, "graphs": len(graphs), "hidden": h, "batches": batches,
+    out = {"allocator": a.allocator, "share": a.share, "graphs": len(graphs), "hidden": h, "batches": batches,
            "wrong_replays": bad,
            "nvml_peak_mib": round((nvml.peak - nvml.baseline) / 2**20) if nvml.ok else None,
            "torch_peak_reserved_mib": round(torch.cuda.max_memory_reserved() / 2**20)}

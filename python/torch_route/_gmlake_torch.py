@@ -39,6 +39,7 @@ TORCH_DEVICE_BACKEND_AUTOLOAD=0).  `autoload` then:
 It never raises out of autoload: PyTorch would turn that into a failed `import torch`.
 """
 import ctypes
+import itertools
 import os
 import socket
 import sys
@@ -479,8 +480,11 @@ def graph_trees_off():
 # --- CUDA graphs that share a pool ---------------------------------------------------------
 
 def pool_key(pool):
-    """A nonzero 64-bit number for PyTorch's graph pool id (a pair of integers)."""
+    """A 64-bit number for PyTorch's graph pool id (a pair of integers): 0 for (0, 0), which
+    PyTorch takes as no pool (the graph's own private one), nonzero for any other."""
     a, b = (int(x) for x in pool)
+    if not a and not b:
+        return 0
     key = ((a & 0xFFFFFFFF) << 32) | (b & 0xFFFFFFFF)
     return key or 1 << 63
 
@@ -497,6 +501,18 @@ def _graph_pool(stream, key):
     return fn(ctypes.c_void_p(stream), ctypes.c_uint64(key)) == 0
 
 
+def _graph_pool_rename(old, new):
+    """Graph pool `old` is now `new` in libgmlake (gmlake_graph_pool_rename)."""
+    fn = getattr(_cuda(), "gmlake_graph_pool_rename", None)
+    if fn is not None:
+        fn.argtypes = [ctypes.c_uint64, ctypes.c_uint64]
+        fn.restype = ctypes.c_int
+        fn(ctypes.c_uint64(old), ctypes.c_uint64(new))
+
+
+_provisional = itertools.count(1)
+
+
 def share_graph_pools(graph_cls, current_stream):
     """Wraps graph_cls.capture_begin / capture_end (torch.cuda.CUDAGraph) so that a capture into
     a pool the program names (torch.cuda.graph(pool=...), CUDAGraph.capture_begin(pool)) tells
@@ -509,38 +525,46 @@ def share_graph_pools(graph_cls, current_stream):
     named = {}  # id(graph) -> the stream whose pool it named
 
     def capture_begin(self, pool=None, *args, **kwargs):
-        stream = None
-        if pool is not None:
-            try:
-                s = current_stream()
-                if _graph_pool(s, pool_key(pool)):
-                    stream = s
-            except Exception:
-                stream = None  # no sharing: each capture keeps its own memory
-        if stream is not None:
-            named[id(self)] = stream
+        # a graph without a pool gets its own (PyTorch names it only once captured: graph.pool(),
+        # which a later capture may pass to share it): a key of its own until then
+        key = pool_key(pool) if pool is not None else 0
+        provisional = 0 if key else 1 << 62 | next(_provisional)
+        try:
+            s = current_stream()
+            if _graph_pool(s, key or provisional):
+                named[id(self)] = (s, provisional)
+        except Exception:
+            pass  # no sharing: each capture keeps its own memory
         try:
             return begin(self, pool, *args, **kwargs)
         except BaseException:
-            _unname(named.pop(id(self), None))
+            _unname(named.pop(id(self), None), None)
             raise
 
     def capture_end(self):
         try:
             return end(self)
         finally:
-            _unname(named.pop(id(self), None))
+            _unname(named.pop(id(self), None), self)
 
     capture_begin.__wrapped__, capture_end.__wrapped__ = begin, end
     graph_cls.capture_begin, graph_cls.capture_end = capture_begin, capture_end
 
 
-def _unname(stream):
-    if stream is not None:
-        try:
-            _graph_pool(stream, 0)
-        except Exception:
-            pass
+def _unname(entry, graph):
+    """The capture's stream names no pool any more; a provisional pool takes the name PyTorch
+    gave the graph's own pool, where the capture ended with one (graph.pool())."""
+    if entry is None:
+        return
+    stream, provisional = entry
+    try:
+        _graph_pool(stream, 0)
+        if provisional and graph is not None and hasattr(graph, "pool"):
+            final = pool_key(graph.pool())
+            if final:
+                _graph_pool_rename(provisional, final)
+    except Exception:
+        pass
 
 
 # --- installation ---------------------------------------------------------------------------

@@ -699,10 +699,12 @@ Test(capture, an_orphans_frees_on_a_destroyed_and_a_new_stream_are_two_streams)
 
 /* ---- graph pools (gmlake_graph_pool): captures that share what they freed ---- */
 
-/* Graph 1, captured on C: an 8 MiB block freed inside it (scratch), then a 1 MiB output *out at
- * its start; the rest, 7 MiB at a + 1 MiB, is free for captures on C.  Returns a. */
-static void *graph_with_scratch(cudaGraph_t *g, void **out)
+/* Graph 1, captured on C into graph pool `pool` (named for C, and left so): an 8 MiB block freed
+ * inside it (scratch), then a 1 MiB output *out at its start; the rest, 7 MiB at a + 1 MiB, is
+ * free for captures on C.  Returns a. */
+static void *graph_with_scratch(uint64_t pool, cudaGraph_t *g, void **out)
 {
+    cr_assert_eq(gmlake_graph_pool(C, pool), GMLAKE_OK);
     void *a = freed_in_capture(8 * MiB);
     cr_assert_eq(cudaMallocAsync(out, MiB, C), cudaSuccess);
     cr_assert_eq(*out, a);
@@ -725,8 +727,7 @@ Test(capture, captures_into_one_graph_pool_share_what_they_freed)
     make_streams();
     void *a, *o1, *o2;
     cudaGraph_t g1;
-    cr_assert_eq(gmlake_graph_pool(C, 7), GMLAKE_OK);
-    a = graph_with_scratch(&g1, &o1);
+    a = graph_with_scratch(7, &g1, &o1);
     CUgraph g2 = captured_on(C, 4 * MiB, &o2);
     cr_assert_eq(gmlake_graph_pool(C, 0), GMLAKE_OK);
     cr_assert_eq((char *)o2, (char *)a + MiB, "graph 2 takes what graph 1 freed inside itself");
@@ -743,8 +744,7 @@ Test(capture, captures_share_only_within_one_named_pool_and_stream)
     make_streams();
     void *a, *o1, *p, *q, *r;
     cudaGraph_t g1;
-    cr_assert_eq(gmlake_graph_pool(C, 7), GMLAKE_OK);
-    a = graph_with_scratch(&g1, &o1);
+    a = graph_with_scratch(7, &g1, &o1);
     cr_assert_eq(gmlake_graph_pool(C, 8), GMLAKE_OK);
     CUgraph g2 = captured_on(C, 4 * MiB, &p);
     cr_assert_eq(gmlake_graph_pool(C, 0), GMLAKE_OK);
@@ -773,8 +773,7 @@ Test(capture, a_piece_a_graph_pool_lends_is_freed_inside_the_borrowing_capture)
     make_streams();
     void *a, *o1, *x, *y;
     cudaGraph_t g1, g2;
-    cr_assert_eq(gmlake_graph_pool(C, 9), GMLAKE_OK);
-    a = graph_with_scratch(&g1, &o1);
+    a = graph_with_scratch(9, &g1, &o1);
     cr_assert_eq(cudaStreamBeginCapture(C, cudaStreamCaptureModeRelaxed), cudaSuccess);
     cr_assert_eq(cudaMallocAsync(&x, 2 * MiB, C), cudaSuccess);
     cr_assert_eq((char *)x, (char *)a + MiB);
@@ -798,4 +797,152 @@ Test(capture, naming_pools_on_more_streams_than_gmlake_keeps_is_refused)
     cr_assert_eq(gmlake_graph_pool((void *)0x1000, 2), GMLAKE_OK, "a stream already named may change");
     cr_assert_eq(gmlake_graph_pool((void *)0x1001, 0), GMLAKE_OK);
     cr_assert_eq(gmlake_graph_pool((void *)0x2000, 1), GMLAKE_OK, "room again");
+}
+
+/* A pool named for cudaStreamPerThread names this thread's default stream only: another thread's
+ * default stream is another stream, whose captures (the program named no pool for them) keep
+ * their memory to themselves.  A pool named for stream 0 (which cannot capture as the legacy
+ * stream) names the per-thread stream that stream 0 is in a per-thread program (_ptsz). */
+typedef struct ptds_graphs {
+    void *a, *o1, *o2;
+} ptds_graphs;
+
+static void *two_ptds_graphs(void *arg)
+{
+    ptds_graphs *r = arg;
+    CUstream s = CU_STREAM_PER_THREAD;
+    CUdeviceptr a, o1, o2;
+    CUgraph g1, g2;
+    cr_assert_eq(cuStreamBeginCapture_v2(s, CU_STREAM_CAPTURE_MODE_RELAXED), CUDA_SUCCESS);
+    cr_assert_eq(cuMemAllocAsync(&a, 8 * MiB, s), CUDA_SUCCESS);
+    cr_assert_eq(cuMemFreeAsync(a, s), CUDA_SUCCESS);
+    cr_assert_eq(cuMemAllocAsync(&o1, MiB, s), CUDA_SUCCESS);
+    cr_assert_eq(cuStreamEndCapture(s, &g1), CUDA_SUCCESS);
+    cr_assert_eq(cuStreamBeginCapture_v2(s, CU_STREAM_CAPTURE_MODE_RELAXED), CUDA_SUCCESS);
+    cr_assert_eq(cuMemAllocAsync(&o2, 4 * MiB, s), CUDA_SUCCESS);
+    cr_assert_eq(cuStreamEndCapture(s, &g2), CUDA_SUCCESS);
+    *r = (ptds_graphs){(void *)a, (void *)o1, (void *)o2};
+    return NULL;
+}
+
+Test(capture, a_pool_named_for_the_per_thread_stream_is_this_threads_only)
+{
+    cr_assert_eq(gmlake_graph_pool(cudaStreamPerThread, 7), GMLAKE_OK);
+    ptds_graphs r;
+    pthread_t t;
+    cr_assert_eq(pthread_create(&t, NULL, two_ptds_graphs, &r), 0);
+    pthread_join(t, NULL);
+    cr_assert_eq(r.o1, r.a);
+    cr_assert_neq((char *)r.o2, (char *)r.a + MiB,
+                  "another thread's graphs, in no pool, share what the first freed inside itself");
+    cr_assert_eq(gmlake_graph_pool(cudaStreamPerThread, 0), GMLAKE_OK);
+    two_ptds_graphs(&r); /* this thread's own, its name gone */
+    cr_assert_neq((char *)r.o2, (char *)r.a + MiB, "unnamed: no sharing");
+}
+
+Test(capture, a_pool_named_for_stream_0_is_the_per_thread_streams)
+{
+    cr_assert_eq(gmlake_graph_pool(NULL, 7), GMLAKE_OK);
+    CUdeviceptr a, o2;
+    CUgraph g;
+    cr_assert_eq(cuStreamBeginCapture_v2(CU_STREAM_PER_THREAD, CU_STREAM_CAPTURE_MODE_RELAXED), CUDA_SUCCESS);
+    cr_assert_eq(cuMemAllocAsync_ptsz(&a, 8 * MiB, 0), CUDA_SUCCESS);
+    cr_assert_eq(cuMemFreeAsync(a, CU_STREAM_PER_THREAD), CUDA_SUCCESS);
+    cr_assert_eq(cuStreamEndCapture(CU_STREAM_PER_THREAD, &g), CUDA_SUCCESS);
+    cr_assert_eq(cuStreamBeginCapture_v2(CU_STREAM_PER_THREAD, CU_STREAM_CAPTURE_MODE_RELAXED), CUDA_SUCCESS);
+    cr_assert_eq(cuMemAllocAsync_ptsz(&o2, 4 * MiB, 0), CUDA_SUCCESS);
+    cr_assert_eq(cuStreamEndCapture(CU_STREAM_PER_THREAD, &g), CUDA_SUCCESS);
+    cr_assert_eq(o2, a, "stream 0 of a per-thread program names its per-thread stream");
+    cr_assert_eq(gmlake_graph_pool(NULL, 0), GMLAKE_OK);
+}
+
+/* ---- graph pools: lifetimes (a borrower outliving the home graph, a third capture, a reset) ---- */
+Test(capture, a_home_graph_reaped_during_the_borrowers_capture_leaves_its_scratch_to_it)
+{
+    make_streams();
+    void *o1, *x, *y, *z;
+    cudaGraph_t g1, g2;
+    void *a = graph_with_scratch(7, &g1, &o1);
+    cr_assert_eq(cudaStreamBeginCapture(C, cudaStreamCaptureModeRelaxed), cudaSuccess);
+    cr_assert_eq(cudaMallocAsync(&x, 2 * MiB, C), cudaSuccess);
+    cr_assert_eq((char *)x, (char *)a + MiB);
+    cr_assert_eq(cuGraphDestroy((CUgraph)g1), CUDA_SUCCESS);
+    cr_assert_eq(cudaFreeAsync(o1, S1), cudaSuccess); /* reaps g1 inside B's capture */
+    cr_assert_eq(stats().live_allocations, 1);
+    cr_assert_eq(cudaFreeAsync(x, C), cudaSuccess);
+    cr_assert_eq(cudaMallocAsync(&y, 7 * MiB, C), cudaSuccess);
+    cr_assert_eq(y, x, "the orphan's freed pieces serve the borrower");
+    cr_assert_eq(cudaFreeAsync(y, C), cudaSuccess);
+    cr_assert_eq(stats().live_allocations, 1);
+    cr_assert_eq(cudaStreamEndCapture(C, &g2), cudaSuccess);
+    /* a third capture takes from the orphan too */
+    CUgraph g3 = captured_on(C, 3 * MiB, &z);
+    cr_assert_eq(gmlake_graph_pool(C, 0), GMLAKE_OK);
+    cr_assert_eq(z, x);
+    destroyed_leaves((CUgraph)g2, 1, "g3 holds it");
+    cr_assert_eq(cudaFreeAsync(z, S1), cudaSuccess);
+    cr_assert_eq(stats().live_allocations, 1, "g3 holds it");
+    destroyed_leaves(g3, 0, "all gone");
+}
+
+Test(capture, a_borrowed_piece_freed_into_a_third_capture_stays_until_that_one_goes)
+{
+    make_streams();
+    void *o1, *o2;
+    cudaGraph_t g1, g3;
+    void *a = graph_with_scratch(7, &g1, &o1);
+    CUgraph g2 = captured_on(C, 4 * MiB, &o2);
+    cr_assert_eq(gmlake_graph_pool(C, 0), GMLAKE_OK);
+    cr_assert_eq((char *)o2, (char *)a + MiB);
+    cr_assert_eq(cudaStreamBeginCapture(S2, cudaStreamCaptureModeRelaxed), cudaSuccess);
+    cr_assert_eq(cudaFreeAsync(o2, S2), cudaSuccess);
+    cr_assert_eq(cudaStreamEndCapture(S2, &g3), cudaSuccess);
+    cr_assert_eq(cudaFreeAsync(o1, S1), cudaSuccess);
+    destroyed_leaves(g2, 1, "g1, g3");
+    destroyed_leaves((CUgraph)g1, 1, "g3 frees o2 at its launches");
+    destroyed_leaves((CUgraph)g3, 0, "all gone");
+}
+
+Test(capture, a_device_reset_with_borrows_outstanding_forgets_them)
+{
+    make_streams();
+    void *o1, *o2;
+    cudaGraph_t g1;
+    graph_with_scratch(7, &g1, &o1);
+    CUgraph g2 = captured_on(C, 4 * MiB, &o2);
+    cr_assert_eq(gmlake_graph_pool(C, 0), GMLAKE_OK);
+    cr_assert_eq(cudaDeviceReset(), cudaSuccess);
+    cuGraphDestroy((CUgraph)g1);
+    cuGraphDestroy(g2);
+    void *p;
+    cr_assert_eq(cudaMalloc(&p, MiB), cudaSuccess);
+    cudaFree(p);
+}
+
+/* A graph captured into a pool of its own that gets its name only once captured (PyTorch's
+ * graph.pool() of a graph captured without a pool): renamed, a later capture naming it shares. */
+Test(capture, a_renamed_pool_is_shared_under_its_new_name)
+{
+    make_streams();
+    void *a, *o1, *o2;
+    cudaGraph_t g1;
+    a = graph_with_scratch(5, &g1, &o1);
+    cr_assert_eq(gmlake_graph_pool(C, 0), GMLAKE_OK);
+    cr_assert_eq(gmlake_graph_pool_rename(5, 6), GMLAKE_OK);
+    cr_assert_eq(gmlake_graph_pool_rename(0, 6), GMLAKE_ERR_INVALID);
+    cr_assert_eq(gmlake_graph_pool_rename(6, 0), GMLAKE_ERR_INVALID);
+    cr_assert_eq(gmlake_graph_pool(C, 5), GMLAKE_OK);
+    void *x;
+    CUgraph gx = captured_on(C, 4 * MiB, &x);
+    cr_assert_neq((char *)x, (char *)a + MiB, "the old name shares nothing any more");
+    cr_assert_eq(gmlake_graph_pool(C, 6), GMLAKE_OK);
+    CUgraph g2 = captured_on(C, 4 * MiB, &o2);
+    cr_assert_eq(gmlake_graph_pool(C, 0), GMLAKE_OK);
+    cr_assert_eq((char *)o2, (char *)a + MiB, "the new name shares graph 1's scratch");
+    cr_assert_eq(cudaFreeAsync(o1, S1), cudaSuccess);
+    cr_assert_eq(cudaFreeAsync(o2, S1), cudaSuccess);
+    cr_assert_eq(cudaFreeAsync(x, S1), cudaSuccess);
+    cr_assert_eq(cuGraphDestroy(gx), CUDA_SUCCESS);
+    destroyed_leaves((CUgraph)g1, 1, "graph 2 holds graph 1's block");
+    destroyed_leaves(g2, 0, "back once both graphs are gone");
 }

@@ -11,7 +11,8 @@
   * autoload does nothing where gmlake did not choose the backend, and never raises;
   * the backend's refusals (reduce-overhead's pool checks, memory history) name gmlake and the way
     out, and only those;
-  * a capture into a named graph pool names it to libgmlake for its stream until its end.
+  * a capture into a named graph pool names it to libgmlake for its stream until its end; one
+    without a pool names its own, renamed as the graph's pool once captured.
 Prints "N passed, M failed"; exit status 1 on any failure.
 """
 import os
@@ -477,12 +478,15 @@ def round_trip(route_dir):
 def graph_pools(route_dir):
     """A capture into a pool the program names (CUDAGraph.capture_begin(pool)) names it to
     libgmlake for the capture's stream (gmlake_graph_pool) until capture_end, also when the
-    capture fails to begin; a capture without a pool names nothing; the class is wrapped once."""
+    capture fails to begin; a capture without a pool (None, or PyTorch's (0, 0)) names a pool of
+    its own, which takes the name of the graph's pool once captured (gmlake_graph_pool_rename), so
+    that a later capture passing graph.pool() shares it; the class is wrapped once."""
     import types
     sys.path.insert(0, route_dir)
     import _gmlake_torch as g
-    calls = []
-    fake = types.SimpleNamespace(gmlake_graph_pool=lambda s, k: calls.append((s.value, k.value)) or 0)
+    calls, renames = [], []
+    fake = types.SimpleNamespace(gmlake_graph_pool=lambda s, k: calls.append((s.value, k.value)) or 0,
+                                 gmlake_graph_pool_rename=lambda a, b: renames.append((a.value, b.value)) or 0)
     saved = g._cuda
     g._cuda = lambda: fake
     try:
@@ -494,29 +498,45 @@ def graph_pools(route_dir):
 
             def capture_end(self):
                 self.ended = True
+
+            def pool(self):
+                return (3, 4)
         g.share_graph_pools(Graph, lambda: 0x77)
         g.share_graph_pools(Graph, lambda: 0x77)
         check(not hasattr(Graph.capture_begin.__wrapped__, "__wrapped__"), "wrapped once")
         gr = Graph()
-        gr.capture_begin()
-        gr.capture_end()
-        check(calls == [] and gr.began == (None, "global") and gr.ended, "no pool: nothing named")
         gr.capture_begin((0, 5), capture_error_mode="thread_local")
         check(calls == [(0x77, 5)] and gr.began == ((0, 5), "thread_local"), "the pool named: %s" % calls)
         gr.capture_end()
-        check(calls[-1] == (0x77, 0), "and unnamed at the capture's end: %s" % calls)
+        check(calls[-1] == (0x77, 0) and gr.ended and not renames,
+              "and unnamed at the capture's end: %s %s" % (calls, renames))
         try:
             gr.capture_begin((9, 9))
             check(False, "a failing begin raises")
         except RuntimeError:
-            check(calls[-2:] == [(0x77, (9 << 32) | 9), (0x77, 0)], "a failing begin unnames: %s" % calls)
-        check(g.pool_key((0, 0)) == 1 << 63 and g.pool_key((1, 2)) == (1 << 32) | 2, "keys are nonzero")
+            check(calls[-2:] == [(0x77, (9 << 32) | 9), (0x77, 0)] and not renames,
+                  "a failing begin unnames: %s" % calls)
+        check(g.pool_key((1, 2)) == (1 << 32) | 2 and g.pool_key((1 << 32, 0)) == 1 << 63, "keys are nonzero")
+        # no pool (None, or (0, 0): CUDAGraph::capture_begin's default): the graph's own private
+        # pool, shared with no other graph (they may run at the same time) until one names it
+        for none in ((), ((0, 0),)):
+            del calls[:], renames[:]
+            gr.capture_begin(*none)
+            gr.capture_end()
+            own = calls[0][1] if calls else 0
+            check(len(calls) == 2 and own >> 62 == 1 and calls[1] == (0x77, 0)
+                  and renames == [(own, (3 << 32) | 4)],
+                  "no pool %s: a pool of its own, renamed as graph.pool(): %s %s" % (none, calls, renames))
+        del calls[:]
+        gr.capture_begin()
+        gr.capture_end()
+        check(calls[0][1] != own, "each graph's own pool is another")
         # libgmlake refused (GMLAKE_ERR_NOMEM): nothing to undo at the end
         fake.gmlake_graph_pool = lambda s, k: calls.append((s.value, k.value)) or 6
-        del calls[:]
+        del calls[:], renames[:]
         gr.capture_begin((1, 1))
         gr.capture_end()
-        check(calls == [(0x77, (1 << 32) | 1)], "a refused name is not unnamed: %s" % calls)
+        check(calls == [(0x77, (1 << 32) | 1)] and not renames, "a refused name is not unnamed: %s" % calls)
     finally:
         g._cuda = saved
 
