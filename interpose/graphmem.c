@@ -178,11 +178,35 @@ static uint64_t share_of(uintptr_t stream)
     return i < nshares ? shares[i].pool : 0;
 }
 
+/* A thread that named a pool for its per-thread stream ends: its entry goes (a later thread may
+ * get its pthread_t and has promised nothing). */
+static pthread_key_t ptds_named;
+static pthread_once_t ptds_named_once = PTHREAD_ONCE_INIT;
+
+static void ptds_named_end(void *unused)
+{
+    (void)unused;
+    pthread_mutex_lock(&mu);
+    int i = share_at((uintptr_t)CU_STREAM_PER_THREAD);
+    if (i < nshares)
+        shares[i] = shares[--nshares];
+    pthread_mutex_unlock(&mu);
+}
+
+static void ptds_named_init(void)
+{
+    pthread_key_create(&ptds_named, ptds_named_end);
+}
+
 GMLAKE_API int gmlake_graph_pool(void *stream, uint64_t pool)
 {
     int rc = GMLAKE_OK;
     /* NULL cannot capture as the legacy stream: it is stream 0 of a per-thread program */
     uintptr_t h = stream ? (uintptr_t)stream : (uintptr_t)CU_STREAM_PER_THREAD;
+    if (pool && h == (uintptr_t)CU_STREAM_PER_THREAD) {
+        pthread_once(&ptds_named_once, ptds_named_init);
+        pthread_setspecific(ptds_named, &ptds_named); /* any non-NULL value: the destructor runs */
+    }
     pthread_mutex_lock(&mu);
     int i = share_at(h);
     if (!pool && i < nshares)

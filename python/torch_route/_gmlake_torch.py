@@ -527,9 +527,9 @@ def share_graph_pools(graph_cls, current_stream):
     def capture_begin(self, pool=None, *args, **kwargs):
         # a graph without a pool gets its own (PyTorch names it only once captured: graph.pool(),
         # which a later capture may pass to share it): a key of its own until then
-        key = pool_key(pool) if pool is not None else 0
-        provisional = 0 if key else 1 << 62 | next(_provisional)
         try:
+            key = pool_key(pool) if pool is not None else 0
+            provisional = 0 if key else 1 << 62 | next(_provisional)
             s = current_stream()
             if _graph_pool(s, key or provisional):
                 named[id(self)] = (s, provisional)

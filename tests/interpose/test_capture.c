@@ -946,3 +946,22 @@ Test(capture, a_renamed_pool_is_shared_under_its_new_name)
     destroyed_leaves((CUgraph)g1, 1, "graph 2 holds graph 1's block");
     destroyed_leaves(g2, 0, "back once both graphs are gone");
 }
+
+/* A thread that ends while its per-thread stream names a pool takes the name with it: a later
+ * thread (which may get its pthread_t) has promised nothing. */
+static void *name_ptds_and_end(void *unused)
+{
+    (void)unused;
+    cr_assert_eq(gmlake_graph_pool(cudaStreamPerThread, 3), GMLAKE_OK);
+    return NULL;
+}
+
+Test(capture, a_threads_per_thread_pool_name_ends_with_the_thread)
+{
+    for (int i = 0; i < 63; i++)
+        cr_assert_eq(gmlake_graph_pool((void *)(uintptr_t)(0x1000 + i), 1), GMLAKE_OK);
+    pthread_t t;
+    cr_assert_eq(pthread_create(&t, NULL, name_ptds_and_end, NULL), 0);
+    pthread_join(t, NULL);
+    cr_assert_eq(gmlake_graph_pool((void *)0x2000, 1), GMLAKE_OK, "the ended thread's entry is gone");
+}

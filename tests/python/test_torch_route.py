@@ -531,6 +531,16 @@ def graph_pools(route_dir):
         gr.capture_begin()
         gr.capture_end()
         check(calls[0][1] != own, "each graph's own pool is another")
+        # a pool the wrapper cannot read is PyTorch's to judge: passed on unchanged, nothing named
+        del calls[:], renames[:]
+        odd = (1, 2, 3)
+        try:
+            gr.capture_begin(odd)
+            gr.capture_end()
+            check(gr.began == (odd, "global") and calls == [] and not renames,
+                  "an unreadable pool is passed on, nothing named: %s %s" % (calls, renames))
+        except ValueError as e:
+            check(False, "an unreadable pool raised in the wrapper, not in PyTorch: %r" % e)
         # libgmlake refused (GMLAKE_ERR_NOMEM): nothing to undo at the end
         fake.gmlake_graph_pool = lambda s, k: calls.append((s.value, k.value)) or 6
         del calls[:], renames[:]
