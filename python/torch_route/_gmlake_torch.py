@@ -593,14 +593,12 @@ def _feeder_guard():
 
 def install():
     """Registers gmlake's reducers for CUDA tensors and storages with multiprocessing's pickler
-    (in place of PyTorch's, which call back to them for everything but gmlake's case), and names
-    gmlake in the backend's refusals."""
+    (in place of PyTorch's, which call back to them for everything but gmlake's case), names
+    gmlake in the backend's refusals, and names graph pools to libgmlake (share_graph_pools)."""
     import torch
     import torch.cuda.memory
     name_refusals(torch._C, torch.cuda.memory)
     graph_trees_off()
-    import torch.cuda.graphs
-    share_graph_pools(torch.cuda.graphs.CUDAGraph, lambda: torch.cuda.current_stream().cuda_stream)
     import torch.multiprocessing.reductions as red
     from multiprocessing.reduction import ForkingPickler
     wrap = {red.reduce_tensor: _reduce_tensor(red.reduce_tensor),
@@ -612,6 +610,12 @@ def install():
         if ForkingPickler._extra_reducers.get(cls) is None:
             ForkingPickler.register(cls, wrap[red.reduce_tensor])
     _feeder_guard()
+    try:  # last, and on its own: tensor sharing does not depend on it
+        import torch.cuda.graphs
+        share_graph_pools(torch.cuda.graphs.CUDAGraph, lambda: torch.cuda.current_stream().cuda_stream)
+    except Exception as e:
+        sys.stderr.write("gmlake: CUDA graphs captured into one pool will not share memory under "
+                         "gmlake (%s: %s)\n" % (type(e).__name__, e))
 
 
 def autoload():

@@ -551,6 +551,40 @@ def graph_pools(route_dir):
         g._cuda = saved
 
 
+FAKE_TORCH = {
+    "torch/__init__.py": "import types\nclass Tensor: pass\n_C = types.SimpleNamespace()\n"
+                         "from . import nn, cuda\n",
+    "torch/nn/__init__.py": "from torch import Tensor\nclass Parameter(Tensor): pass\n",
+    "torch/cuda/__init__.py": "",
+    "torch/cuda/memory.py": "",
+    "torch/cuda/graphs.py": "",  # no CUDAGraph: wrapping it fails
+    "torch/multiprocessing/__init__.py": "",
+    "torch/multiprocessing/reductions.py": "def reduce_tensor(t): return (None, ())\n"
+                                           "def reduce_storage(s): return (None, ())\n",
+}
+
+
+def install_survives(route_dir):
+    """install() registers the reducers for CUDA tensors even where naming graph pools fails
+    (a torch.cuda.graphs without CUDAGraph), and says what is lost."""
+    import tempfile
+    with tempfile.TemporaryDirectory() as tmp:
+        for f, text in FAKE_TORCH.items():
+            os.makedirs(os.path.join(tmp, os.path.dirname(f)), exist_ok=True)
+            with open(os.path.join(tmp, f), "w") as out:
+                out.write(text)
+        body = ("import sys; sys.path[:0] = [%r, %r]; import _gmlake_torch as g, torch\n"
+                "g.install()\n"
+                "from multiprocessing.reduction import ForkingPickler as P\n"
+                "assert P._extra_reducers.get(torch.Tensor) is not None, 'tensor reducer'\n"
+                "assert P._extra_reducers.get(torch.nn.Parameter) is not None, 'parameter reducer'\n"
+                "print('ok')\n" % (tmp, route_dir))
+        r = subprocess.run([sys.executable, "-c", body], capture_output=True, text=True, timeout=60)
+        check(r.returncode == 0 and r.stdout.strip() == "ok"
+              and "gmlake: CUDA graphs captured into one pool will not share memory" in r.stderr,
+              "install: reducers registered, the graph part's failure said: %s %s" % (r.stdout, r.stderr[-600:]))
+
+
 def main():
     import tempfile
     route_dir, lib = sys.argv[1], sys.argv[2]
@@ -563,6 +597,7 @@ def main():
     resharing(route_dir)
     round_trip(route_dir)
     graph_pools(route_dir)
+    install_survives(route_dir)
     print("%d passed, %d failed" % (results.count(True), results.count(False)))
     sys.exit(0 if all(results) else 1)
 
