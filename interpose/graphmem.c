@@ -41,7 +41,8 @@
  *    object cannot be made or retained, the capture's blocks are kept until the process exits
  *    (logged once): never reused under a graph that may still run.
  *  - Cost where no graph was captured: two relaxed atomic loads per allocation and three per
- *    free (whether anything waits to be reaped; whether any piece is tracked).
+ *    free (whether anything waits to be reaped; whether any piece is tracked: the caller asks
+ *    gml_graph_tracking before gml_graph_free, and whether a capture is under way only then).
  *  - No device wait while a capture may be under way (a wait is an unsafe call there): a slab
  *    that needs one is parked and given back by the first reap outside captures.
  */
@@ -461,8 +462,6 @@ static void slab_give(gslab *s, bool may_wait)
 
 int gml_graph_free(uintptr_t ptr, uint64_t capture, gml_stream s, bool may_wait)
 {
-    if (!atomic_load_explicit(&tracked, memory_order_relaxed))
-        return GML_GRAPH_NOT_MINE;
     int r = CUDA_SUCCESS;
     gslab *give = NULL;
     pthread_mutex_lock(&mu);
@@ -632,6 +631,11 @@ static void CUDA_CB graph_gone(void *arg)
     do
         c->next_dead = head;
     while (!atomic_compare_exchange_weak(&dead, &head, c));
+}
+
+bool gml_graph_tracking(void)
+{
+    return atomic_load_explicit(&tracked, memory_order_relaxed) != 0;
 }
 
 bool gml_graph_reap_pending(void)

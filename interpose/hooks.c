@@ -461,7 +461,8 @@ static int serve_free(api a, uintptr_t ptr, CUstream s, bool ptsz, const char *n
     uint64_t in = 0;
     if (capture)
         gml_graph_capture_id(named(s, ptsz), &in, NULL); /* in stays 0 if it fails */
-    int graph = gml_graph_free(ptr, in, stream, !gml_capture_under_way());
+    int graph = gml_graph_tracking() ? gml_graph_free(ptr, in, stream, !gml_capture_under_way())
+                                      : GML_GRAPH_NOT_MINE;
     if (graph != GML_GRAPH_NOT_MINE)
         return graph;
     if (piece)

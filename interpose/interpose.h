@@ -383,6 +383,8 @@ bool gml_capture_under_way(void);
  *   and answers out of memory.
  * gml_graph_piece: whether ptr is the start of a piece of a graph's memory (live or not), and
  *   its pool and device: such a pointer may lie inside one of the pool's blocks.
+ * gml_graph_tracking: whether any graph's piece is tracked (one load); while not, no pointer is
+ *   a graph's and gml_graph_free need not be asked.
  * gml_graph_free: a free of ptr during capture `capture` (0: outside any) on stream s:
  *   GML_GRAPH_NOT_MINE when ptr is no graph's block (the caller goes on), else the answer.
  *   may_wait: no capture is under way, so the device may be waited for (else a block that needs
@@ -404,6 +406,7 @@ bool gml_graph_piece(uintptr_t ptr, gml_pool **p, int *device);
 int gml_graph_free(uintptr_t ptr, uint64_t capture, gml_stream s, bool may_wait);
 void gml_graph_ended(uint64_t id, CUgraph g);
 bool gml_graph_reap_pending(void);
+bool gml_graph_tracking(void);
 void gml_graph_reap(bool may_wait);
 void gml_graph_stream_retired(gml_stream s);
 void gml_graph_forget_pool(gml_pool *p);
