@@ -19,6 +19,8 @@
  *    memory no stream still uses, whichever stream launches the graph later).  So a capture holds
  *    about what its allocations needed at once, as a pool's private bin would, not one block per
  *    size it asked for (before session 27 only a freed block at most a quarter larger was reused).
+ *    The freed pieces are indexed by (device, stream, size, address) per capture and per graph
+ *    pool, so the best fit is one lookup whatever the number of graphs captured.
  *  - A free of a piece during its own capture marks it free for that capture's later
  *    allocations on the free's stream, and merges it with neighbours freed there; outside the
  *    capture (or during another) the program's free succeeds but the piece stays allocated, held
@@ -46,6 +48,7 @@
  *  - No device wait while a capture may be under way (a wait is an unsafe call there): a slab
  *    that needs one is parked and given back by the first reap outside captures.
  */
+#include <bsd/sys/tree.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -68,7 +71,14 @@ typedef struct gblock {  /* a piece of a slab: what one allocation of the captur
     gslab *slab;
     struct gblock *prev, *next; /* the slab's pieces in address order */
     UT_hash_handle hh;          /* by ptr */
+    /* FREED_IN_CAPTURE: in the free index of its slab's capture and, where the slab is shared into
+     * a graph pool, in that pool's (by device, stream, size, address: a best fit is one lookup) */
+    RB_ENTRY(gblock) own_node, share_node;
+    bool in_own, in_share;
 } gblock;
+
+RB_HEAD(gfree_tree, gblock);  /* over own_node */
+RB_HEAD(gshare_tree, gblock); /* over share_node */
 
 struct gslab {           /* one block of the pool, taken by a capture */
     uintptr_t ptr;
@@ -96,6 +106,7 @@ struct gcap {
     uint64_t share;      /* the graph pool the program captures it into (0: its own memory) */
     bool pinned;         /* kept until the process exits */
     gslab *slabs;
+    struct gfree_tree own_free; /* the FREED_IN_CAPTURE pieces of its slabs */
     gborrow *borrowed;
     size_t taken, live_bytes, peak_bytes; /* bytes of its slabs; of its LIVE pieces, now and at most */
     gcap *next_dead;     /* the queue of released captures */
@@ -117,6 +128,111 @@ static struct {
     uint64_t pool;
 } shares[GML_SHARES];                   /* streams whose next captures go into a named pool */
 static int nshares;
+
+typedef struct gshare {   /* a graph pool's free index: FREED_IN_CAPTURE pieces of slabs shared into it */
+    uint64_t key;
+    struct gshare_tree free;
+    UT_hash_handle hh;
+} gshare;
+static gshare *share_index; /* by key; an entry goes when its tree empties */
+
+/* Best fit order: device, stream of the free, size, address. */
+static int gfree_cmp(const gblock *a, const gblock *b)
+{
+    if (a->slab->device != b->slab->device)
+        return a->slab->device < b->slab->device ? -1 : 1;
+    if (a->freed_on != b->freed_on)
+        return a->freed_on < b->freed_on ? -1 : 1;
+    if (a->size != b->size)
+        return a->size < b->size ? -1 : 1;
+    return a->ptr < b->ptr ? -1 : a->ptr > b->ptr;
+}
+
+static int gfree_cmp_share(const gblock *a, const gblock *b) /* the same order, the other node */
+{
+    return gfree_cmp(a, b);
+}
+
+/* RB_GENERATE_STATIC spells its attribute __unused, which glibc leaves undefined */
+RB_GENERATE_INTERNAL(gfree_tree, gblock, own_node, gfree_cmp, __attribute__((unused)) static)
+RB_GENERATE_INTERNAL(gshare_tree, gblock, share_node, gfree_cmp_share, __attribute__((unused)) static)
+
+/* With mu held: graph pool `key`'s free index, made where `make` (NULL: none, or no host memory:
+ * the pool's pieces are then reused by their own capture only). */
+static gshare *share_entry(uint64_t key, bool make)
+{
+    gshare *g = NULL;
+    HASH_FIND(hh, share_index, &key, sizeof key, g);
+    if (!g && make && (g = calloc(1, sizeof *g))) {
+        g->key = key;
+        RB_INIT(&g->free);
+        HASH_ADD(hh, share_index, key, sizeof g->key, g);
+    }
+    return g;
+}
+
+/* With mu held: FREED_IN_CAPTURE piece b (its slab, stream and size set) enters the free indexes
+ * of its slab's capture and graph pool. */
+static void free_index_add(gblock *b)
+{
+    gslab *sl = b->slab;
+    if (sl->cap) {
+        RB_INSERT(gfree_tree, &sl->cap->own_free, b);
+        b->in_own = true;
+    }
+    gshare *g = sl->share ? share_entry(sl->share, true) : NULL;
+    if (g) {
+        RB_INSERT(gshare_tree, &g->free, b);
+        b->in_share = true;
+    }
+}
+
+/* With mu held: b leaves the free indexes it is in (before its size, slab or capture change). */
+static void free_index_drop(gblock *b)
+{
+    if (b->in_own) {
+        RB_REMOVE(gfree_tree, &b->slab->cap->own_free, b);
+        b->in_own = false;
+    }
+    gshare *g = b->in_share ? share_entry(b->slab->share, false) : NULL;
+    if (g) {
+        RB_REMOVE(gshare_tree, &g->free, b);
+        if (RB_EMPTY(&g->free)) {
+            HASH_DEL(share_index, g);
+            free(g);
+        }
+    }
+    b->in_share = false;
+}
+
+/* The key that finds, by RB_NFIND, the best fit for `size` on stream s of `device`. */
+static gblock fit_key(gslab *dev, int device, gml_stream s, size_t size)
+{
+    dev->device = device;
+    return (gblock){.slab = dev, .freed_on = s, .size = size};
+}
+
+/* With mu held: the smallest piece of capture c's slabs free for a capture on stream s of
+ * `device` that holds `size` bytes. */
+static gblock *own_fit(gcap *c, int device, gml_stream s, size_t size)
+{
+    gslab dev;
+    gblock key = fit_key(&dev, device, s, size);
+    gblock *b = RB_NFIND(gfree_tree, &c->own_free, &key);
+    return b && b->slab->device == device && b->freed_on == s ? b : NULL;
+}
+
+/* With mu held: the same among the slabs shared into graph pool `share`. */
+static gblock *share_fit(uint64_t share, int device, gml_stream s, size_t size)
+{
+    gshare *g = share_entry(share, false);
+    if (!g)
+        return NULL;
+    gslab dev;
+    gblock key = fit_key(&dev, device, s, size);
+    gblock *b = RB_NFIND(gshare_tree, &g->free, &key);
+    return b && b->slab->device == device && b->freed_on == s ? b : NULL;
+}
 
 int gml_free_served(gml_pool *p, uintptr_t ptr, gml_stream stream)
 {
@@ -237,6 +353,20 @@ GMLAKE_API int gmlake_graph_pool_rename(uint64_t from, uint64_t to)
     if (!from || !to)
         return GMLAKE_ERR_INVALID;
     pthread_mutex_lock(&mu);
+    gshare *f = from != to ? share_entry(from, false) : NULL;
+    if (f) {
+        /* its free pieces go to `to`'s index (none of it without host memory: then only their
+         * own captures reuse them) */
+        HASH_DEL(share_index, f);
+        gshare *t = share_entry(to, true);
+        for (gblock *b; (b = RB_MIN(gshare_tree, &f->free));) {
+            RB_REMOVE(gshare_tree, &f->free, b);
+            if (t)
+                RB_INSERT(gshare_tree, &t->free, b);
+            b->in_share = t != NULL;
+        }
+        free(f);
+    }
     gcap *c, *tmp;
     HASH_ITER(hh, by_id, c, tmp) {
         if (c->share == from)
@@ -265,6 +395,7 @@ static void piece_add(gblock *b)
 
 static void piece_drop(gblock *b)
 {
+    free_index_drop(b);
     HASH_DELETE(hh, by_ptr, b);
     atomic_fetch_sub(&tracked, 1);
     free(b);
@@ -317,21 +448,6 @@ static bool borrow(gslab *s, uint64_t id)
     return true;
 }
 
-/* With mu held: the best fit for `size` among the pieces of the slabs on `list` that are free for
- * a capture on stream s of `device` (FREED_IN_CAPTURE there), those of slabs shared into graph
- * pool `share` only (0: every slab on the list), better than *best. */
-static void best_piece(gslab *list, uint64_t share, int device, gml_stream s, size_t size, gblock **best)
-{
-    for (gslab *sl = list; sl; sl = sl->next) {
-        if (sl->device != device || (share && sl->share != share))
-            continue;
-        for (gblock *b = sl->pieces; b; b = b->next)
-            if (b->state == FREED_IN_CAPTURE && b->freed_on == s && b->size >= size &&
-                (!*best || b->size < (*best)->size))
-                *best = b;
-    }
-}
-
 bool gml_graph_reuse(uint64_t id, int device, gml_stream s, uintptr_t stream, size_t size, uintptr_t *out)
 {
     size_t need = piece_bytes(size);
@@ -340,20 +456,19 @@ bool gml_graph_reuse(uint64_t id, int device, gml_stream s, uintptr_t stream, si
     gcap *c = cap_of(id, false);
     uint64_t share = c && c->share ? c->share : share_of(stream);
     if (c)
-        best_piece(c->slabs, 0, device, s, size, &best);
+        best = own_fit(c, device, s, size);
     if (!best && share) {
-        /* what earlier captures into the same graph pool freed inside themselves: PyTorch's
-         * contract for a shared pool is that its graphs never run at once */
-        gcap *o, *tmp;
-        HASH_ITER(hh, by_id, o, tmp)
-            if (o != c && o->share == share)
-                best_piece(o->slabs, share, device, s, size, &best);
-        best_piece(orphans, share, device, s, size, &best);
+        /* what earlier captures into the same graph pool freed inside themselves (the pool's
+         * index holds this capture's own pieces too, none of which fits): PyTorch's contract
+         * for a shared pool is that its graphs never run at once */
+        best = share_fit(share, device, s, size);
         if (best && (!(c = c ? c : cap_of(id, true)) || !borrow(best->slab, id)))
             best = NULL; /* no host memory: a new slab instead */
     }
     if (c && !c->share)
         c->share = share;
+    if (best)
+        free_index_drop(best);
     if (best && best->size > need && best->size - need >= PIECE_ALIGN && (rest = calloc(1, sizeof *rest))) {
         /* the rest stays free for captures on s: best fit with splitting, as in a pool */
         *rest = (gblock){.ptr = best->ptr + need, .size = best->size - need, .freed_on = s,
@@ -363,6 +478,7 @@ bool gml_graph_reuse(uint64_t id, int device, gml_stream s, uintptr_t stream, si
         best->next = rest;
         best->size = need;
         piece_add(rest);
+        free_index_add(rest);
     }
     if (best) {
         best->state = LIVE;
@@ -486,8 +602,13 @@ int gml_graph_free(uintptr_t ptr, uint64_t capture, gml_stream s, bool may_wait)
             b->freed_on = s;
             if (b->next && b->next->state == FREED_IN_CAPTURE && b->next->freed_on == s)
                 piece_merge(b, b->next);
-            if (b->prev && b->prev->state == FREED_IN_CAPTURE && b->prev->freed_on == s)
-                piece_merge(b->prev, b);
+            if (b->prev && b->prev->state == FREED_IN_CAPTURE && b->prev->freed_on == s) {
+                gblock *prev = b->prev;
+                free_index_drop(prev); /* it grows: its place in the indexes moves */
+                piece_merge(prev, b);
+                b = prev;
+            }
+            free_index_add(b);
         } else {
             /* the program's free, or one captured into another graph (that graph's: borrow()
              * above): held until the graphs are gone */
@@ -593,6 +714,11 @@ static void release(gcap *c, gslab **give)
     }
     for (gslab *s = c->slabs, *next; s; s = next) {
         next = s->next;
+        for (gblock *b = s->pieces; b; b = b->next)
+            if (b->in_own) { /* c's index goes with c; a shared slab's pieces stay in its pool's */
+                RB_REMOVE(gfree_tree, &c->own_free, b);
+                b->in_own = false;
+            }
         s->cap = NULL;
         if (s->live || s->holds) {
             s->next = orphans;

@@ -965,3 +965,84 @@ Test(capture, a_threads_per_thread_pool_name_ends_with_the_thread)
     pthread_join(t, NULL);
     cr_assert_eq(gmlake_graph_pool((void *)0x2000, 1), GMLAKE_OK, "the ended thread's entry is gone");
 }
+
+/* ---- a graph pool's free pieces are found by one lookup (by device, stream, size) ---- */
+
+Test(capture, a_graph_pool_serves_the_smallest_freed_piece_that_holds_the_request)
+{
+    make_streams();
+    size_t mib[4] = {4, 1, 2, 3};
+    void *s[4], *got[4];
+    cr_assert_eq(gmlake_graph_pool(C, 11), GMLAKE_OK);
+    cr_assert_eq(cudaStreamBeginCapture(C, cudaStreamCaptureModeRelaxed), cudaSuccess);
+    for (int i = 0; i < 4; i++)
+        cr_assert_eq(cudaMallocAsync(&s[i], mib[i] * MiB, C), cudaSuccess);
+    for (int i = 0; i < 4; i++)
+        cr_assert_eq(cudaFreeAsync(s[i], C), cudaSuccess);
+    cudaGraph_t g1, g2;
+    cr_assert_eq(cudaStreamEndCapture(C, &g1), cudaSuccess);
+    cr_assert_eq(stats().live_allocations, 4, "four blocks of the pool, each freed in the capture");
+    size_t want[4] = {MiB + MiB / 2, 3 * MiB / 4, 3 * MiB + MiB / 2, 2 * MiB + MiB / 2};
+    int from[4] = {2, 1, 0, 3}; /* the smallest freed piece that holds each, in turn */
+    cr_assert_eq(cudaStreamBeginCapture(C, cudaStreamCaptureModeRelaxed), cudaSuccess);
+    for (int i = 0; i < 4; i++) {
+        cr_assert_eq(cudaMallocAsync(&got[i], want[i], C), cudaSuccess);
+        cr_assert_eq(got[i], s[from[i]], "request %d takes the piece of %zu MiB", i, mib[from[i]]);
+    }
+    void *big;
+    cr_assert_eq(cudaMallocAsync(&big, MiB, C), cudaSuccess, "no rest holds 1 MiB: a new block");
+    cr_assert_eq(stats().live_allocations, 5);
+    cr_assert_eq(cudaStreamEndCapture(C, &g2), cudaSuccess);
+    cr_assert_eq(gmlake_graph_pool(C, 0), GMLAKE_OK);
+    for (int i = 0; i < 4; i++)
+        cr_assert_eq(cudaFreeAsync(got[i], S1), cudaSuccess);
+    cr_assert_eq(cudaFreeAsync(big, S1), cudaSuccess);
+    destroyed_leaves((CUgraph)g1, 5, "graph 2 still runs on graph 1's blocks");
+    destroyed_leaves((CUgraph)g2, 0, "back once both graphs are gone");
+}
+
+/* An orphan (its graph gone, a piece still the program's) lends its free rest to later captures
+ * into its pool; once it goes back to the pool that rest is no graph's to lend any more. */
+Test(capture, an_orphans_free_rest_serves_its_pool_until_the_block_goes_back)
+{
+    make_streams();
+    void *a, *o1, *x, *y;
+    cudaGraph_t g1;
+    a = graph_with_scratch(12, &g1, &o1);
+    destroyed_leaves((CUgraph)g1, 1, "the program still holds graph 1's output");
+    CUgraph g2 = captured_on(C, 4 * MiB, &x);
+    cr_assert_eq((char *)x, (char *)a + MiB, "graph 2 takes the orphan's free rest");
+    cr_assert_eq(cudaFreeAsync(o1, S1), cudaSuccess);
+    cr_assert_eq(cudaFreeAsync(x, S1), cudaSuccess);
+    destroyed_leaves(g2, 0, "the block goes back once graph 2 is gone too");
+    CUgraph g3 = captured_on(C, MiB, &y);
+    cr_assert_eq(stats().live_allocations, 1, "graph 3 gets a block of its own, no piece of the returned one");
+    cr_assert_eq(gmlake_graph_pool(C, 0), GMLAKE_OK);
+    cr_assert_eq(cudaFreeAsync(y, S1), cudaSuccess);
+    destroyed_leaves(g3, 0, "back with graph 3");
+}
+
+Test(capture, renaming_a_pool_onto_one_in_use_joins_their_free_pieces)
+{
+    make_streams();
+    void *a, *b, *o1, *o2, *x, *y;
+    cudaGraph_t g1, g2, g3;
+    a = graph_with_scratch(5, &g1, &o1);
+    b = graph_with_scratch(6, &g2, &o2);
+    cr_assert_neq(b, a);
+    cr_assert_eq(gmlake_graph_pool_rename(5, 6), GMLAKE_OK);
+    cr_assert_eq(cudaStreamBeginCapture(C, cudaStreamCaptureModeRelaxed), cudaSuccess);
+    cr_assert_eq(cudaMallocAsync(&x, 6 * MiB, C), cudaSuccess);
+    cr_assert_eq(cudaMallocAsync(&y, 6 * MiB, C), cudaSuccess);
+    cr_assert_eq(cudaStreamEndCapture(C, &g3), cudaSuccess);
+    cr_assert_eq(gmlake_graph_pool(C, 0), GMLAKE_OK);
+    char *ra = (char *)a + MiB, *rb = (char *)b + MiB;
+    cr_assert((x == ra && y == rb) || (x == rb && y == ra), "both graphs' scratch now serve pool 6");
+    cr_assert_eq(stats().live_allocations, 2);
+    void *out[4] = {o1, o2, x, y};
+    for (int i = 0; i < 4; i++)
+        cr_assert_eq(cudaFreeAsync(out[i], S1), cudaSuccess);
+    cr_assert_eq(cuGraphDestroy((CUgraph)g1), CUDA_SUCCESS);
+    cr_assert_eq(cuGraphDestroy((CUgraph)g2), CUDA_SUCCESS);
+    destroyed_leaves((CUgraph)g3, 0, "back once every graph is gone");
+}
