@@ -89,6 +89,18 @@ run_env() { # what allocator: prints the allocator's environment, or records why
   fi
   echo "$envs"
 }
+run_line() { # pattern envs cmd...: runs cmd under the words of envs (for env) and RUN_TIMEOUT, its
+  # output and errors to the log; prints the last line of its output that matches pattern (grep -E)
+  # and returns cmd's own exit status (124: past RUN_TIMEOUT)
+  local pat=$1 envs=$2 rc
+  shift 2
+  # shellcheck disable=SC2086 # envs is a list of words
+  env $envs timeout -k 5 "$run_timeout" "$@" >"$out/last_run.txt" 2>>"$log"
+  rc=$?
+  cat "$out/last_run.txt" >>"$log"
+  grep -E "$pat" "$out/last_run.txt" | tail -1
+  return $rc
+}
 run_done() { # what allocator rc: a failed run is said and recorded (124: past RUN_TIMEOUT)
   [ "$3" -eq 0 ] && return 0
   say "$1 under $2 failed (rc $3$([ "$3" -eq 124 ] && echo ": over RUN_TIMEOUT=${run_timeout}s"), see $logname)"

@@ -32,10 +32,8 @@ for ((r = 0; r < rounds; r++)); do
     st=$out/stats_${r}_$i.json
     uses_gmlake "$a" && envs+=" GMLAKE_STATS_FILE=$st"
     say "round $r: $a"
-    # shellcheck disable=SC2086 # envs is a list of words
-    line=$(env $envs STEPS="${STEPS:-20}" timeout -k 5 "$run_timeout" \
-      python3 "$root/bench/gpu/empty_cache_bench.py" 2>>"$log" | tee -a "$log" | grep '^ok ' | tail -1)
-    rc=${PIPESTATUS[0]}
+    line=$(run_line '^ok ' "$envs STEPS=${STEPS:-20}" python3 "$root/bench/gpu/empty_cache_bench.py")
+    rc=$?
     if [ -z "$line" ]; then run_done empty_cache "$a" "${rc:-1}" || true; [ "$rc" = 0 ] && record_error empty_cache "$a" "no result line"; continue; fi
     python3 - "$a" "$r" "$line" "$st" >>"$res" <<'EOF'
 import json, os, sys

@@ -21,12 +21,8 @@ for ((r = 0; r < rounds; r++)); do
     a=$(rotated "$i" "$r" 0)
     envs=$(run_env graphs_many "$a") || continue
     say "round $r: $a"
-    # shellcheck disable=SC2086 # envs is a list of words
-    env $envs timeout -k 5 "$run_timeout" python3 "$root/bench/gpu/graphs_many.py" \
-      --allocator "$a" "${args[@]}" >"$out/last_run.txt" 2>>"$log"
+    line=$(run_line '^\{' "$envs" python3 "$root/bench/gpu/graphs_many.py" --allocator "$a" "${args[@]}")
     rc=$?
-    cat "$out/last_run.txt" >>"$log"
-    line=$(grep '^{' "$out/last_run.txt" | tail -1)
     if [ -z "$line" ]; then run_done graphs_many "$a" "${rc:-1}" || true; [ "$rc" = 0 ] && record_error graphs_many "$a" "no result line"; continue; fi
     python3 -c 'import json,sys; d=json.loads(sys.argv[1]); d["round"]=int(sys.argv[2]); d["allocator"]=sys.argv[3]; print(json.dumps(d))' \
       "$line" "$r" "$a" >>"$res"

@@ -14,8 +14,9 @@ case "$*" in *empty_cache_bench.py*) ;; *) exec "$EC_TEST_PYTHON" "$@" ;; esac
 case ${PYTORCH_CUDA_ALLOC_CONF:-}/${LD_PRELOAD:-}/${GMLAKE_EXTENT_SHARE:-} in
   backend:native//) t=0.03 ;;
   expandable_segments:True//) t=0.031 ;;
-  backend:cudaMallocAsync/*libgmlake.so/) t=0.04 ;;
-  backend:cudaMallocAsync/*libgmlake.so/120) t=0.05 ;;
+  backend:cudaMallocAsync/*/build/interpose/libgmlake.so/) t=0.04 ;;
+  backend:cudaMallocAsync/*/build/interpose/libgmlake.so/120) t=0.05 ;;
+  backend:cudaMallocAsync/*build-old/interpose/libgmlake.so/) exit 3 ;; # a run that fails
   */*libgmlake.so/) t=0.06 ;; # gmlake's trace run: no PyTorch setting
   *) t=9 ;;
 esac
@@ -25,9 +26,10 @@ echo "${STEPS:-} $t" >>"$EC_TEST_DIR/log"
 echo "ok median step $t first4 0.9 reserved_now 1800 MiB loss 0.992599 torch_peak_reserved 5000 MiB"
 PY
 chmod +x "$tmp/bin/python3"
-mkdir -p "$tmp/root/bench/gpu" "$tmp/root/build/interpose" "$tmp/state"
+mkdir -p "$tmp/root/bench/gpu" "$tmp/root/build/interpose" "$tmp/root/build-old/interpose" "$tmp/state"
 cp "$src/bench/gpu/run_empty_cache.sh" "$src/bench/gpu/lib.sh" "$tmp/root/bench/gpu/"
-touch "$tmp/root/build/interpose/libgmlake.so" "$tmp/root/bench/gpu/empty_cache_bench.py"
+touch "$tmp/root/build/interpose/libgmlake.so" "$tmp/root/build-old/interpose/libgmlake.so" \
+  "$tmp/root/bench/gpu/empty_cache_bench.py"
 export EC_TEST_DIR=$tmp/state EC_TEST_PYTHON
 EC_TEST_PYTHON=$(command -v python3) || { echo "FAIL: no python3"; exit 1; }
 PATH="$tmp/bin:$PATH" ALLOCATORS="native expandable gmlake gmlake:extent_share=120 bogus" ROUNDS=2 \
@@ -45,4 +47,8 @@ for l in open(sys.argv[1]):
     if r.get("allocator") == "gmlake" and r["round"] == 0:
         print(r["median_step_s"], r["peak_reserved_bytes"], r["creates"], r["stitches"], r["torch_peak_reserved_mib"])' "$res")"
 check "PyTorch's runs carry no gmlake statistics" 0 "$(grep '"native"' "$res" | grep -c peak_reserved_bytes)"
+PATH="$tmp/bin:$PATH" ALLOCATORS="gmlake@build-old" ROUNDS=1 \
+  bash "$tmp/root/bench/gpu/run_empty_cache.sh" "$tmp/out2" 2>/dev/null
+check "a failed run recorded with its own exit status" 1 \
+  "$(grep -c '"allocator":"gmlake@build-old","error":"rc 3"' "$tmp/out2/empty_cache.jsonl")"
 exit $fail
