@@ -42,6 +42,12 @@ said_reserved=$(grep -o 'peak reserved memory is [0-9,]* MiB, [0-9,]* MiB and [0
 want_reserved="peak reserved memory is $(fig pytorch | cut -d. -f1) MiB $(fig expandable | cut -d. -f1) MiB and $(fig gmlake | cut -d. -f1) MiB"
 check "README: the bundled trace's peak reserved figures are replay's ($want_reserved)" \
   '[ "$(tr -d , <<<"$said_reserved")" = "$want_reserved" ]'
+# ... and the figure without stitching the README gives beside them
+ns=$("$build/tools/gmlake-replay" --policy no-stitch bench/traces/mixtral_moe.trace.gz 2>/dev/null |
+  awk '$1 == "no-stitch" && $3 == "MiB" { print $4 }' | cut -d. -f1)
+said_ns=$(tr '\n' ' ' <README.md | grep -o 'without stitching (`--policy no-stitch,gmlake`) gmlake.s pool would reserve [0-9,]* MiB' |
+  grep -o '[0-9,]* MiB' | tr -d ,)
+check "README: the bundled trace's peak reserved without stitching is replay's ($ns MiB)" '[ "$said_ns" = "$ns MiB" ]'
 drv() { printf '%.3f' "$(awk -v p="$1" '$1 == p && $3 == "MiB" { print $(NF-2) }' <<<"$rep")"; }
 said_driver=$(tr '\n' ' ' <README.md | grep -o 'estimated driver time is [0-9.]* s against [0-9.]* s and [0-9.]* s')
 want_driver="estimated driver time is $(drv gmlake) s against $(drv pytorch) s and $(drv expandable) s"
