@@ -444,6 +444,9 @@ int main(int argc, char **argv)
         }
         size_t nrun = 0;
         const run *ref = NULL;
+        /* the last error said for this trace: a fault of the trace itself (a free of a pointer
+         * that is not live) stops every policy alike, and is said once */
+        char said[sizeof err] = "";
         for (size_t k = 0; k < npol; k++) {
             gml_policy *p = gml_policy_create(names[k], capacity, &base.pool, &model_opt, err, sizeof err);
             if (!p) {
@@ -458,7 +461,9 @@ int main(int argc, char **argv)
             memset(x, 0, sizeof *x);
             x->policy = names[k];
             if (gml_policy_replay(p, &t, (size_t)check, &x->s, &x->r, err, sizeof err)) {
-                fprintf(stderr, "gmlake replay: %s\n", err);
+                if (strcmp(err, said) != 0)
+                    fprintf(stderr, "gmlake replay: %s\n", err);
+                snprintf(said, sizeof said, "%s", err);
                 status = 1;
             } else {
                 x->is_pool = p->pool != NULL;

@@ -103,5 +103,14 @@ check "- named twice: refused up front" "2 1" "$? $(grep -c "'-' (standard input
 "$R" --policy pytorch - <&- >/dev/null 2>"$tmp/err"
 check "- with standard input closed: refused, saying so" "1 1" "$? $(grep -c "^gmlake replay: -: cannot read standard input: Bad file descriptor" "$tmp/err")"
 
+# a trace that frees a pointer it never allocated (or allocates one twice) is the trace's fault,
+# not a policy's: said once, whatever the number of policies (it was said once per policy)
+printf '# gmlake-trace v1\nF 0x1000 0 0 1\n' > unknown_free.trace
+printf '# gmlake-trace v1\nA 0x1000 100 0 1\nA 0x1000 100 0 2\n' > twice.trace
+for t in unknown_free twice; do
+  out=$("$R" "$t.trace" 2>"$tmp/err")
+  check "$t.trace under the three default policies: exit 1, one line" "1 1 " "$? $(wc -l <"$tmp/err") $out"
+done
+
 echo "$([ $fail -eq 0 ] && echo all passed || echo some failed)"
 exit $fail
