@@ -27,6 +27,20 @@ for m in $mans; do
   case "$m" in build/*) f=$build/${m#build/} ;; *) f=$m ;; esac
   check "man -l $m: the file is there" '[ -s "$f" ] && grep -q "^\.TH " "$f"'
 done
+# the man page names every option of gmlake replay (its usage line) and of the snapshot tools
+man1=$(sed 's/\\-/-/g; s/\\f[BIRP]//g' docs/gmlake.1)
+missing=
+for o in $("$build/tools/gmlake-replay" --help | sed -n '1,/TRACE/p' | grep -o -- '--[a-z-]*') \
+         --device --max-events; do
+  [[ "$man1" == *"$o"* ]] || missing+=" $o"
+done
+check "docs/gmlake.1 names every option of replay, import-snapshot and export-snapshot" \
+  '[ -z "$missing" ] || { echo "not in docs/gmlake.1:$missing"; false; }'
+# ... and says what the README says of torch.compile's reduce-overhead under gmlake's default
+# (it works: gmlake turns graph trees off; the man page said that it fails)
+check "docs/gmlake.1: reduce-overhead works under the default route, as the README says" \
+  'grep -qF '"'"'`torch.compile(mode="reduce-overhead")` **works**'"'"' README.md &&
+   [[ "$(tr "\n" " " <<<"$man1")" == *'"'"'torch.compile(mode="reduce-overhead") works'"'"'* ]]'
 check "the README gives the install, a new prefix for an existing build, and the uninstall" \
   'grep -q "meson install -C build" README.md && grep -q "meson configure build -Dprefix=P" README.md &&
    grep -q "ninja -C build uninstall" README.md'
