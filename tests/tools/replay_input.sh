@@ -94,6 +94,13 @@ mkdir dir.svg
 out=$("$R" --policy pytorch --plot dir.svg good.trace 2>"$tmp/err")
 check "--plot dir.svg, a folder: refused, saying so, before anything is replayed" "2 1 " \
   "$? $(grep -c "dir.svg: is a directory" "$tmp/err") $out"
+# a plot in a folder that does not exist (or under a file): refused before anything is replayed,
+# not after the whole replay, its table printed
+for p in no/such/dir/x.svg good.trace/x.svg; do
+  out=$("$R" --policy pytorch --plot "$p" good.trace 2>"$tmp/err")
+  check "--plot $p: refused up front, one line, nothing replayed" "2 1 1 " \
+    "$? $(wc -l <"$tmp/err") $(grep -c "^gmlake replay: $p: cannot write: " "$tmp/err") $out"
+done
 
 # '-': the trace on standard input (a pipe from zcat, say), reported as '-'
 out=$(gzip -dc x.trace.gz | "$R" --policy pytorch - 2>"$tmp/err")
