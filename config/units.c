@@ -98,8 +98,12 @@ int gml_parse_size_why(const char *s, size_t *out, const char **why)
     }
     if (!isdigit((unsigned char)*s) && frac_end == frac)
         return fail(why, "not a decimal number"); /* "." alone */
-    if (*p && strchr("xXeE", *p))
-        return fail(why, "not a decimal number"); /* hex (0x10) or an exponent (1e6) */
+    /* hex (0x10) or an exponent (1e6, 1e+3); an E or X that starts no such form starts a unit
+     * (16EiB: an unknown one, said so) */
+    bool hex = (*p == 'x' || *p == 'X') && p == s + 1 && *s == '0';
+    bool exponent = (*p == 'e' || *p == 'E') && (isdigit((unsigned char)p[1]) || p[1] == '+' || p[1] == '-');
+    if (hex || exponent)
+        return fail(why, "not a decimal number");
     unsigned shift;
     if (!size_unit(p, &shift))
         return fail(why, SIZE_UNITS);

@@ -27,6 +27,20 @@ for m in $mans; do
   case "$m" in build/*) f=$build/${m#build/} ;; *) f=$m ;; esac
   check "man -l $m: the file is there" '[ -s "$f" ] && grep -q "^\.TH " "$f"'
 done
+# the man page names every option of gmlake replay (its usage line) and of the snapshot tools
+man1=$(sed 's/\\-/-/g; s/\\f[BIRP]//g' docs/gmlake.1)
+missing=
+for o in $("$build/tools/gmlake-replay" --help | sed -n '1,/TRACE/p' | grep -o -- '--[a-z-]*') \
+         --device --max-events; do
+  [[ "$man1" == *"$o"* ]] || missing+=" $o"
+done
+check "docs/gmlake.1 names every option of replay, import-snapshot and export-snapshot" \
+  '[ -z "$missing" ] || { echo "not in docs/gmlake.1:$missing"; false; }'
+# ... and says what the README says of torch.compile's reduce-overhead under gmlake's default
+# (it works: gmlake turns graph trees off; the man page said that it fails)
+check "docs/gmlake.1: reduce-overhead works under the default route, as the README says" \
+  'grep -qF '"'"'`torch.compile(mode="reduce-overhead")` **works**'"'"' README.md &&
+   [[ "$(tr "\n" " " <<<"$man1")" == *'"'"'torch.compile(mode="reduce-overhead") works'"'"'* ]]'
 check "the README gives the install, a new prefix for an existing build, and the uninstall" \
   'grep -q "meson install -C build" README.md && grep -q "meson configure build -Dprefix=P" README.md &&
    grep -q "ninja -C build uninstall" README.md'
@@ -42,6 +56,12 @@ said_reserved=$(grep -o 'peak reserved memory is [0-9,]* MiB, [0-9,]* MiB and [0
 want_reserved="peak reserved memory is $(fig pytorch | cut -d. -f1) MiB $(fig expandable | cut -d. -f1) MiB and $(fig gmlake | cut -d. -f1) MiB"
 check "README: the bundled trace's peak reserved figures are replay's ($want_reserved)" \
   '[ "$(tr -d , <<<"$said_reserved")" = "$want_reserved" ]'
+# ... and the figure without stitching the README gives beside them
+ns=$("$build/tools/gmlake-replay" --policy no-stitch bench/traces/mixtral_moe.trace.gz 2>/dev/null |
+  awk '$1 == "no-stitch" && $3 == "MiB" { print $4 }' | cut -d. -f1)
+said_ns=$(tr '\n' ' ' <README.md | grep -o 'without stitching (`--policy no-stitch,gmlake`) gmlake.s pool would reserve [0-9,]* MiB' |
+  grep -o '[0-9,]* MiB' | tr -d ,)
+check "README: the bundled trace's peak reserved without stitching is replay's ($ns MiB)" '[ "$said_ns" = "$ns MiB" ]'
 drv() { printf '%.3f' "$(awk -v p="$1" '$1 == p && $3 == "MiB" { print $(NF-2) }' <<<"$rep")"; }
 said_driver=$(tr '\n' ' ' <README.md | grep -o 'estimated driver time is [0-9.]* s against [0-9.]* s and [0-9.]* s')
 want_driver="estimated driver time is $(drv gmlake) s against $(drv pytorch) s and $(drv expandable) s"

@@ -87,8 +87,15 @@ out=$("$g" config --help)
 check "config --help: usage with --set key=value, said to be checked and to set GMLAKE_<KEY>" \
   '[ $? -eq 0 ] && [[ "$out" == "usage: gmlake config [--check] [--example] [--set key=value]..."* &&
     "$out" == *"--set key=value"*"GMLAKE_<KEY>"*"refused (exit 2)"* ]]'
-out=$("$g" --help)
+out=$("$g" --help 2>"$tmp/err")
 check "gmlake --help: config's line names --set" '[[ "$out" == *"config    print every setting"*"--set key=value"*"replay  "* ]]'
+# the usage is printed as written: its `run --set` is text, never a command the shell runs (it
+# was: "line 15: run: command not found" on stderr, the words missing from the help)
+check "gmlake --help: the usage as written, nothing on stderr" \
+  '[ ! -s "$tmp/err" ] && [[ "$out" == *'"'"'as `run --set` gives'"'"'* ]] || { cat "$tmp/err"; false; }'
+err=$("$g" frobnicate 2>&1)
+check "gmlake frobnicate: one error line, then the usage, no shell error" \
+  '[ $? -eq 2 ] && [[ "$err" == "gmlake: unknown command '"'"'frobnicate'"'"'"$'"'"'\n'"'"'"usage: gmlake <command>"* && "$err" != *"not found"* ]]'
 "$g" config --check --set stich=off >/dev/null 2>"$tmp/err"
 check "... and refused by config --set, naming the argument" '[ $? -eq 2 ] && grep -q -- "--set stich=off: unknown key .stich.; did you mean .stitch.?" "$tmp/err"'
 out=$("$g" config --check --set stitch=maybe 2>"$tmp/err")

@@ -330,6 +330,8 @@ def export(traces, out, device=None, max_events=None):
     if max_events is not None and max_events <= 0:
         raise ExportError(f"--max-events {max_events}: want a positive number of events")
     out = os.fsdecode(out)
+    if not out:
+        raise ExportError("the output is an empty name: name the snapshot file to write")
     for p in paths:  # before reading anything: never overwrite an input
         if out != "-" and os.path.exists(out) and _same_file(p, out):
             raise ExportError(f"{out}: the output is the input trace {p}: name another file")

@@ -59,6 +59,17 @@ int gml_outfile_check(const char *path, char *err, size_t errlen)
         snprintf(err, errlen, "%s: is a directory: name the file to write", path);
         return -1;
     }
+    /* a new file: its folder must be there (said now, not once the work is done) */
+    const char *slash = strrchr(path, '/');
+    if (lstat(path, &st) != 0 && slash) {
+        char dir[GML_OUTFILE_PATH_MAX];
+        snprintf(dir, sizeof dir, "%.*s", slash == path ? 1 : (int)(slash - path), path);
+        int e = stat(dir, &st) != 0 ? errno : S_ISDIR(st.st_mode) ? 0 : ENOTDIR;
+        if (e) {
+            snprintf(err, errlen, "%s: cannot write: %s", path, strerror(e));
+            return -1;
+        }
+    }
     return 0;
 }
 

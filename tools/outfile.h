@@ -34,7 +34,8 @@ typedef struct gml_outfile {
  * where only one does, else the same path once its folder is resolved (realpath). */
 bool gml_same_file(const char *a, const char *b);
 /* Whether path can be an output at all, checked before any work: 0, or -1 with "PATH: why" in
- * err (an empty name, one of GML_OUTFILE_PATH_MAX bytes or more, a directory). */
+ * err (an empty name, one of GML_OUTFILE_PATH_MAX bytes or more, a directory, a new file in a
+ * folder that is not there). */
 int gml_outfile_check(const char *path, char *err, size_t errlen);
 /* Opens a temporary file beside path (the text kept in memory where path is written through);
  * 0, or -1 with "PATH: why" in err. */

@@ -10,7 +10,8 @@
  *    written then): an empty NAME; two traces with the same NAME (one chart would replace the
  *    other: the message names both and says to give one a --label); a path longer than an output
  *    file may be (GML_OUTFILE_PATH_MAX - 1 bytes: never cut short); a path that is one of the
- *    input traces (gml_same_file: an input is never overwritten).
+ *    input traces (gml_same_file: an input is never overwritten); a folder, or a new file in a
+ *    folder that is not there (gml_outfile_check).
  */
 #ifndef GML_PLOTNAME_H
 #define GML_PLOTNAME_H

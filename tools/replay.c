@@ -46,10 +46,11 @@ static void usage(FILE *f)
             "                  SVG; several traces: FILE.NAME.svg each, NAME the trace's --label or\n"
             "                  file name without its folder and a final .gz, .trace or .pickle (two\n"
             "                  traces with one NAME are refused: give one a --label); a plot path\n"
-            "                  that is an input trace, a folder, or longer than 4095 bytes, is\n"
-            "                  refused before anything is replayed; the file is replaced only once\n"
-            "                  written whole (a symbolic link, FIFO or device is written through,\n"
-            "                  never replaced), and its path printed on stderr\n"
+            "                  that is an input trace, a folder, in a folder that is not there,\n"
+            "                  or longer than 4095 bytes, is refused before anything is\n"
+            "                  replayed; the file is replaced only once written whole (a\n"
+            "                  symbolic link, FIFO or device is written through, never\n"
+            "                  replaced), and its path printed on stderr\n"
             "  --check N       run the policy's consistency checker every N events (slow)\n"
             "  --label NAME    report the next TRACE as NAME (gmlake replay names a converted\n"
             "                  snapshot after the file the user gave)\n"
@@ -444,6 +445,9 @@ int main(int argc, char **argv)
         }
         size_t nrun = 0;
         const run *ref = NULL;
+        /* the last error said for this trace: a fault of the trace itself (a free of a pointer
+         * that is not live) stops every policy alike, and is said once */
+        char said[sizeof err] = "";
         for (size_t k = 0; k < npol; k++) {
             gml_policy *p = gml_policy_create(names[k], capacity, &base.pool, &model_opt, err, sizeof err);
             if (!p) {
@@ -458,7 +462,9 @@ int main(int argc, char **argv)
             memset(x, 0, sizeof *x);
             x->policy = names[k];
             if (gml_policy_replay(p, &t, (size_t)check, &x->s, &x->r, err, sizeof err)) {
-                fprintf(stderr, "gmlake replay: %s\n", err);
+                if (strcmp(err, said) != 0)
+                    fprintf(stderr, "gmlake replay: %s\n", err);
+                snprintf(said, sizeof said, "%s", err);
                 status = 1;
             } else {
                 x->is_pool = p->pool != NULL;

@@ -94,6 +94,13 @@ mkdir dir.svg
 out=$("$R" --policy pytorch --plot dir.svg good.trace 2>"$tmp/err")
 check "--plot dir.svg, a folder: refused, saying so, before anything is replayed" "2 1 " \
   "$? $(grep -c "dir.svg: is a directory" "$tmp/err") $out"
+# a plot in a folder that does not exist (or under a file): refused before anything is replayed,
+# not after the whole replay, its table printed
+for p in no/such/dir/x.svg good.trace/x.svg; do
+  out=$("$R" --policy pytorch --plot "$p" good.trace 2>"$tmp/err")
+  check "--plot $p: refused up front, one line, nothing replayed" "2 1 1 " \
+    "$? $(wc -l <"$tmp/err") $(grep -c "^gmlake replay: $p: cannot write: " "$tmp/err") $out"
+done
 
 # '-': the trace on standard input (a pipe from zcat, say), reported as '-'
 out=$(gzip -dc x.trace.gz | "$R" --policy pytorch - 2>"$tmp/err")
@@ -102,6 +109,15 @@ check "- reads the trace from standard input" "0 1 0" "$? $(grep -c '^-: 2 event
 check "- named twice: refused up front" "2 1" "$? $(grep -c "'-' (standard input) is named twice" "$tmp/err")"
 "$R" --policy pytorch - <&- >/dev/null 2>"$tmp/err"
 check "- with standard input closed: refused, saying so" "1 1" "$? $(grep -c "^gmlake replay: -: cannot read standard input: Bad file descriptor" "$tmp/err")"
+
+# a trace that frees a pointer it never allocated (or allocates one twice) is the trace's fault,
+# not a policy's: said once, whatever the number of policies (it was said once per policy)
+printf '# gmlake-trace v1\nF 0x1000 0 0 1\n' > unknown_free.trace
+printf '# gmlake-trace v1\nA 0x1000 100 0 1\nA 0x1000 100 0 2\n' > twice.trace
+for t in unknown_free twice; do
+  out=$("$R" "$t.trace" 2>"$tmp/err")
+  check "$t.trace under the three default policies: exit 1, one line" "1 1 " "$? $(wc -l <"$tmp/err") $out"
+done
 
 echo "$([ $fail -eq 0 ] && echo all passed || echo some failed)"
 exit $fail

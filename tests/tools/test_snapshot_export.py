@@ -306,6 +306,11 @@ class Export(unittest.TestCase):
         self.assertIn("cannot write in", p.stderr)
         p = exporter(trace, "-o", self.dir, check=False)
         self.assertIn("is a directory", p.stderr)
+        # an empty name is refused as such, before the trace is read (it was ": cannot write:
+        # No such file or directory", once the whole trace had been converted)
+        p = exporter(trace, "-o", "", check=False)
+        self.assertEqual((p.returncode, p.stderr), (2, "gmlake export-snapshot: the output is an "
+                         "empty name: name the snapshot file to write\n"))
         self.assertNotIn("Traceback", p.stderr)
         # a replaced output is a new file, written whole (no temporary beside it)
         out = self.path("s.pickle")

@@ -75,6 +75,15 @@ Test(units, sizes_are_exact_to_2_to_the_64)
         {"1.0000000000000000000000001K", "not a whole number of bytes"},
         {".", "not a decimal number"}, {".K", "not a decimal number"},
         {"1.5.3", "not a size: unknown unit (K, M, G, T with an optional B or iB)"},
+        {"0x10", "not a decimal number"}, {"0X1p4", "not a decimal number"},
+        {"1e6", "not a decimal number"}, {"1E+3", "not a decimal number"},
+        {"2.5e-1G", "not a decimal number"},
+        /* a unit that starts with an E or X is a unit gmlake does not know, not hex or an
+         * exponent (16EiB was "not a decimal number") */
+        {"16EiB", "not a size: unknown unit (K, M, G, T with an optional B or iB)"},
+        {"1EB", "not a size: unknown unit (K, M, G, T with an optional B or iB)"},
+        {"4XB", "not a size: unknown unit (K, M, G, T with an optional B or iB)"},
+        {"2 E", "not a size: unknown unit (K, M, G, T with an optional B or iB)"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         size_t v = 7;
