@@ -109,6 +109,9 @@ int gml_option_parse(gml_config *c, int i, const char *text, const char **why, c
                      size_t acclen);
 /* Whether option i's value in c is one the table accepts: NULL, or why not. */
 const char *gml_option_check(const gml_config *c, int i);
+/* Whether option i is one of the pool's settings (gml_config.pool), which a replay uses; the others
+ * are the library's (enable, logs, statistics, trace, PyTorch's backend). */
+bool gml_option_is_pool(int i);
 /* check.c: the one validation of a configuration, shared by `gmlake config --check`, the library
  * and replay: every value in its table range, and the rules between settings (chunk_size a power
  * of two, small_limit <= chunk_size, ...), the same whether the device's granularity is known

@@ -105,6 +105,13 @@ static void *field_of(gml_config *c, int i)
     }
 }
 
+bool gml_option_is_pool(int i)
+{
+    gml_config c;
+    const char *f = field_of(&c, i), *pool = (const char *)&c.pool;
+    return f && f >= pool && f < pool + sizeof c.pool;
+}
+
 /* Whether a file setting's name gets ".rank%r" where several processes run and it names neither
  * %p nor %r: stats_file and trace_file (interpose/summary.c, trace.c), not log_file, one file
  * that every process shares (interpose/log.c). */

@@ -6,9 +6,8 @@
  * range's two ends (the largest head begins it, the largest tail of another block ends it, giving
  * exactly what is left; docs/ARCHITECTURE.md "Extents").  The runs of whole extents in between:
  *  largest  GMLake's rule: the largest runs first, as few extents of the last as complete it.
- *           Fewest pieces.  The default: on the three recorded traces it reaches the same
- *           utilization as bestfit within 0.04% and makes no device call in their second halves
- *           (docs/BENCHMARKS.md).
+ *           Fewest pieces.  The default: neither strategy wins on every recorded job and GPU
+ *           lag, in memory or in steady device calls (docs/BENCHMARKS.md "Trace replay").
  *  bestfit  while no single run covers the remainder take the largest; then take the smallest
  *           run that covers it.  As few pieces, but the last cut comes from the tightest run,
  *           leaving the least leftover and the large free blocks whole.

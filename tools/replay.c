@@ -273,6 +273,9 @@ int main(int argc, char **argv)
             int m = gml_model_option_set(&model_opt, key, eq + 1, err, sizeof err);
             if (m > 0 && gml_config_set(&base, NULL, key, eq + 1, "--set", stderr) != 0)
                 m = -2;
+            else if (m > 0 && !gml_option_is_pool(gml_option_find(key)))
+                fprintf(stderr, "gmlake replay: --set %s: the library's setting, which a replay does "
+                        "not use (it replays the pool's settings and the models')\n", key);
             free(key);
             if (m == -1)
                 fprintf(stderr, "gmlake replay: --set %s\n", err);

@@ -119,5 +119,18 @@ for t in unknown_free twice; do
   check "$t.trace under the three default policies: exit 1, one line" "1 1 " "$? $(wc -l <"$tmp/err") $out"
 done
 
+# a setting of the library's (enable, logs, statistics, the trace, PyTorch's backend) is taken but
+# changes nothing in a replay: said so on stderr, where it was silently ignored; a pool's setting
+# and a model's are not remarked on
+for kv in enable=off log_level=debug stats_file=/tmp/x trace_file=/tmp/y pytorch_backend=off; do
+  "$R" --policy gmlake --set "$kv" good.trace >/dev/null 2>"$tmp/err"
+  check "--set $kv: replayed, with a note that a replay does not use it" "0 1" \
+    "$? $(grep -c "^gmlake replay: --set ${kv%%=*}: the library's setting, which a replay does not use" "$tmp/err")"
+done
+for kv in auto_gc=64 stitch_strategy=bestfit pytorch.max_split_size_mb=64; do
+  "$R" --set "$kv" good.trace >/dev/null 2>"$tmp/err"
+  check "--set $kv: no remark" "0 0" "$? $(wc -c <"$tmp/err")"
+done
+
 echo "$([ $fail -eq 0 ] && echo all passed || echo some failed)"
 exit $fail
