@@ -196,9 +196,12 @@ static int load(reader *r, gml_trace *out, char *err, size_t errlen)
     bool read_failed = false;
     while (rc == 0 && !(read_failed = read_text(r, text, OUT_SIZE, &got, err, errlen) != 0) && got) {
         if (first && text[0] == 0x80) { /* the pickle protocol opcode */
-            snprintf(err, errlen, "%s: a Python pickle, not a gmlake trace: if it is a PyTorch "
-                     "memory snapshot, replay it with `gmlake replay` or convert it with `gmlake "
-                     "import-snapshot`", path);
+            snprintf(err, errlen, "%s: a Python pickle, not a gmlake trace: %s", path,
+                     strcmp(path, "-") == 0
+                         ? "standard input takes a trace only; give a PyTorch memory snapshot as a "
+                           "file (gmlake replay FILE.pickle) or convert it with `gmlake import-snapshot`"
+                         : "if it is a PyTorch memory snapshot, replay it with `gmlake replay` or "
+                           "convert it with `gmlake import-snapshot`");
             rc = -1;
             break;
         }

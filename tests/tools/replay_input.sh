@@ -110,6 +110,12 @@ check "- named twice: refused up front" "2 1" "$? $(grep -c "'-' (standard input
 "$R" --policy pytorch - <&- >/dev/null 2>"$tmp/err"
 check "- with standard input closed: refused, saying so" "1 1" "$? $(grep -c "^gmlake replay: -: cannot read standard input: Bad file descriptor" "$tmp/err")"
 
+# a snapshot (a pickle) on standard input: the advice names what works (a file, or the converter),
+# not `gmlake replay` itself, which had just refused it
+printf '\x80\x04snapshot' | "$R" --policy pytorch - >/dev/null 2>"$tmp/err"
+check "- with a pickle: refused, the snapshot to be given as a file" "1 1 0" \
+  "$? $(grep -c "^gmlake replay: -: a Python pickle, not a gmlake trace: standard input takes a trace only; give a PyTorch memory snapshot as a file (gmlake replay FILE.pickle) or convert it with \`gmlake import-snapshot\`" "$tmp/err") $(grep -c 'replay it with' "$tmp/err")"
+
 # a trace that frees a pointer it never allocated (or allocates one twice) is the trace's fault,
 # not a policy's: said once, whatever the number of policies (it was said once per policy)
 printf '# gmlake-trace v1\nF 0x1000 0 0 1\n' > unknown_free.trace
