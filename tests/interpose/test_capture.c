@@ -1046,3 +1046,81 @@ Test(capture, renaming_a_pool_onto_one_in_use_joins_their_free_pieces)
     cr_assert_eq(cuGraphDestroy((CUgraph)g2), CUDA_SUCCESS);
     destroyed_leaves((CUgraph)g3, 0, "back once every graph is gone");
 }
+
+/* ---- review of the free index's upkeep: paths the tests above leave out ---- */
+
+/* A device reset while a graph pool's index holds freed pieces (graph 1's scratch rest, graph 2's
+ * rest of it): the index forgets them, and a later capture into the same pool walks a clean tree
+ * (a stale node would be a use after free under ASan) and gets a block of its own. */
+Test(capture, a_device_reset_empties_a_graph_pools_index)
+{
+    make_streams();
+    void *o1, *o2, *x;
+    cudaGraph_t g1;
+    void *a = graph_with_scratch(7, &g1, &o1);
+    CUgraph g2 = captured_on(C, 4 * MiB, &o2);
+    cr_assert_eq((char *)o2, (char *)a + MiB);
+    cr_assert_eq(cudaDeviceReset(), cudaSuccess);
+    make_streams();
+    CUgraph g3 = captured_on(C, 2 * MiB, &x); /* C still names pool 7 */
+    cr_assert(!fake_cuda_owns((uintptr_t)x), "gmlake serves the capture");
+    cr_assert_eq(stats().live_allocations, 1, "a new block: nothing of the reset pool is lent");
+    cr_assert_eq(gmlake_graph_pool(C, 0), GMLAKE_OK);
+    cuGraphDestroy((CUgraph)g1);
+    cuGraphDestroy(g2);
+    cr_assert_eq(cudaFreeAsync(x, S1), cudaSuccess);
+    destroyed_leaves(g3, 0, "back with graph 3");
+}
+
+/* A capture whose pool is named only after its first block: that block's freed piece stays the
+ * capture's own (as before the index), the later block's is the pool's. */
+Test(capture, a_pool_named_mid_capture_shares_only_the_later_blocks)
+{
+    make_streams();
+    void *a, *b, *o, *x, *y;
+    cr_assert_eq(cudaStreamBeginCapture(C, cudaStreamCaptureModeRelaxed), cudaSuccess);
+    cr_assert_eq(cudaMallocAsync(&a, 8 * MiB, C), cudaSuccess);
+    cr_assert_eq(gmlake_graph_pool(C, 4), GMLAKE_OK);
+    cr_assert_eq(cudaMallocAsync(&b, 6 * MiB, C), cudaSuccess);
+    cr_assert_eq(cudaFreeAsync(a, C), cudaSuccess);
+    cr_assert_eq(cudaFreeAsync(b, C), cudaSuccess);
+    cr_assert_eq(cudaMallocAsync(&o, 7 * MiB, C), cudaSuccess);
+    cr_assert_eq(o, a, "its own pieces serve it whatever their pool");
+    cudaGraph_t g1;
+    cr_assert_eq(cudaStreamEndCapture(C, &g1), cudaSuccess);
+    CUgraph g2 = captured_on(C, 6 * MiB, &x);
+    cr_assert_eq(x, b, "the block made once the pool was named is the pool's");
+    CUgraph g3 = captured_on(C, MiB / 2, &y);
+    cr_assert_neq((char *)y, (char *)a + 7 * MiB, "the first block's rest is no pool's");
+    cr_assert_eq(gmlake_graph_pool(C, 0), GMLAKE_OK);
+    void *out[3] = {o, x, y};
+    for (int i = 0; i < 3; i++)
+        cr_assert_eq(cudaFreeAsync(out[i], S1), cudaSuccess);
+    cr_assert_eq(cuGraphDestroy(g2), CUDA_SUCCESS);
+    cr_assert_eq(cuGraphDestroy(g3), CUDA_SUCCESS);
+    destroyed_leaves((CUgraph)g1, 0, "all back");
+}
+
+/* A rename onto itself changes nothing; a rename of a pool whose only free piece is an orphan's
+ * moves that piece too, and it goes from the new pool's index with its block. */
+Test(capture, a_rename_onto_itself_and_an_orphans_piece_under_a_new_name)
+{
+    make_streams();
+    void *o1, *x, *y;
+    cudaGraph_t g1;
+    void *a = graph_with_scratch(5, &g1, &o1);
+    destroyed_leaves((CUgraph)g1, 1, "an orphan: the program holds o1");
+    cr_assert_eq(gmlake_graph_pool_rename(5, 5), GMLAKE_OK);
+    cr_assert_eq(gmlake_graph_pool_rename(5, 6), GMLAKE_OK);
+    cr_assert_eq(gmlake_graph_pool(C, 6), GMLAKE_OK);
+    CUgraph g2 = captured_on(C, 2 * MiB, &x);
+    cr_assert_eq((char *)x, (char *)a + MiB, "the orphan's rest serves pool 6");
+    cr_assert_eq(cudaFreeAsync(o1, S1), cudaSuccess);
+    cr_assert_eq(cudaFreeAsync(x, S1), cudaSuccess);
+    destroyed_leaves(g2, 0, "the orphan goes back with graph 2");
+    CUgraph g3 = captured_on(C, 2 * MiB, &y);
+    cr_assert_eq(stats().live_allocations, 1, "a block of its own: the returned one's rest left the index");
+    cr_assert_eq(gmlake_graph_pool(C, 0), GMLAKE_OK);
+    cr_assert_eq(cudaFreeAsync(y, S1), cudaSuccess);
+    destroyed_leaves(g3, 0, "back with graph 3");
+}
