@@ -34,6 +34,12 @@ int gml_config_check(const gml_config *c, size_t granularity, char *why, size_t 
         snprintf(why, len, "%s", w);
         return -1;
     }
+    if (s->limit_bytes && s->limit_bytes < device_chunk) {
+        snprintf(why, len, "memory_limit = %zu bytes is below one chunk (chunk_size %zu bytes): every "
+                 "allocation would fail; give a size with its unit (16GiB), or 0 for no limit",
+                 s->limit_bytes, device_chunk);
+        return -1;
+    }
     return 0;
 }
 

@@ -40,7 +40,8 @@ const gml_option gml_options[] = {
     {"small_limit", NULL, GML_OPT_SIZE, "1MiB", 512, 1073741824, NULL,
      "requests below this are packed into shared small chunks (at most chunk_size)"},
     {"memory_limit", NULL, GML_OPT_SIZE, "0", 0, 0, NULL,
-     "most device memory gmlake may reserve in this process, per device (0: the whole device)"},
+     "most device memory gmlake may reserve in this process, per device (0: the whole device; "
+     "else at least chunk_size)"},
     {"log_level", NULL, GML_OPT_ENUM, "warn", 0, 0, levels, "error, warn, info or debug"},
     {"log_file", NULL, GML_OPT_PATH, "", 0, 0, NULL, "where messages go (empty: standard error)"},
     {"stats_file", NULL, GML_OPT_PATH, "", 0, 0, NULL,

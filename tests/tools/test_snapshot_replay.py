@@ -564,7 +564,7 @@ class ReplayCommandLine(unittest.TestCase):
         self.assertEqual(json.loads(p.stdout)["trace"], os.path.basename(name))
 
     def test_a_policy_whose_allocations_failed_saves_nothing(self):
-        p = replay("--json", "--set", "memory_limit=1", self.trace, check=False)
+        p = replay("--json", "--set", "memory_limit=2MiB", self.trace, check=False)
         self.assertEqual(p.returncode, 1)
         r = {d["policy"]: d for d in map(json.loads, p.stdout.splitlines())}
         self.assertGreater(r["gmlake"]["failed_allocations"], 0)
@@ -573,7 +573,7 @@ class ReplayCommandLine(unittest.TestCase):
         self.assertIs(r["pytorch"]["complete"], True)
         self.assertIn("gmlake", p.stderr)
         self.assertIn("failed", p.stderr)
-        p = replay("--set", "memory_limit=1", self.trace, check=False)
+        p = replay("--set", "memory_limit=2MiB", self.trace, check=False)
         row = [l for l in p.stdout.splitlines() if l.startswith("  gmlake ")][0]
         self.assertEqual(row.split("%")[1].split()[0], "FAILED", row)
         self.assertEqual(p.returncode, 1)

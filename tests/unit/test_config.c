@@ -363,6 +363,14 @@ Test(config, one_validation_whatever_the_granularity)
     c.pool.small_limit = 4u << 20;
     cr_assert_eq(gml_config_check(&c, 0, why, sizeof why), -1);
     cr_assert(strstr(why, "small_limit must not exceed chunk_size"), "%s", why);
+    /* a memory limit below one chunk refuses every allocation: a unit left out (16 for 16GiB) */
+    gml_config_defaults(&c);
+    c.pool.limit_bytes = 1024;
+    cr_assert_eq(gml_config_check(&c, 0, why, sizeof why), -1);
+    cr_assert(strstr(why, "memory_limit = 1024 bytes is below one chunk (chunk_size 2097152 bytes): every "
+                          "allocation would fail; give a size with its unit (16GiB), or 0 for no limit"), "%s", why);
+    c.pool.limit_bytes = 2u << 20;
+    cr_assert_eq(gml_config_check(&c, 0, why, sizeof why), 0, "one chunk is a limit: %s", why);
     gml_config_defaults(&c);
     cr_assert_eq(gml_config_check(&c, 0, why, sizeof why), 0, "the defaults pass: %s", why);
 }
