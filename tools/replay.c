@@ -483,9 +483,9 @@ int main(int argc, char **argv)
         const char *tn = base_name(labels[i]);
         for (size_t k = 0; k < nrun; k++)
             if (runs[k].failed_allocations) {
-                fprintf(stderr, "gmlake replay: %s: policy %s: %lu allocations failed (out of "
+                fprintf(stderr, "gmlake replay: %s: policy %s: %lu allocation%s failed (out of "
                                 "device memory): not compared, nothing saved\n", tn,
-                        runs[k].policy, (unsigned long)runs[k].r.failed);
+                        runs[k].policy, (unsigned long)runs[k].r.failed, runs[k].r.failed == 1 ? "" : "s");
                 status = 1;
             }
         if (json)

@@ -37,6 +37,8 @@ out=$("$R" huge.trace 2>"$tmp/err")
 check "a 2^63-byte allocation: exit 1, every policy in the table, marked FAILED" "1 3" \
   "$? $(grep -cE '^  (pytorch|expandable|gmlake) .* FAILED ' <<<"$out")"
 check "... and no 'invalid argument'" "0" "$(grep -c 'invalid argument' "$tmp/err")"
+check "... each policy's one failure said in the singular" "3 0" \
+  "$(grep -c ': 1 allocation failed (out of device memory)' "$tmp/err") $(grep -c '1 allocations' "$tmp/err")"
 
 # --plot never writes over an input trace (the same file, however named), checked before anything
 cp good.trace in.svg
