@@ -295,9 +295,14 @@ int main(int argc, char **argv)
             }
             plot = optarg;
             break;
-        case 'c':
-            if (gml_parse_size(optarg, &capacity) || capacity < ((size_t)2 << 20)) {
-                fprintf(stderr, "gmlake replay: --capacity '%s' is not a size of at least 2MiB\n", optarg);
+        case 'c': {
+            const char *why = "not a size";
+            if (gml_parse_size_why(optarg, &capacity, &why)) {
+                fprintf(stderr, "gmlake replay: --capacity '%s' is not valid (%s)\n", optarg, why);
+                return 2;
+            }
+            if (capacity < ((size_t)2 << 20)) {
+                fprintf(stderr, "gmlake replay: --capacity '%s' is below one chunk (2MiB)\n", optarg);
                 return 2;
             }
             if (capacity > MAX_CAPACITY) {
@@ -312,6 +317,7 @@ int main(int argc, char **argv)
                                 "chunks: rounded down to %zu MiB\n", optarg, capacity >> 20);
             }
             break;
+        }
         case 'k': {
             char *end;
             errno = 0;

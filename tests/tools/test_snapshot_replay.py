@@ -588,6 +588,10 @@ class ReplayCommandLine(unittest.TestCase):
             (["--gpu-lag"], "--gpu-lag needs a value"),
             (["--capacity"], "--capacity needs a value"),
             (["--capacity", "16000000TiB", self.trace], "too large: at most 16TiB"),
+            # the parser's own reason, not a generic line
+            (["--capacity", "16EiB", self.trace], "--capacity '16EiB' is not valid (not a size: unknown unit"),
+            (["--capacity", "-4GiB", self.trace], "--capacity '-4GiB' is not valid (negative)"),
+            (["--capacity", "1MiB", self.trace], "--capacity '1MiB' is below one chunk (2MiB)"),
             (["--plot", os.path.join(self.dir, "p.png"), self.trace], "name a file ending in .svg"),
         ]
         for args, want in cases:
