@@ -367,6 +367,24 @@ class Import(unittest.TestCase):
                          ("job2.pickle.gz", snapshots.PEAK_RESERVED["pytorch"]), "a gzipped snapshot")
 
 
+    def test_gmlake_replay_says_a_bad_snapshot_as_its_own_error_and_goes_on(self):
+        # a snapshot gmlake replay cannot convert is said as gmlake replay's error (it was
+        # import-snapshot's, as if the user had run that), and the other traces are replayed, as
+        # gmlake-replay does for a bad trace among good ones: exit 1
+        good = self.write(snapshots.scenario(), "good.pickle")
+        bad = self.write(None, "bad.pickle", b"\x80\x04\x95")
+        g = os.path.join(ROOT, "scripts", "gmlake")
+        trace = os.path.join(ROOT, "bench", "traces", "mixtral_moe.trace.gz")
+        p = run(g, "replay", "--json", "--policy", "pytorch", bad, good, trace, check=False)
+        self.assertEqual(p.returncode, 1, p.stderr)
+        self.assertEqual([json.loads(l)["trace"] for l in p.stdout.splitlines()],
+                         ["good.pickle", "mixtral_moe.trace.gz"])
+        self.assertEqual(p.stderr.count("\n"), 1, p.stderr)
+        self.assertTrue(p.stderr.startswith("gmlake replay: " + bad + ": cannot unpickle"), p.stderr)
+        p = run(g, "replay", "--policy", "pytorch", bad, check=False)
+        self.assertEqual((p.returncode, p.stdout), (1, ""), "nothing else to replay: no table, exit 1")
+        self.assertTrue(p.stderr.startswith("gmlake replay: " + bad + ": cannot unpickle"), p.stderr)
+
     def test_gmlake_replay_a_snapshots_label_is_the_one_given(self):
         # a --label before a snapshot names it, as before a trace: gmlake replay put its own
         # --label (the snapshot's path) after the user's, so two snapshots of one file name
