@@ -353,7 +353,8 @@ void gml_peer_grant(int owner, int accessor);
 /* The program gives the cache of `device` back (gmlake_empty_cache, which pools.c defines, and
  * PyTorch's cudaMemPoolTrimTo of the default pool): its pool releases every cached chunk after
  * waiting for the device, and the trace records an E event, where the replay gives the cache back
- * too.  GMLAKE_ERR_NO_POOL (and no event) where the device has no pool. */
+ * too.  GMLAKE_ERR_NO_POOL (and no event) where the device has no pool; GMLAKE_ERR_DEVICE (and
+ * nothing done) in a forked child, whose pools and trace file are the parent's. */
 int gml_give_back(int device);
 
 /* Ownership (owner.c).  The pool whose memory holds ptr (home arena or a stitched range), or NULL
