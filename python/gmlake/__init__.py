@@ -252,8 +252,9 @@ def export_snapshot(trace_path, out_path, device=None, max_events=None):
     PyTorch's ring buffer.  The output is written to a temporary file and renamed into place.
     Returns the trace's summary (a dict: device, events, allocations, frees, live, live_bytes;
     a list of them for a list of traces).  Raises GmlakeError with a one-line message for a
-    missing, corrupt or truncated trace, an output that cannot be written or is the input, or a
-    device out of that range.
+    missing, corrupt or truncated trace (binary data is refused at its first NUL byte), an
+    output that cannot be written or is the input, a device out of that range, or a trace or
+    output that is no path, a device or max_events that is no integer.
     Works where gmlake is not loaded (no GPU needed)."""
     conv = _exporter()
     try:

@@ -59,8 +59,49 @@ def export_device_range():
                 check(want in str(e), "device=%r: %s" % (dev, e))
             check(time.monotonic() - t < 5 and not os.path.exists(out), "device=%r: at once" % (dev,))
         check(gmlake.export_snapshot(trace, out, device=63)["device"] == 63, "device 63")
+        export_bad_arguments(trace, out)
     finally:
         shutil.rmtree(d)
+
+
+def export_bad_arguments(trace, out):
+    """export_snapshot refuses, with GmlakeError naming the argument, a max_events that is no
+    integer (1.5 kept one event of two and wrote a float, which MemoryViz.js does not read, into
+    the snapshot; "3" raised "'<=' not supported between instances of 'str' and 'int'") and a
+    trace or an output that is no path (None: "'NoneType' object is not iterable")."""
+    import gmlake
+    for kw, want in ((dict(max_events=1.5), "max_events 1.5: "), (dict(max_events="3"), "max_events '3': "),
+                     (dict(max_events=True), "max_events True: "), (dict(trace_path=None), "trace None: "),
+                     (dict(trace_path=5), "trace 5: "), (dict(trace_path=[trace, None]), "trace None: "),
+                     (dict(out_path=None), "output None: ")):
+        args = dict(trace_path=trace, out_path=out)
+        args.update(kw)
+        if os.path.exists(out):
+            os.unlink(out)
+        try:
+            gmlake.export_snapshot(**args)
+            check(False, "export_snapshot(%r) is refused" % (kw,))
+        except gmlake.GmlakeError as e:
+            check(str(e).startswith(want), "%r: %s" % (kw, e))
+        except Exception as e:
+            check(False, "%r: GmlakeError, not %r" % (kw, e))
+        check(not os.path.exists(out), "%r: nothing written" % (kw,))
+    check(gmlake.export_snapshot(trace, out, max_events=1)["frees"] == 1, "max_events=1")
+    # an endless input of binary data (/dev/zero) is refused at its first NUL byte, as gmlake
+    # replay refuses it, where the whole of it used to be read first (memory without end); run
+    # with its memory bounded, so that a failure is a failure and not the machine's memory
+    code = ("import resource, sys; resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30)); "
+            "sys.path.insert(0, sys.argv[1]); import gmlake\n"
+            "try: gmlake.export_snapshot('/dev/zero', sys.argv[2])\n"
+            "except gmlake.GmlakeError as e: print(e)")
+    pydir = os.path.dirname(os.path.dirname(os.path.abspath(gmlake.__file__)))
+    try:
+        r = subprocess.run([sys.executable, "-c", code, pydir, out], capture_output=True, text=True,
+                           timeout=30)
+        check(r.stdout.strip() == "/dev/zero:1: a NUL byte: binary data, not a text trace",
+              "/dev/zero: %r %r" % (r.stdout, r.stderr[-300:]))
+    except subprocess.TimeoutExpired:
+        check(False, "/dev/zero: refused at once")
 
 
 def runtime(cudart_path):
