@@ -83,6 +83,22 @@ def _lib():
     return _api or None
 
 
+def _check_layout(lib):
+    """Refuses a libgmlake whose struct gmlake_stats is not the one _Stats reads: its kinds of
+    device call (gmlake_devcall_name answers "unknown" past the last) size device_calls and
+    device_seconds_by_call.  A library before stream_wait has 13 (its fields would be read from
+    the wrong offsets); a later one with more would write past _Stats."""
+    kinds = 0
+    while kinds <= _DEVCALL_COUNT and lib.gmlake_devcall_name(kinds) != b"unknown":
+        kinds += 1
+    if kinds != _DEVCALL_COUNT:
+        raise GmlakeError("the preloaded libgmlake is %s than this gmlake package (%s kinds of "
+                          "device call in its statistics, not %d): use the package of the same "
+                          "build as the library" % (
+                              "older" if kinds < _DEVCALL_COUNT else "newer",
+                              kinds if kinds < _DEVCALL_COUNT else "more", _DEVCALL_COUNT))
+
+
 def _raise(status):
     lib = _lib()
     raise GmlakeError(lib.gmlake_strerror(status).decode() if lib else "gmlake is not loaded")
@@ -115,7 +131,8 @@ def enabled():
 def stats(device=0):
     """gmlake's figures for `device` as a dict, or None when gmlake is not loaded or has served
     nothing on that device (no allocation there yet; a device past the 64 gmlake serves never
-    has one).  `device` is an int from 0: TypeError for a non-integer, ValueError for a negative
+    has one).  GmlakeError where the preloaded libgmlake is of another build whose statistics
+    this package cannot read.  `device` is an int from 0: TypeError for a non-integer, ValueError for a negative
     one or one that does not fit the C API's int.  Sizes are in bytes; device_calls maps each kind of driver call
     (chunk_create, map, set_access, ...) to its count, device_seconds_by_call to the time spent
     in those calls (device_seconds: all of them), in seconds; host_seconds_alloc and
@@ -125,6 +142,7 @@ def stats(device=0):
     lib = _lib()
     if lib is None:
         return None
+    _check_layout(lib)
     s = _Stats()
     rc = lib.gmlake_get_stats(device, ctypes.byref(s))
     if rc == GMLAKE_ERR_NO_POOL:

@@ -1,10 +1,11 @@
 """test_gmlake.py — the `gmlake` Python package without a GPU.
 
-    python3 test_gmlake.py PYTHON_DIR LIBGMLAKE FAKE_CUDART
+    [OLD_LIBGMLAKE=LIB] python3 test_gmlake.py PYTHON_DIR LIBGMLAKE FAKE_CUDART
 
-Runs itself twice more: once plain (gmlake not loaded: the module must be safe to import and
+Runs itself again: once plain (gmlake not loaded: the module must be safe to import and
 answer "not enabled"), once with LD_PRELOAD=LIBGMLAKE over the fake CUDA runtime of tests/fake
-(allocations through the fake runtime with ctypes, then gmlake.stats must show them).
+(allocations through the fake runtime with ctypes, then gmlake.stats must show them), once
+traced, and with OLD_LIBGMLAKE once over that stand-in of an older library (old_gmlake.c).
 Prints "N passed, M failed"; exit status 1 on any failure.
 """
 import ctypes
@@ -243,6 +244,25 @@ def traced(cudart_path):
         check("cannot read" in str(e), str(e))
 
 
+def old_library():
+    """Under a libgmlake built before stream_wait (tests/python/old_gmlake.c: 13 kinds of device
+    call, every later field of gmlake_stats 8 bytes earlier) stats() and memory_summary() raise
+    GmlakeError saying so, where stats() read its fields from the wrong offsets (free_bytes 0,
+    device_calls with an "unknown" kind holding the library's free_bytes); the calls that take only
+    a device work as with any library."""
+    import gmlake
+    check(gmlake.enabled(), "enabled() under the old library")
+    for f in (gmlake.stats, gmlake.memory_summary):
+        try:
+            r = f(0)
+            check(False, "%s under an older library: GmlakeError, not %r" % (f.__name__, r))
+        except gmlake.GmlakeError as e:
+            check("older than this gmlake package (13 kinds of device call" in str(e), str(e))
+    gmlake.empty_cache(0)
+    gmlake.reset_peak_stats(0)
+    gmlake.check(0)
+
+
 def main():
     pydir, lib, cudart = sys.argv[1:4]
     mode = sys.argv[4] if len(sys.argv) > 4 else None
@@ -253,6 +273,8 @@ def main():
         preloaded(cudart)
     elif mode == "traced":
         traced(cudart)
+    elif mode == "old":
+        old_library()
     else:
         tmp = tempfile.mkdtemp(prefix="gmlake-py-")
         env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD" and not k.startswith("GMLAKE_")}
@@ -260,8 +282,11 @@ def main():
         pre = {"LD_PRELOAD": lib, "LD_LIBRARY_PATH": os.path.dirname(cudart),
                "GMLAKE_SYSCONFDIR": "/nonexistent", "XDG_CONFIG_HOME": "/nonexistent",
                "GMLAKE_LOG_LEVEL": "error"}
-        for m, extra in (("plain", {}), ("preloaded", pre),
-                         ("traced", dict(pre, GMLAKE_TRACE_FILE=os.path.join(tmp, "job.trace")))):
+        runs = [("plain", {}), ("preloaded", pre),
+                ("traced", dict(pre, GMLAKE_TRACE_FILE=os.path.join(tmp, "job.trace")))]
+        if os.environ.get("OLD_LIBGMLAKE"):
+            runs.append(("old", {"LD_PRELOAD": os.environ["OLD_LIBGMLAKE"]}))
+        for m, extra in runs:
             r = subprocess.run(me + [m], env=dict(env, **extra), capture_output=True, text=True)
             sys.stdout.write(r.stdout)
             sys.stderr.write(r.stderr)
