@@ -319,6 +319,10 @@ static inline void gml_streams_changed(void)
  * (config/filename.c).  false when it does not fit in len: never used cut short (the settings
  * refuse a pattern that could expand past GML_PATH_MAX - 1 bytes, so not with that length). */
 bool gml_file_name(const char *pattern, bool per_process, char *out, size_t len);
+/* fopen for gmlake's own files (log_file, trace_file): close-on-exec, and never on descriptors 0
+ * to 2: where the program closed a standard stream, its own writes to it would land in gmlake's
+ * file, and gmlake's lines in the file the program opens there next. */
+FILE *gml_fopen(const char *path, const char *mode);
 
 /* Settings (settings.c).  The settings, loaded on first use (the log opened with them). */
 const gml_config *gml_cfg(void);
