@@ -319,6 +319,10 @@ static inline void gml_streams_changed(void)
  * (config/filename.c).  false when it does not fit in len: never used cut short (the settings
  * refuse a pattern that could expand past GML_PATH_MAX - 1 bytes, so not with that length). */
 bool gml_file_name(const char *pattern, bool per_process, char *out, size_t len);
+/* fopen for gmlake's own files (log_file, trace_file): close-on-exec, and never on descriptors 0
+ * to 2: where the program closed a standard stream, its own writes to it would land in gmlake's
+ * file, and gmlake's lines in the file the program opens there next. */
+FILE *gml_fopen(const char *path, const char *mode);
 
 /* Settings (settings.c).  The settings, loaded on first use (the log opened with them). */
 const gml_config *gml_cfg(void);
@@ -353,7 +357,8 @@ void gml_peer_grant(int owner, int accessor);
 /* The program gives the cache of `device` back (gmlake_empty_cache, which pools.c defines, and
  * PyTorch's cudaMemPoolTrimTo of the default pool): its pool releases every cached chunk after
  * waiting for the device, and the trace records an E event, where the replay gives the cache back
- * too.  GMLAKE_ERR_NO_POOL (and no event) where the device has no pool. */
+ * too.  GMLAKE_ERR_NO_POOL (and no event) where the device has no pool; GMLAKE_ERR_DEVICE (and
+ * nothing done) in a forked child, whose pools and trace file are the parent's. */
 int gml_give_back(int device);
 
 /* Ownership (owner.c).  The pool whose memory holds ptr (home arena or a stitched range), or NULL

@@ -64,7 +64,7 @@ void gml_log_open(int level, const char *pattern)
     if (!gml_file_name(pattern, false, path, sizeof path))
         gml_log_line(GML_LOG_ERROR, "log_file %s is too long once expanded; logging to standard "
                      "error", pattern);
-    else if (!(log_out = fopen(path, "a")))
+    else if (!(log_out = gml_fopen(path, "a")))
         gml_log_line(GML_LOG_ERROR, "cannot open log_file %s; logging to standard error", path);
 }
 

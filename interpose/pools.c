@@ -83,6 +83,8 @@ int gml_give_back(int device)
     gml_pool *p = gml_registry_get(device);
     if (!p)
         return GMLAKE_ERR_NO_POOL;
+    if (atomic_load(&gml_forked))
+        return GMLAKE_ERR_DEVICE; /* the parent's pool and trace: CUDA fails in a forked child */
     gml_depth++;
     int rc = gml_pool_empty_cache(p);
     gml_depth--;

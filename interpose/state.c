@@ -12,8 +12,9 @@
  *    trace_file contains neither %p nor %r, each process writes its own: ".rank%r" is inserted
  *    before the file's extension (stats.json -> stats.rank3.json).  log_file is shared (log.c).
  * The expansion itself is config/filename.c's, the same one by which the settings refuse a
- * pattern that could expand past GML_PATH_MAX - 1 bytes.
+ * pattern that could expand past GML_PATH_MAX - 1 bytes.  They are opened by gml_fopen.
  */
+#include <fcntl.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -58,4 +59,23 @@ bool gml_file_name(const char *pattern, bool per_process, char *out, size_t len)
     size_t n = gml_file_name_expand(pattern, per_process && several_processes(), pid,
                                     rank[0] ? rank : "0", out, len);
     return n < len; /* the settings refuse a pattern that could expand past GML_PATH_MAX - 1 */
+}
+
+FILE *gml_fopen(const char *path, const char *mode)
+{
+    char m[8];
+    snprintf(m, sizeof m, "%se", mode);
+    FILE *f = fopen(path, m);
+    if (!f || fileno(f) > 2)
+        return f;
+    /* a standard stream the program closed: gmlake's file moves above it */
+    int fd = fcntl(fileno(f), F_DUPFD_CLOEXEC, 3);
+    FILE *g = fd >= 0 ? fdopen(fd, mode) : NULL;
+    if (!g) {
+        if (fd >= 0)
+            close(fd);
+        return f; /* no descriptor left above 2: as it is, rather than no file */
+    }
+    fclose(f);
+    return g;
 }

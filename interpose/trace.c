@@ -49,7 +49,7 @@ static bool trace_open(void)
     static bool failed;
     if (trace_out || failed)
         return trace_out != NULL;
-    trace_out = fopen(trace_path, "w");
+    trace_out = gml_fopen(trace_path, "w");
     if (!trace_out) {
         failed = true;
         gml_log(GML_LOG_ERROR, "cannot open trace_file %s; no trace is recorded", trace_path);

@@ -198,5 +198,14 @@ check "replay -: the trace on standard input, alone (not the bundled one as well
   '[ $? -eq 0 ] && [[ "$out" == "-: 2 events"* && "$out" != *mixtral* && "$out" != *"cannot open"* ]]'
 "$g" replay --set stitch_strategy=worst >/dev/null 2>&1
 check "replay --set with a bad value fails" '[ $? -ne 0 ]'
+# --- a program that closed its standard output: gmlake's files (log_file, trace_file) never take
+# descriptors 0 to 2, where the program's own output would land in them (its "1 passed" did, in
+# the log)
+GMLAKE_LOG_LEVEL=info GMLAKE_LOG_FILE="$tmp/closed.log" LD_PRELOAD="$lib" "$prog" alloc >&-
+check "stdout closed: the program's output is not in gmlake's log" \
+  'grep -q "pool ready" "$tmp/closed.log" && ! grep -q "passed" "$tmp/closed.log"'
+GMLAKE_TRACE_FILE="$tmp/closed.trace" LD_PRELOAD="$lib" "$prog" alloc >&- 2>&-
+check "stdout and stderr closed: the program's output is not in gmlake's trace" \
+  'grep -q "^A " "$tmp/closed.trace" && ! grep -q "passed" "$tmp/closed.trace"'
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]

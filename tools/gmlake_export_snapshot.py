@@ -46,6 +46,7 @@ import tempfile
 import zlib
 
 MASK64 = (1 << 64) - 1
+READ_BLOCK = 1 << 20  # a plain trace is read in blocks, stopping at a NUL byte (_read_bytes)
 MAX_DEVICES = 64  # the devices libgmlake serves (GML_MAX_DEVICES, stitch/registry.h)
 PICKLE_PROTOCOL = 4  # MemoryViz.js reads protocols 2 to 4
 SEGMENTS_NOTE = ("one segment per allocation live at the end of the trace: gmlake's extents and "
@@ -59,10 +60,18 @@ class ExportError(Exception):
 
 
 def _read_bytes(path):
-    """The trace's bytes, gzip or plain; refuses a pickle (a snapshot: the other direction)."""
+    """The trace's bytes, gzip or plain; refuses a pickle (a snapshot: the other direction).
+    Plain data is read only up to its first NUL byte, which read_trace refuses: an endless input
+    of binary data (/dev/zero) is refused at once, as gmlake replay refuses it."""
     try:
         with open(path, "rb") as f:
-            data = f.read()
+            blocks = [f.read(READ_BLOCK)]
+            if blocks[0][:2] == b"\x1f\x8b":
+                blocks.append(f.read())
+            else:
+                while blocks[-1] and b"\0" not in blocks[-1]:
+                    blocks.append(f.read(READ_BLOCK))
+            data = b"".join(blocks)
     except OSError as e:
         raise ExportError(f"{path}: cannot read: {e.strerror}")
     if data[:2] == b"\x1f\x8b":
@@ -323,12 +332,22 @@ def export(traces, out, device=None, max_events=None):
     """Converts the gmlake trace(s) `traces` (a path or a list of paths) into the snapshot
     pickle `out`; returns one summary dict per trace (device, events, allocations, frees, live,
     live_bytes, trace).  Raises ExportError with a one-line message."""
-    paths = [traces] if isinstance(traces, (str, bytes, os.PathLike)) else list(traces)
+    try:
+        paths = [traces] if isinstance(traces, (str, bytes, os.PathLike)) else list(traces)
+    except TypeError:
+        paths = [traces]
+    for p in paths:
+        if not isinstance(p, (str, bytes, os.PathLike)):
+            raise ExportError(f"trace {p!r}: a trace is a path (or a list of paths)")
     paths = [os.fsdecode(p) for p in paths]
     if not paths:
         raise ExportError("no trace given")
+    if max_events is not None and (isinstance(max_events, bool) or not isinstance(max_events, int)):
+        raise ExportError(f"max_events {max_events!r}: a number of events is an integer from 1")
     if max_events is not None and max_events <= 0:
         raise ExportError(f"--max-events {max_events}: want a positive number of events")
+    if not isinstance(out, (str, bytes, os.PathLike)):
+        raise ExportError(f"output {out!r}: the output is a path ('-': standard output)")
     out = os.fsdecode(out)
     if not out:
         raise ExportError("the output is an empty name: name the snapshot file to write")

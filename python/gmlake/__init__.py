@@ -83,6 +83,22 @@ def _lib():
     return _api or None
 
 
+def _check_layout(lib):
+    """Refuses a libgmlake whose struct gmlake_stats is not the one _Stats reads: its kinds of
+    device call (gmlake_devcall_name answers "unknown" past the last) size device_calls and
+    device_seconds_by_call.  A library before stream_wait has 13 (its fields would be read from
+    the wrong offsets); a later one with more would write past _Stats."""
+    kinds = 0
+    while kinds <= _DEVCALL_COUNT and lib.gmlake_devcall_name(kinds) != b"unknown":
+        kinds += 1
+    if kinds != _DEVCALL_COUNT:
+        raise GmlakeError("the preloaded libgmlake is %s than this gmlake package (%s kinds of "
+                          "device call in its statistics, not %d): use the package of the same "
+                          "build as the library" % (
+                              "older" if kinds < _DEVCALL_COUNT else "newer",
+                              kinds if kinds < _DEVCALL_COUNT else "more", _DEVCALL_COUNT))
+
+
 def _raise(status):
     lib = _lib()
     raise GmlakeError(lib.gmlake_strerror(status).decode() if lib else "gmlake is not loaded")
@@ -115,7 +131,8 @@ def enabled():
 def stats(device=0):
     """gmlake's figures for `device` as a dict, or None when gmlake is not loaded or has served
     nothing on that device (no allocation there yet; a device past the 64 gmlake serves never
-    has one).  `device` is an int from 0: TypeError for a non-integer, ValueError for a negative
+    has one).  GmlakeError where the preloaded libgmlake is of another build whose statistics
+    this package cannot read.  `device` is an int from 0: TypeError for a non-integer, ValueError for a negative
     one or one that does not fit the C API's int.  Sizes are in bytes; device_calls maps each kind of driver call
     (chunk_create, map, set_access, ...) to its count, device_seconds_by_call to the time spent
     in those calls (device_seconds: all of them), in seconds; host_seconds_alloc and
@@ -125,6 +142,7 @@ def stats(device=0):
     lib = _lib()
     if lib is None:
         return None
+    _check_layout(lib)
     s = _Stats()
     rc = lib.gmlake_get_stats(device, ctypes.byref(s))
     if rc == GMLAKE_ERR_NO_POOL:
@@ -206,7 +224,8 @@ def _call(name, device):
 def empty_cache(device=0):
     """Return every cached free chunk of `device` to the GPU (waits for the device first).
     Does nothing where gmlake is not loaded or has no pool on that device; TypeError or
-    ValueError for a device that is no CUDA ordinal, as in stats()."""
+    ValueError for a device that is no CUDA ordinal, as in stats(); GmlakeError in a child forked
+    after gmlake started (CUDA cannot be used there; the pool it inherited is left alone)."""
     _call("empty_cache", device)
 
 
@@ -251,8 +270,9 @@ def export_snapshot(trace_path, out_path, device=None, max_events=None):
     PyTorch's ring buffer.  The output is written to a temporary file and renamed into place.
     Returns the trace's summary (a dict: device, events, allocations, frees, live, live_bytes;
     a list of them for a list of traces).  Raises GmlakeError with a one-line message for a
-    missing, corrupt or truncated trace, an output that cannot be written or is the input, or a
-    device out of that range.
+    missing, corrupt or truncated trace (binary data is refused at its first NUL byte), an
+    output that cannot be written or is the input, a device out of that range, or a trace or
+    output that is no path, a device or max_events that is no integer.
     Works where gmlake is not loaded (no GPU needed)."""
     conv = _exporter()
     try:

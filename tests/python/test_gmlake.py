@@ -1,10 +1,11 @@
 """test_gmlake.py — the `gmlake` Python package without a GPU.
 
-    python3 test_gmlake.py PYTHON_DIR LIBGMLAKE FAKE_CUDART
+    [OLD_LIBGMLAKE=LIB] python3 test_gmlake.py PYTHON_DIR LIBGMLAKE FAKE_CUDART
 
-Runs itself twice more: once plain (gmlake not loaded: the module must be safe to import and
+Runs itself again: once plain (gmlake not loaded: the module must be safe to import and
 answer "not enabled"), once with LD_PRELOAD=LIBGMLAKE over the fake CUDA runtime of tests/fake
-(allocations through the fake runtime with ctypes, then gmlake.stats must show them).
+(allocations through the fake runtime with ctypes, then gmlake.stats must show them), once
+traced, and with OLD_LIBGMLAKE once over that stand-in of an older library (old_gmlake.c).
 Prints "N passed, M failed"; exit status 1 on any failure.
 """
 import ctypes
@@ -59,8 +60,49 @@ def export_device_range():
                 check(want in str(e), "device=%r: %s" % (dev, e))
             check(time.monotonic() - t < 5 and not os.path.exists(out), "device=%r: at once" % (dev,))
         check(gmlake.export_snapshot(trace, out, device=63)["device"] == 63, "device 63")
+        export_bad_arguments(trace, out)
     finally:
         shutil.rmtree(d)
+
+
+def export_bad_arguments(trace, out):
+    """export_snapshot refuses, with GmlakeError naming the argument, a max_events that is no
+    integer (1.5 kept one event of two and wrote a float, which MemoryViz.js does not read, into
+    the snapshot; "3" raised "'<=' not supported between instances of 'str' and 'int'") and a
+    trace or an output that is no path (None: "'NoneType' object is not iterable")."""
+    import gmlake
+    for kw, want in ((dict(max_events=1.5), "max_events 1.5: "), (dict(max_events="3"), "max_events '3': "),
+                     (dict(max_events=True), "max_events True: "), (dict(trace_path=None), "trace None: "),
+                     (dict(trace_path=5), "trace 5: "), (dict(trace_path=[trace, None]), "trace None: "),
+                     (dict(out_path=None), "output None: ")):
+        args = dict(trace_path=trace, out_path=out)
+        args.update(kw)
+        if os.path.exists(out):
+            os.unlink(out)
+        try:
+            gmlake.export_snapshot(**args)
+            check(False, "export_snapshot(%r) is refused" % (kw,))
+        except gmlake.GmlakeError as e:
+            check(str(e).startswith(want), "%r: %s" % (kw, e))
+        except Exception as e:
+            check(False, "%r: GmlakeError, not %r" % (kw, e))
+        check(not os.path.exists(out), "%r: nothing written" % (kw,))
+    check(gmlake.export_snapshot(trace, out, max_events=1)["frees"] == 1, "max_events=1")
+    # an endless input of binary data (/dev/zero) is refused at its first NUL byte, as gmlake
+    # replay refuses it, where the whole of it used to be read first (memory without end); run
+    # with its memory bounded, so that a failure is a failure and not the machine's memory
+    code = ("import resource, sys; resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30)); "
+            "sys.path.insert(0, sys.argv[1]); import gmlake\n"
+            "try: gmlake.export_snapshot('/dev/zero', sys.argv[2])\n"
+            "except gmlake.GmlakeError as e: print(e)")
+    pydir = os.path.dirname(os.path.dirname(os.path.abspath(gmlake.__file__)))
+    try:
+        r = subprocess.run([sys.executable, "-c", code, pydir, out], capture_output=True, text=True,
+                           timeout=30)
+        check(r.stdout.strip() == "/dev/zero:1: a NUL byte: binary data, not a text trace",
+              "/dev/zero: %r %r" % (r.stdout, r.stderr[-300:]))
+    except subprocess.TimeoutExpired:
+        check(False, "/dev/zero: refused at once")
 
 
 def runtime(cudart_path):
@@ -202,6 +244,25 @@ def traced(cudart_path):
         check("cannot read" in str(e), str(e))
 
 
+def old_library():
+    """Under a libgmlake built before stream_wait (tests/python/old_gmlake.c: 13 kinds of device
+    call, every later field of gmlake_stats 8 bytes earlier) stats() and memory_summary() raise
+    GmlakeError saying so, where stats() read its fields from the wrong offsets (free_bytes 0,
+    device_calls with an "unknown" kind holding the library's free_bytes); the calls that take only
+    a device work as with any library."""
+    import gmlake
+    check(gmlake.enabled(), "enabled() under the old library")
+    for f in (gmlake.stats, gmlake.memory_summary):
+        try:
+            r = f(0)
+            check(False, "%s under an older library: GmlakeError, not %r" % (f.__name__, r))
+        except gmlake.GmlakeError as e:
+            check("older than this gmlake package (13 kinds of device call" in str(e), str(e))
+    gmlake.empty_cache(0)
+    gmlake.reset_peak_stats(0)
+    gmlake.check(0)
+
+
 def main():
     pydir, lib, cudart = sys.argv[1:4]
     mode = sys.argv[4] if len(sys.argv) > 4 else None
@@ -212,6 +273,8 @@ def main():
         preloaded(cudart)
     elif mode == "traced":
         traced(cudart)
+    elif mode == "old":
+        old_library()
     else:
         tmp = tempfile.mkdtemp(prefix="gmlake-py-")
         env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD" and not k.startswith("GMLAKE_")}
@@ -219,8 +282,11 @@ def main():
         pre = {"LD_PRELOAD": lib, "LD_LIBRARY_PATH": os.path.dirname(cudart),
                "GMLAKE_SYSCONFDIR": "/nonexistent", "XDG_CONFIG_HOME": "/nonexistent",
                "GMLAKE_LOG_LEVEL": "error"}
-        for m, extra in (("plain", {}), ("preloaded", pre),
-                         ("traced", dict(pre, GMLAKE_TRACE_FILE=os.path.join(tmp, "job.trace")))):
+        runs = [("plain", {}), ("preloaded", pre),
+                ("traced", dict(pre, GMLAKE_TRACE_FILE=os.path.join(tmp, "job.trace")))]
+        if os.environ.get("OLD_LIBGMLAKE"):
+            runs.append(("old", {"LD_PRELOAD": os.environ["OLD_LIBGMLAKE"]}))
+        for m, extra in runs:
             r = subprocess.run(me + [m], env=dict(env, **extra), capture_output=True, text=True)
             sys.stdout.write(r.stdout)
             sys.stderr.write(r.stderr)

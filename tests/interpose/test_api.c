@@ -1,0 +1,234 @@
+/* test_api.c — the public C API (include/gmlake.h) called wrongly or at odd times: bad device
+ * ordinals, NULL outputs and unknown pointers, before any CUDA call, with gmlake off, after a
+ * device reset, from many threads while others allocate, and in a forked child.  Each answers its
+ * documented status, and the pool's checker passes afterwards. */
+#include "harness.h"
+#include <cuda.h>
+#include <cuda_runtime_api.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "gmlake.h"
+#include "tools/trace.h"
+
+#define MiB ((size_t)1 << 20)
+#define cr_expect_str_eq(a, b, ...) gmt_assert(0, strcmp((a), (b)) == 0, #a " equals " #b, __VA_ARGS__)
+
+static const int no_pool[] = {-1, 1, 63, 64, 1 << 30, INT_MAX, INT_MIN};
+
+/* Every device-taking function on `device`, which has no pool: GMLAKE_ERR_NO_POOL (a NULL stats
+ * output: GMLAKE_ERR_INVALID). */
+static void expect_no_pool(int device)
+{
+    gmlake_stats s;
+    double a, f;
+    cr_expect_eq(gmlake_get_stats(device, &s), GMLAKE_ERR_NO_POOL, "device %d", device);
+    cr_expect_eq(gmlake_get_stats(device, NULL), GMLAKE_ERR_INVALID, "device %d", device);
+    cr_expect_eq(gmlake_get_host_seconds(device, &a, &f), GMLAKE_ERR_NO_POOL, "device %d", device);
+    cr_expect_eq(gmlake_get_host_seconds(device, NULL, NULL), GMLAKE_ERR_NO_POOL, "device %d", device);
+    cr_expect_eq(gmlake_empty_cache(device), GMLAKE_ERR_NO_POOL, "device %d", device);
+    cr_expect_eq(gmlake_reset_peak_stats(device), GMLAKE_ERR_NO_POOL, "device %d", device);
+    cr_expect_eq(gmlake_check(device), GMLAKE_ERR_NO_POOL, "device %d", device);
+}
+
+/* What takes no device: NULL and unknown pointers, names out of range. */
+static void expect_bad_pointers(void)
+{
+    void *base = (void *)1;
+    size_t size = 1;
+    int host;
+    cr_expect_eq(gmlake_allocation_range(NULL, &base, &size), GMLAKE_ERR_INVALID);
+    cr_expect_eq(gmlake_allocation_range(&host, &base, &size), GMLAKE_ERR_INVALID);
+    cr_expect_eq(gmlake_allocation_range((void *)0x1234, &base, &size), GMLAKE_ERR_INVALID);
+    cr_expect_eq(gmlake_allocation_range((void *)UINTPTR_MAX, &base, &size), GMLAKE_ERR_INVALID);
+    cr_expect_eq(gmlake_allocation_range(&host, NULL, NULL), GMLAKE_ERR_INVALID);
+    cr_expect_eq(gmlake_graph_pool_rename(0, 7), GMLAKE_ERR_INVALID);
+    cr_expect_eq(gmlake_graph_pool_rename(7, 0), GMLAKE_ERR_INVALID);
+    cr_expect_eq(gmlake_graph_pool((void *)0x77, 0), GMLAKE_OK, "naming no pool where none was named");
+    const int odd[] = {-1, GMLAKE_DC_COUNT, INT_MAX, INT_MIN};
+    for (int i = 0; i < 4; i++) {
+        cr_expect_str_eq(gmlake_devcall_name(odd[i]), "unknown");
+        cr_expect_str_eq(gmlake_strerror(odd[i] == GMLAKE_DC_COUNT ? 99 : odd[i]), "unknown gmlake status");
+    }
+}
+
+Test(api, bad_arguments_before_and_after_the_first_allocation)
+{
+    expect_no_pool(0); /* no CUDA call yet */
+    for (size_t i = 0; i < sizeof no_pool / sizeof *no_pool; i++)
+        expect_no_pool(no_pool[i]);
+    expect_bad_pointers();
+    void *p, *q;
+    cr_assert_eq(cudaMalloc(&p, 3 * MiB), cudaSuccess);
+    cr_assert_eq(cudaMalloc(&q, 5 * MiB), cudaSuccess);
+    cr_assert_eq(cudaFree(q), cudaSuccess);
+    gmlake_stats before, after;
+    cr_assert_eq(gmlake_get_stats(0, &before), GMLAKE_OK);
+    for (size_t i = 0; i < sizeof no_pool / sizeof *no_pool; i++)
+        expect_no_pool(no_pool[i]);
+    expect_bad_pointers();
+    void *base;
+    size_t size;
+    cr_expect_eq(gmlake_allocation_range(q, &base, &size), GMLAKE_ERR_INVALID, "freed");
+    cr_expect_eq(gmlake_allocation_range(p, NULL, &size), GMLAKE_ERR_INVALID);
+    cr_expect_eq(gmlake_allocation_range(p, &base, NULL), GMLAKE_ERR_INVALID);
+    cr_assert_eq(gmlake_get_stats(0, &after), GMLAKE_OK);
+    cr_expect(after.reserved_bytes == before.reserved_bytes && after.live_allocations == 1 &&
+              after.peak_active_bytes == before.peak_active_bytes, "device 0 untouched");
+    cr_expect_eq(gmlake_check(0), GMLAKE_OK);
+    cr_assert_eq(cudaFree(p), cudaSuccess);
+    cr_expect_eq(gmlake_check(0), GMLAKE_OK);
+}
+
+Test(api, with_gmlake_off_no_device_has_a_pool)
+{
+    setenv("GMLAKE_ENABLE", "0", 1); /* before the first hook call of this test process */
+    void *p;
+    cr_assert_eq(cudaMalloc(&p, 3 * MiB), cudaSuccess);
+    expect_no_pool(0);
+    for (size_t i = 0; i < sizeof no_pool / sizeof *no_pool; i++)
+        expect_no_pool(no_pool[i]);
+    expect_bad_pointers();
+    void *base;
+    size_t size;
+    cr_expect_eq(gmlake_allocation_range(p, &base, &size), GMLAKE_ERR_INVALID, "CUDA's memory");
+    cr_assert_eq(cudaFree(p), cudaSuccess);
+}
+
+Test(api, after_a_device_reset)
+{
+    void *p, *q;
+    cr_assert_eq(cudaMalloc(&p, 3 * MiB), cudaSuccess);
+    cr_assert_eq(cudaMalloc(&q, 5 * MiB), cudaSuccess);
+    cr_assert_eq(cudaFree(q), cudaSuccess);
+    cr_assert_eq(cudaDeviceReset(), cudaSuccess);
+    gmlake_stats s;
+    cr_assert_eq(gmlake_get_stats(0, &s), GMLAKE_OK, "the pool stays, emptied");
+    cr_expect(s.live_allocations == 0 && s.active_bytes == 0 && s.reserved_bytes == 0);
+    void *base;
+    size_t size;
+    cr_expect_eq(gmlake_allocation_range(p, &base, &size), GMLAKE_ERR_INVALID, "gone with the reset");
+    cr_expect_eq(gmlake_check(0), GMLAKE_OK);
+    cr_expect_eq(gmlake_empty_cache(0), GMLAKE_OK);
+    cr_expect_eq(gmlake_reset_peak_stats(0), GMLAKE_OK);
+    cr_assert_eq(cudaMalloc(&p, 3 * MiB), cudaSuccess, "the fresh context is served");
+    cr_expect_eq(gmlake_allocation_range(p, &base, &size), GMLAKE_OK);
+    cr_expect_eq(gmlake_check(0), GMLAKE_OK);
+    cr_assert_eq(cudaFree(p), cudaSuccess);
+}
+
+enum { ROUNDS = 300 };
+
+static void *allocate(void *arg)
+{
+    cudaStream_t s = (cudaStream_t)(uintptr_t)arg;
+    for (int i = 0; i < ROUNDS; i++) {
+        void *p;
+        size_t size = ((size_t)(i % 7) + 1) * 700 * 1024;
+        if ((s ? cudaMallocAsync(&p, size, s) : cudaMalloc(&p, size)) != cudaSuccess)
+            return (void *)1;
+        void *base;
+        size_t got;
+        if (gmlake_allocation_range((char *)p + size - 1, &base, &got) != GMLAKE_OK || base != p ||
+            got != size)
+            return (void *)2;
+        if ((s ? cudaFreeAsync(p, s) : cudaFree(p)) != cudaSuccess)
+            return (void *)3;
+    }
+    return NULL;
+}
+
+static void *ask(void *arg)
+{
+    int device = (int)(uintptr_t)arg;
+    for (int i = 0; i < ROUNDS; i++) {
+        gmlake_stats s;
+        double a, f;
+        int rc = gmlake_get_stats(device, &s);
+        if (rc != GMLAKE_OK && rc != GMLAKE_ERR_NO_POOL)
+            return (void *)1;
+        gmlake_get_host_seconds(device, &a, NULL);
+        gmlake_get_host_seconds(device, NULL, &f);
+        gmlake_reset_peak_stats(device);
+        if (i % 10 == 0 && (rc = gmlake_empty_cache(device)) != GMLAKE_OK && rc != GMLAKE_ERR_NO_POOL)
+            return (void *)2;
+        if ((rc = gmlake_check(device)) != GMLAKE_OK && rc != GMLAKE_ERR_NO_POOL)
+            return (void *)3;
+        gmlake_graph_pool((void *)(uintptr_t)(0x100 + device), (uint64_t)(i % 3));
+    }
+    return NULL;
+}
+
+Test(api, many_threads_ask_while_others_allocate)
+{
+    pthread_t t[6];
+    for (int i = 0; i < 3; i++)
+        pthread_create(&t[i], NULL, allocate, (void *)(uintptr_t)(i ? 0x10 * i : 0));
+    for (int i = 3; i < 6; i++)
+        pthread_create(&t[i], NULL, ask, (void *)(uintptr_t)(i - 3));
+    for (int i = 0; i < 6; i++) {
+        void *r;
+        pthread_join(t[i], &r);
+        cr_expect_eq(r, NULL, "thread %d: step %d failed", i, (int)(uintptr_t)r);
+    }
+    gmlake_stats s;
+    cr_assert_eq(gmlake_get_stats(0, &s), GMLAKE_OK);
+    cr_expect_eq(s.live_allocations, 0);
+    cr_expect_eq(gmlake_check(0), GMLAKE_OK);
+}
+
+/* In a child forked after gmlake started CUDA cannot be used and gmlake serves nothing: the
+ * child's gmlake_empty_cache answers GMLAKE_ERR_DEVICE and leaves the pool (the parent's, copied)
+ * as it was, and the parent's trace gets no cache release it never made. */
+Test(api, empty_cache_in_a_forked_child_leaves_the_pool_and_the_trace)
+{
+    char path[] = "/tmp/gmlake-api-trace-XXXXXX";
+    int fd = mkstemp(path);
+    cr_assert_geq(fd, 0);
+    close(fd);
+    setenv("GMLAKE_TRACE_FILE", path, 1); /* before the first hook call of this test process */
+    void *p, *q;
+    cr_assert_eq(cudaMalloc(&p, 3 * MiB), cudaSuccess);
+    cr_assert_eq(cudaMalloc(&q, 5 * MiB), cudaSuccess);
+    cr_assert_eq(cudaFree(q), cudaSuccess); /* cached: what an empty_cache would give back */
+    gmlake_stats before;
+    cr_assert_eq(gmlake_get_stats(0, &before), GMLAKE_OK);
+    pid_t child = fork();
+    cr_assert_geq(child, 0);
+    if (child == 0) {
+        gmlake_stats s;
+        int bad = 0;
+        if (gmlake_empty_cache(0) != GMLAKE_ERR_DEVICE)
+            bad |= 1;
+        if (gmlake_get_stats(0, &s) != GMLAKE_OK || s.reserved_bytes != before.reserved_bytes ||
+            s.cache_releases != before.cache_releases ||
+            s.device_calls[GMLAKE_DC_CHUNK_RELEASE] != before.device_calls[GMLAKE_DC_CHUNK_RELEASE])
+            bad |= 2;
+        if (gmlake_check(0) != GMLAKE_OK)
+            bad |= 4;
+        _exit(bad);
+    }
+    int st = 0;
+    cr_assert_eq(waitpid(child, &st, 0), child);
+    cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 0,
+              "the child: mask %#x (1 status, 2 its pool changed, 4 check)", WEXITSTATUS(st));
+    gmlake_stats after;
+    cr_assert_eq(gmlake_get_stats(0, &after), GMLAKE_OK);
+    cr_expect_eq(after.reserved_bytes, before.reserved_bytes);
+    cr_expect_eq(gmlake_check(0), GMLAKE_OK);
+    cr_assert_eq(cudaFree(p), cudaSuccess);
+    gml_trace t;
+    char err[256];
+    cr_assert_eq(gml_trace_load(path, &t, err, sizeof err), 0, "%s", err);
+    int releases = 0;
+    for (size_t i = 0; i < t.n; i++)
+        releases += t.ev[i].op == 'E';
+    cr_expect_eq(t.n, 4, "A A F F");
+    cr_expect_eq(releases, 0, "no cache release in the parent's trace");
+    gml_trace_free(&t);
+    unlink(path);
+}
