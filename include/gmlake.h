@@ -100,8 +100,10 @@ GMLAKE_API int gmlake_get_stats(int device, gmlake_stats *out);
  * output may be NULL.  Kept out of gmlake_stats so that its layout stays what programs built
  * against earlier headers pass in. */
 GMLAKE_API int gmlake_get_host_seconds(int device, double *alloc_seconds, double *free_seconds);
-/* Return every cached free chunk of `device` to the GPU (waits for the device first).  In a child
- * forked after gmlake started, where CUDA cannot be used: GMLAKE_ERR_DEVICE, nothing done. */
+/* Return every cached free chunk of `device` to the GPU (waits for the device first; while a CUDA
+ * graph capture may be under way in the process, where that wait is an unsafe call, it does not
+ * wait and returns only the chunks known idle).  In a child forked after gmlake started, where
+ * CUDA cannot be used: GMLAKE_ERR_DEVICE, nothing done. */
 GMLAKE_API int gmlake_empty_cache(int device);
 /* Set the peaks to the current values. */
 GMLAKE_API int gmlake_reset_peak_stats(int device);

@@ -641,9 +641,13 @@ GML_HOOK cudaError_t cudaMemPoolTrimTo(cudaMemPool_t pool, size_t minBytesToKeep
     GML_RT_ENTRY();
     int d = default_pool_device(pool);
     if (d >= 0)
-        gml_give_back(d); /* and an E event in the trace */
+        gml_give_back(d, !gml_capture_under_way()); /* and an E event in the trace */
     return PASS(rt_pool_trim_to, NO_RT, pool, minBytesToKeep);
 }
+
+/* The public call (gmlake.h): no device wait while a capture may be under way, where it is an
+ * unsafe call (fatal to another thread's capture in global mode). */
+int gmlake_empty_cache(int device) { return gml_give_back(device, !gml_capture_under_way()); }
 
 /* ---- CUDA IPC (ipc.c) ----
  * A handle of gmlake memory names the live allocation holding the pointer; opening it maps the

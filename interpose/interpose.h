@@ -354,12 +354,13 @@ void gml_pools_hold_creation(bool hold); /* fork handlers: the pool-creation loc
  * now or when it is created, maps its present and future memory for accessor too.  Ignores
  * out-of-range ordinals and owner == accessor. */
 void gml_peer_grant(int owner, int accessor);
-/* The program gives the cache of `device` back (gmlake_empty_cache, which pools.c defines, and
- * PyTorch's cudaMemPoolTrimTo of the default pool): its pool releases every cached chunk after
- * waiting for the device, and the trace records an E event, where the replay gives the cache back
- * too.  GMLAKE_ERR_NO_POOL (and no event) where the device has no pool; GMLAKE_ERR_DEVICE (and
+/* The program gives the cache of `device` back (gmlake_empty_cache and PyTorch's
+ * cudaMemPoolTrimTo of the default pool, hooks.c): its pool releases every cached chunk after
+ * waiting for the device, or, unless may_wait (a capture may be under way, where a device wait
+ * is an unsafe call), only what is known idle; the trace records an E event, where the replay
+ * gives the cache back too.  GMLAKE_ERR_NO_POOL (and no event) where the device has no pool; GMLAKE_ERR_DEVICE (and
  * nothing done) in a forked child, whose pools and trace file are the parent's. */
-int gml_give_back(int device);
+int gml_give_back(int device, bool may_wait);
 
 /* Ownership (owner.c).  The pool whose memory holds ptr (home arena or a stitched range), or NULL
  * (foreign pointer); takes each pool's lock. */

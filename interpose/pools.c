@@ -3,7 +3,8 @@
  * (gml_pool_of; never in a constructor), installed in the registry (stitch/registry.h) for good,
  * with the peer-access grants recorded before or after the pool exists.  A device where no pool
  * can be made is marked once (logged) and its allocations pass through to CUDA.  The program's
- * giving a pool's cache back (gml_give_back, the public gmlake_empty_cache) is here, where the
+ * giving a pool's cache back (gml_give_back, under the public gmlake_empty_cache and the hook of
+ * cudaMemPoolTrimTo, hooks.c, which know whether a device wait is safe now) is here, where the
  * trace recorder is reachable.
  */
 #include <pthread.h>
@@ -78,18 +79,21 @@ void gml_pools_hold_creation(bool hold)
         pthread_mutex_unlock(&create_mu);
 }
 
-int gml_give_back(int device)
+int gml_give_back(int device, bool may_wait)
 {
     gml_pool *p = gml_registry_get(device);
     if (!p)
         return GMLAKE_ERR_NO_POOL;
     if (atomic_load(&gml_forked))
         return GMLAKE_ERR_DEVICE; /* the parent's pool and trace: CUDA fails in a forked child */
+    int rc = GMLAKE_OK;
     gml_depth++;
-    int rc = gml_pool_empty_cache(p);
+    if (may_wait)
+        rc = gml_pool_empty_cache(p);
+    else
+        gml_pool_trim(p);
     gml_depth--;
     gml_trace_event('E', 0, 0, GML_STREAM_NONE);
     return rc;
 }
 
-int gmlake_empty_cache(int device) { return gml_give_back(device); }

@@ -613,13 +613,12 @@ int gml_pool_reset(gml_pool *p)
     return rc;
 }
 
-int gml_pool_empty_cache(gml_pool *p)
+void gml_pool_trim(gml_pool *p)
 {
-    int rc = gml_pool_sync(p);
     pthread_mutex_lock(&p->mu);
     if (p->dead) {
         pthread_mutex_unlock(&p->mu);
-        return rc;
+        return;
     }
     gml_promote(&p->heap, NULL, 0, 0);
     gml_stitch_gc(&p->st, true);
@@ -629,6 +628,12 @@ int gml_pool_empty_cache(gml_pool *p)
         p->emptied[p->empties++ % GML_REGROW_RECENT] = held;
     }
     pthread_mutex_unlock(&p->mu);
+}
+
+int gml_pool_empty_cache(gml_pool *p)
+{
+    int rc = gml_pool_sync(p);
+    gml_pool_trim(p);
     return rc;
 }
 

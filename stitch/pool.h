@@ -101,6 +101,10 @@ bool gml_pool_owns(gml_pool *p, uintptr_t ptr);
  * GMLAKE_ERR_DEVICE if the wait failed (the cache is then released only as far as it is known
  * idle). */
 int gml_pool_empty_cache(gml_pool *p);
+/* The same without the wait: what is known idle (an event that completed, a wait made before)
+ * goes back, the rest stays cached.  For a caller that may not wait for the device now (another
+ * thread captures a graph, where a device wait is an unsafe call). */
+void gml_pool_trim(gml_pool *p);
 /* The device's primary context is about to be reset (cudaDeviceReset), which destroys every
  * allocation and event of it: waits for the device, then returns every chunk (those of live
  * allocations too) and destroys every stitched range and event, and forgets every allocation and

@@ -222,7 +222,8 @@ def _call(name, device):
 
 
 def empty_cache(device=0):
-    """Return every cached free chunk of `device` to the GPU (waits for the device first).
+    """Return every cached free chunk of `device` to the GPU (waits for the device first; while a
+    CUDA graph capture may be under way, only the chunks known idle, without the wait).
     Does nothing where gmlake is not loaded or has no pool on that device; TypeError or
     ValueError for a device that is no CUDA ordinal, as in stats(); GmlakeError in a child forked
     after gmlake started (CUDA cannot be used there; the pool it inherited is left alone)."""

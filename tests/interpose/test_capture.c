@@ -1124,3 +1124,19 @@ Test(capture, a_rename_onto_itself_and_an_orphans_piece_under_a_new_name)
     cr_assert_eq(cudaFreeAsync(y, S1), cudaSuccess);
     destroyed_leaves(g3, 0, "back with graph 3");
 }
+
+/* gmlake_empty_cache while another thread captures in global mode: a device wait there is an
+ * unsafe call, refused and fatal to that capture; what has passed goes back without one. */
+Test(capture, empty_cache_leaves_another_threads_global_capture_alone)
+{
+    make_streams();
+    void *a;
+    cr_assert_eq(cudaMalloc(&a, 8 * MiB), cudaSuccess);
+    cr_assert_eq(cudaFree(a), cudaSuccess); /* cudaFree waited: its block has passed */
+    capturer c;
+    capture_start(&c, C, cudaStreamCaptureModeGlobal);
+    cr_assert_eq(gmlake_empty_cache(0), GMLAKE_OK);
+    cr_assert_eq(fake_cuda_counts()->capture_violations, 0, "no device wait during the capture");
+    cr_assert_eq(capture_end(&c), cudaSuccess, "the other thread's capture is intact");
+    cr_assert_eq(stats().reserved_bytes, 0, "the passed block went back all the same");
+}
