@@ -84,6 +84,9 @@ extern const int gml_option_count;
 /* Set by libgmlake where PyTorch's backend is cudaMallocAsync (set by it, or found set): the
  * variable that names it (pytorch_env.c). */
 #define GML_TORCH_ROUTE_ENV "GMLAKE_PYTORCH_ROUTE"
+/* Set by libgmlake where it warned that PyTorch keeps its own allocator: VAR=VALUE of the setting
+ * it warned about, so that the processes it starts do not repeat it (pytorch_env.c). */
+#define GML_TORCH_WARNED_ENV "GMLAKE_WARNED_ROUTE"
 
 typedef struct gml_config_report {
     char source[GML_OPTION_MAX][GML_SOURCE_MAX]; /* per option (index in gml_options): where its value came from */

@@ -75,8 +75,10 @@ void gml_config_print_man(FILE *out, const char *version)
                  "whose name starts with \\fBGMLAKE_\\fR, in any case, is reported with the closest\n"
                  "name and ignored, except \\fBGMLAKE_CONFIG\\fR, \\fBGMLAKE_SYSCONFDIR\\fR,\n"
                  "\\fBGMLAKE_WARNED_CONFIG\\fR (set by libgmlake: the warnings a parent process gave)\n"
-                 "and \\fBGMLAKE_PYTORCH_ROUTE\\fR (set by libgmlake: the variable that names PyTorch's\n"
-                 "cudaMallocAsync backend, through which gmlake serves PyTorch).\n"
+                 "\\fBGMLAKE_PYTORCH_ROUTE\\fR (set by libgmlake: the variable that names PyTorch's\n"
+                 "cudaMallocAsync backend, through which gmlake serves PyTorch) and\n"
+                 "\\fBGMLAKE_WARNED_ROUTE\\fR (set by libgmlake: the PyTorch setting a parent process\n"
+                 "warned about).\n"
                  ".SH KEYS\n",
             version);
     for (int i = 0; i < gml_option_count; i++) {

@@ -43,7 +43,7 @@ bool gml_env_is_gmlake(const char *name) { return strncasecmp(name, "GMLAKE_", 7
 bool gml_env_not_a_setting(const char *name)
 {
     static const char *const others[] = {"GMLAKE_CONFIG", "GMLAKE_SYSCONFDIR", GML_WARNED_ENV,
-                                         GML_TORCH_ROUTE_ENV};
+                                         GML_TORCH_ROUTE_ENV, GML_TORCH_WARNED_ENV};
     for (size_t k = 0; k < sizeof others / sizeof others[0]; k++)
         if (strcmp(name, others[k]) == 0)
             return true;

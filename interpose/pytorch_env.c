@@ -178,7 +178,16 @@ __attribute__((constructor)) static void pytorch_route(void)
             gml_log(GML_LOG_DEBUG, "%s=%s (PyTorch hands every tensor to gmlake)", var, value);
         }
         break;
-    case GML_TORCH_BYPASS:
+    case GML_TORCH_BYPASS: {
+        /* said once per process tree (a shell script's every command loads gmlake): a process
+         * whose parent warned about the same setting stays quiet.  Still one thread here: setenv
+         * is safe. */
+        char said[4096 + 64];
+        snprintf(said, sizeof said, "%s=%s", var, getenv(var));
+        const char *before = getenv(GML_TORCH_WARNED_ENV);
+        if (before && strcmp(before, said) == 0)
+            break;
+        setenv(GML_TORCH_WARNED_ENV, said, 1);
         gml_enabled();
         if (strstr(getenv(var), "expandable_segments"))
             gml_log(GML_LOG_WARN, "%s=%s keeps PyTorch's own caching allocator: PyTorch's "
@@ -191,6 +200,7 @@ __attribute__((constructor)) static void pytorch_route(void)
                     "cannot save memory inside them.  For gmlake's savings use backend:cudaMallocAsync, "
                     "or unset %s and let gmlake set it", var, getenv(var), var);
         break;
+    }
     case GML_TORCH_KEEP: /* the backend gmlake serves through, named by the user (or a parent) */
         torch_route_python(var);
         break;

@@ -37,6 +37,12 @@ check "expandable_segments is kept, with one warning" \
 check "backend:native is kept, with a warning naming the variable" \
   '[ "$(pt PYTORCH_ALLOC_CONF=backend:native)" = "cuda=unset alloc=backend:native" ] && grep -q "PYTORCH_ALLOC_CONF=backend:native keeps PyTorch" "$tmp/err" &&
   grep -q "gmlake serves its segments" "$tmp/err" && ! grep -q "will not reach gmlake" "$tmp/err"'
+# said once per process tree, as the settings' warnings are: a shell script's every command
+# (each a process that loads gmlake) repeated it
+env PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True LD_PRELOAD="$lib" sh -c 'sh -c true; sh -c true' 2>"$tmp/err"
+check "the kept backend's warning once for a process and its children" '[ "$(grep -c "will not reach gmlake" "$tmp/err")" = 1 ]'
+env PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True LD_PRELOAD="$lib" sh -c 'PYTORCH_CUDA_ALLOC_CONF=backend:native sh -c true' 2>"$tmp/err"
+check "... and again where a child keeps another one" '[ "$(grep -c "will not reach gmlake" "$tmp/err")" = 1 ] && [ "$(grep -c "gmlake serves its segments" "$tmp/err")" = 1 ]'
 check "pytorch_backend=off leaves the environment alone" '[ "$(pt GMLAKE_PYTORCH_BACKEND=off)" = "cuda=unset alloc=unset" ]'
 check "GMLAKE_ENABLE=0 leaves the environment alone" '[ "$(pt GMLAKE_ENABLE=0)" = "cuda=unset alloc=unset" ]'
 # settings the pool would refuse turn gmlake off at its first call: PyTorch then keeps its own

@@ -199,5 +199,11 @@ static void stdout_at_exit(void)
 void gml_stdout_checked(const char *prog)
 {
     stdout_prog = prog;
+    /* where no one watches it live, standard output is kept until exit (up to 64 KiB: a man page,
+     * a replay's table), so that a failed write is seen there with its own reason (a full
+     * device); one that fails earlier, past that size, is said as an I/O error */
+    static char buf[64 << 10]; /* glibc takes a size only with a buffer; it lives to the exit */
+    if (!isatty(STDOUT_FILENO))
+        setvbuf(stdout, buf, _IOFBF, sizeof buf);
     atexit(stdout_at_exit);
 }

@@ -51,7 +51,9 @@ void gml_outfile_abort(gml_outfile *o);
 /* Checks standard output at the tool's exit (atexit): where what the tool printed there could not
  * all be written (a full device, a closed descriptor), says "PROG: standard output: why: the
  * output is incomplete" on stderr and exits 1, so that a lost report never ends with status 0.
- * A closed standard output the tool printed nothing to is no error.  Call once, first in main. */
+ * A closed standard output the tool printed nothing to is no error.  Where standard output is no
+ * terminal it is buffered up to 64 KiB, so that a failure is seen at exit with its own reason.
+ * Call once, first in main, before anything is printed. */
 void gml_stdout_checked(const char *prog);
 
 #endif /* GML_OUTFILE_H */
