@@ -107,6 +107,10 @@ GMLAKE_API int gmlake_get_host_seconds(int device, double *alloc_seconds, double
 GMLAKE_API int gmlake_empty_cache(int device);
 /* Set the peaks to the current values. */
 GMLAKE_API int gmlake_reset_peak_stats(int device);
+/* 1 where gmlake serves this process's CUDA allocations; 0 where it is loaded but off
+ * (GMLAKE_ENABLE=0, settings it refused: every allocation goes to CUDA) or in a child forked after
+ * it started.  Loads the settings on its first call, as the first CUDA call would. */
+GMLAKE_API int gmlake_enabled(void);
 /* Run the whole-pool consistency checker; GMLAKE_ERR_CORRUPT names nothing, the log does. */
 GMLAKE_API int gmlake_check(int device);
 /* The live allocation of gmlake's (any device) that holds ptr: its first byte into *base and the

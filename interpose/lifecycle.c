@@ -74,6 +74,11 @@ bool gml_enabled(void)
     return enabled;
 }
 
+int gmlake_enabled(void)
+{
+    return gml_enabled() && !atomic_load_explicit(&gml_forked, memory_order_relaxed);
+}
+
 bool gml_serving(void)
 {
     return gml_depth == 0 && gml_enabled() && !atomic_load_explicit(&gml_forked, memory_order_relaxed);

@@ -124,8 +124,18 @@ def _device(device):
 
 
 def enabled():
-    """Whether libgmlake is loaded in this process (preloaded or linked)."""
-    return _lib() is not None
+    """Whether gmlake serves this process's CUDA allocations: libgmlake is loaded (preloaded or
+    linked) and on.  False where it is not loaded, or loaded but off (GMLAKE_ENABLE=0, settings
+    it refused, a child forked after it started).  A library older than gmlake_enabled counts as
+    on where loaded."""
+    lib = _lib()
+    if lib is None:
+        return False
+    fn = getattr(lib, "gmlake_enabled", None)
+    if fn is None:
+        return True
+    fn.argtypes, fn.restype = [], ctypes.c_int
+    return fn() != 0
 
 
 def stats(device=0):
@@ -177,8 +187,10 @@ def memory_summary(device=0):
     device = _device(device)
     s = stats(device)
     if s is None:
-        why = "gmlake is not loaded in this process" if not enabled() else \
-              "gmlake has served no allocation on device %d" % device
+        why = ("gmlake is not loaded in this process" if _lib() is None else
+               "gmlake is loaded but off in this process (GMLAKE_ENABLE=0, settings it refused, or a "
+               "child forked after it started): CUDA serves every allocation" if not enabled() else
+               "gmlake has served no allocation on device %d" % device)
         return "gmlake memory summary, device %d: %s\n" % (device, why)
     rows = [
         ("active (live requests)", _size(s["active_bytes"]), _size(s["peak_active_bytes"])),

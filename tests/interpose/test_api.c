@@ -62,6 +62,7 @@ Test(api, bad_arguments_before_and_after_the_first_allocation)
     for (size_t i = 0; i < sizeof no_pool / sizeof *no_pool; i++)
         expect_no_pool(no_pool[i]);
     expect_bad_pointers();
+    cr_assert_eq(gmlake_enabled(), 1, "on, before any CUDA call too");
     void *p, *q;
     cr_assert_eq(cudaMalloc(&p, 3 * MiB), cudaSuccess);
     cr_assert_eq(cudaMalloc(&q, 5 * MiB), cudaSuccess);
@@ -87,6 +88,7 @@ Test(api, bad_arguments_before_and_after_the_first_allocation)
 Test(api, with_gmlake_off_no_device_has_a_pool)
 {
     setenv("GMLAKE_ENABLE", "0", 1); /* before the first hook call of this test process */
+    cr_assert_eq(gmlake_enabled(), 0, "loaded but off");
     void *p;
     cr_assert_eq(cudaMalloc(&p, 3 * MiB), cudaSuccess);
     expect_no_pool(0);
@@ -210,6 +212,8 @@ Test(api, empty_cache_in_a_forked_child_leaves_the_pool_and_the_trace)
             bad |= 2;
         if (gmlake_check(0) != GMLAKE_OK)
             bad |= 4;
+        if (gmlake_enabled() != 0)
+            bad |= 8; /* serves nothing in a forked child */
         _exit(bad);
     }
     int st = 0;

@@ -263,6 +263,21 @@ def old_library():
     gmlake.check(0)
 
 
+def loaded_but_off(cudart):
+    """libgmlake preloaded with GMLAKE_ENABLE=0: enabled() is False (it said True: loaded), and
+    the summary says gmlake is off rather than that it has served nothing."""
+    import ctypes
+    import gmlake
+    rt = ctypes.CDLL(cudart, mode=ctypes.RTLD_GLOBAL)
+    p = ctypes.c_void_p()
+    check(rt.cudaMalloc(ctypes.byref(p), ctypes.c_size_t(1 << 20)) == 0, "cudaMalloc passes to CUDA")
+    check(not gmlake.enabled(), "enabled() is False where libgmlake is loaded but off")
+    check(gmlake.stats(0) is None, "stats() is None: nothing served")
+    s = gmlake.memory_summary(0)
+    check("gmlake is loaded but off in this process" in s, s)
+    rt.cudaFree(p)
+
+
 def main():
     pydir, lib, cudart = sys.argv[1:4]
     mode = sys.argv[4] if len(sys.argv) > 4 else None
@@ -275,6 +290,8 @@ def main():
         traced(cudart)
     elif mode == "old":
         old_library()
+    elif mode == "off":
+        loaded_but_off(cudart)
     else:
         tmp = tempfile.mkdtemp(prefix="gmlake-py-")
         env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD" and not k.startswith("GMLAKE_")}
@@ -282,7 +299,7 @@ def main():
         pre = {"LD_PRELOAD": lib, "LD_LIBRARY_PATH": os.path.dirname(cudart),
                "GMLAKE_SYSCONFDIR": "/nonexistent", "XDG_CONFIG_HOME": "/nonexistent",
                "GMLAKE_LOG_LEVEL": "error"}
-        runs = [("plain", {}), ("preloaded", pre),
+        runs = [("plain", {}), ("preloaded", pre), ("off", dict(pre, GMLAKE_ENABLE="0")),
                 ("traced", dict(pre, GMLAKE_TRACE_FILE=os.path.join(tmp, "job.trace")))]
         if os.environ.get("OLD_LIBGMLAKE"):
             runs.append(("old", {"LD_PRELOAD": os.environ["OLD_LIBGMLAKE"]}))
