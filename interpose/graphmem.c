@@ -148,14 +148,9 @@ static int gfree_cmp(const gblock *a, const gblock *b)
     return a->ptr < b->ptr ? -1 : a->ptr > b->ptr;
 }
 
-static int gfree_cmp_share(const gblock *a, const gblock *b) /* the same order, the other node */
-{
-    return gfree_cmp(a, b);
-}
-
 /* RB_GENERATE_STATIC spells its attribute __unused, which glibc leaves undefined */
 RB_GENERATE_INTERNAL(gfree_tree, gblock, own_node, gfree_cmp, __attribute__((unused)) static)
-RB_GENERATE_INTERNAL(gshare_tree, gblock, share_node, gfree_cmp_share, __attribute__((unused)) static)
+RB_GENERATE_INTERNAL(gshare_tree, gblock, share_node, gfree_cmp, __attribute__((unused)) static)
 
 /* With mu held: graph pool `key`'s free index, made where `make` (NULL: none, or no host memory:
  * the pool's pieces are then reused by their own capture only). */
@@ -205,32 +200,17 @@ static void free_index_drop(gblock *b)
     b->in_share = false;
 }
 
-/* The key that finds, by RB_NFIND, the best fit for `size` on stream s of `device`. */
-static gblock fit_key(gslab *dev, int device, gml_stream s, size_t size)
+/* With mu held: the smallest piece free for a capture on stream s of `device` that holds `size`
+ * bytes, in capture c's index, or (c NULL) in graph pool `share`'s. */
+static gblock *best_fit(gcap *c, uint64_t share, int device, gml_stream s, size_t size)
 {
-    dev->device = device;
-    return (gblock){.slab = dev, .freed_on = s, .size = size};
-}
-
-/* With mu held: the smallest piece of capture c's slabs free for a capture on stream s of
- * `device` that holds `size` bytes. */
-static gblock *own_fit(gcap *c, int device, gml_stream s, size_t size)
-{
-    gslab dev;
-    gblock key = fit_key(&dev, device, s, size);
-    gblock *b = RB_NFIND(gfree_tree, &c->own_free, &key);
-    return b && b->slab->device == device && b->freed_on == s ? b : NULL;
-}
-
-/* With mu held: the same among the slabs shared into graph pool `share`. */
-static gblock *share_fit(uint64_t share, int device, gml_stream s, size_t size)
-{
-    gshare *g = share_entry(share, false);
-    if (!g)
-        return NULL;
-    gslab dev;
-    gblock key = fit_key(&dev, device, s, size);
-    gblock *b = RB_NFIND(gshare_tree, &g->free, &key);
+    gslab dev = {.device = device};
+    gblock key = {.slab = &dev, .freed_on = s, .size = size}, *b = NULL;
+    gshare *g;
+    if (c)
+        b = RB_NFIND(gfree_tree, &c->own_free, &key);
+    else if ((g = share_entry(share, false)))
+        b = RB_NFIND(gshare_tree, &g->free, &key);
     return b && b->slab->device == device && b->freed_on == s ? b : NULL;
 }
 
@@ -456,12 +436,12 @@ bool gml_graph_reuse(uint64_t id, int device, gml_stream s, uintptr_t stream, si
     gcap *c = cap_of(id, false);
     uint64_t share = c && c->share ? c->share : share_of(stream);
     if (c)
-        best = own_fit(c, device, s, size);
+        best = best_fit(c, 0, device, s, size);
     if (!best && share) {
         /* what earlier captures into the same graph pool freed inside themselves (the pool's
          * index holds this capture's own pieces too, none of which fits): PyTorch's contract
          * for a shared pool is that its graphs never run at once */
-        best = share_fit(share, device, s, size);
+        best = best_fit(NULL, share, device, s, size);
         if (best && (!(c = c ? c : cap_of(id, true)) || !borrow(best->slab, id)))
             best = NULL; /* no host memory: a new slab instead */
     }

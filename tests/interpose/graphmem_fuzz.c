@@ -203,9 +203,9 @@ static void op_alloc(void)
         pthread_mutex_lock(&mu);
         gcap *c = cap_of(id, false);
         uint64_t share = c && c->share ? c->share : share_of(s);
-        gblock *nb = c ? own_fit(c, dev, s, size) : NULL;
+        gblock *nb = c ? best_fit(c, 0, dev, s, size) : NULL;
         if (!nb && share)
-            nb = share_fit(share, dev, s, size);
+            nb = best_fit(NULL, share, dev, s, size);
         pthread_mutex_unlock(&mu);
         CHECK((nb ? nb->size : 0) == old_size, "new pick size %zu, old %zu", nb ? nb->size : 0, old_size);
     }
