@@ -93,6 +93,10 @@ typedef struct gmlake_stats {
 
 /* Fill *out with the pool of `device`. */
 GMLAKE_API int gmlake_get_stats(int device, gmlake_stats *out);
+/* sizeof(gmlake_stats) in this library.  A program that finds gmlake_get_stats with dlsym (and so
+ * may meet a libgmlake of another build) checks it against its own sizeof(gmlake_stats) first:
+ * gmlake_get_stats writes the library's layout, which another build's header may not match. */
+GMLAKE_API size_t gmlake_stats_size(void);
 /* The wall time the calling threads have spent in the pool of `device` allocating (*alloc_seconds)
  * and freeing (*free_seconds): waiting for its lock, its own work and the device calls they make
  * (growth, stitching: device_seconds tells those apart), without the preload layer's work around

@@ -41,6 +41,8 @@ int gmlake_get_stats(int device, gmlake_stats *out)
     return GMLAKE_OK;
 }
 
+size_t gmlake_stats_size(void) { return sizeof(gmlake_stats); }
+
 int gmlake_get_host_seconds(int device, double *alloc_seconds, double *free_seconds)
 {
     gml_pool *p = gml_registry_get(device);
@@ -83,11 +85,13 @@ int gmlake_allocation_range(const void *ptr, void **base, size_t *size)
     for (int d = 0; d < GML_MAX_DEVICES; d++) {
         gml_pool *p = gml_registry_get(d);
         uintptr_t b;
-        if (!p || gml_pool_find(p, (uintptr_t)ptr, &b, size) != GMLAKE_OK)
+        size_t n;
+        if (!p || gml_pool_find(p, (uintptr_t)ptr, &b, &n) != GMLAKE_OK)
             continue;
-        if ((uintptr_t)ptr - b >= *size) /* in the block's rounding, past the bytes asked for */
+        if ((uintptr_t)ptr - b >= n) /* in the block's rounding, past the bytes asked for */
             return GMLAKE_ERR_INVALID;
         *base = (void *)b;
+        *size = n;
         return GMLAKE_OK;
     }
     return GMLAKE_ERR_INVALID;

@@ -87,7 +87,18 @@ def _check_layout(lib):
     """Refuses a libgmlake whose struct gmlake_stats is not the one _Stats reads: its kinds of
     device call (gmlake_devcall_name answers "unknown" past the last) size device_calls and
     device_seconds_by_call.  A library before stream_wait has 13 (its fields would be read from
-    the wrong offsets); a later one with more would write past _Stats."""
+    the wrong offsets); a later one with more would write past _Stats.  A library that says its
+    struct's size (gmlake_stats_size) is held to this package's exactly: a field appended with
+    the same kinds would otherwise be written past _Stats unseen."""
+    size = getattr(lib, "gmlake_stats_size", None)  # absent from libraries before it
+    if size is not None:
+        size.argtypes, size.restype = [], ctypes.c_size_t
+        theirs, ours = size(), ctypes.sizeof(_Stats)
+        if theirs != ours:
+            raise GmlakeError("the preloaded libgmlake is %s than this gmlake package (its "
+                              "statistics are %d bytes, not %d): use the package of the same "
+                              "build as the library" % ("older" if theirs < ours else "newer",
+                                                        theirs, ours))
     kinds = 0
     while kinds <= _DEVCALL_COUNT and lib.gmlake_devcall_name(kinds) != b"unknown":
         kinds += 1

@@ -85,6 +85,29 @@ Test(api, bad_arguments_before_and_after_the_first_allocation)
     cr_expect_eq(gmlake_check(0), GMLAKE_OK);
 }
 
+/* A refused call writes no output: the caller's *base and *size stay as they were (a pointer in a
+ * block's rounding, past the bytes asked for, set *size to the block's and was refused). */
+Test(api, a_refused_allocation_range_leaves_its_outputs)
+{
+    void *p;
+    size_t asked = 3 * MiB + 100;
+    cr_assert_eq(cudaMalloc(&p, asked), cudaSuccess);
+    void *base = (void *)0x5a5a;
+    size_t size = 4242;
+    const char *cases[] = {"one past the bytes asked for", "in the block's rounding"};
+    const size_t offs[] = {asked, asked + 200};
+    for (int i = 0; i < 2; i++) {
+        cr_expect_eq(gmlake_allocation_range((char *)p + offs[i], &base, &size), GMLAKE_ERR_INVALID,
+                     "%s", cases[i]);
+        cr_expect(base == (void *)0x5a5a && size == 4242, "%s: outputs untouched (%p, %zu)",
+                  cases[i], base, size);
+    }
+    cr_expect_eq(gmlake_allocation_range((char *)p + asked - 1, &base, &size), GMLAKE_OK);
+    cr_expect(base == p && size == asked, "the last byte asked for names the allocation");
+    cr_expect_eq(gmlake_stats_size(), sizeof(gmlake_stats), "the library's layout is this header's");
+    cr_assert_eq(cudaFree(p), cudaSuccess);
+}
+
 Test(api, with_gmlake_off_no_device_has_a_pool)
 {
     setenv("GMLAKE_ENABLE", "0", 1); /* before the first hook call of this test process */

@@ -1,11 +1,12 @@
 """test_gmlake.py — the `gmlake` Python package without a GPU.
 
-    [OLD_LIBGMLAKE=LIB] python3 test_gmlake.py PYTHON_DIR LIBGMLAKE FAKE_CUDART
+    [OLD_LIBGMLAKE=LIB] [NEW_LIBGMLAKE=LIB] python3 test_gmlake.py PYTHON_DIR LIBGMLAKE FAKE_CUDART
 
 Runs itself again: once plain (gmlake not loaded: the module must be safe to import and
 answer "not enabled"), once with LD_PRELOAD=LIBGMLAKE over the fake CUDA runtime of tests/fake
 (allocations through the fake runtime with ctypes, then gmlake.stats must show them), once
-traced, and with OLD_LIBGMLAKE once over that stand-in of an older library (old_gmlake.c).
+traced, with OLD_LIBGMLAKE once over that stand-in of an older library (old_gmlake.c), and with
+NEW_LIBGMLAKE once over a stand-in of a newer one (new_gmlake.c).
 Prints "N passed, M failed"; exit status 1 on any failure.
 """
 import ctypes
@@ -263,6 +264,25 @@ def old_library():
     gmlake.check(0)
 
 
+def newer_library():
+    """Under a libgmlake whose gmlake_stats has a field more than this package's (new_gmlake.c:
+    the same kinds of device call, gmlake_stats_size 8 bytes larger) stats() and memory_summary()
+    raise GmlakeError naming both sizes, where stats() let the library write past the package's
+    struct and answered as if nothing were wrong."""
+    import ctypes
+    import gmlake
+    ours = ctypes.sizeof(gmlake._Stats)
+    for f in (gmlake.stats, gmlake.memory_summary):
+        try:
+            r = f(0)
+            check(False, "%s under a newer library: GmlakeError, not %r" % (f.__name__, r))
+        except gmlake.GmlakeError as e:
+            check("newer than this gmlake package (its statistics are %d bytes, not %d)"
+                  % (ours + 8, ours) in str(e), str(e))
+    gmlake.empty_cache(0)
+    gmlake.check(0)
+
+
 def loaded_but_off(cudart):
     """libgmlake preloaded with GMLAKE_ENABLE=0: enabled() is False (it said True: loaded), and
     the summary says gmlake is off rather than that it has served nothing."""
@@ -290,6 +310,8 @@ def main():
         traced(cudart)
     elif mode == "old":
         old_library()
+    elif mode == "new":
+        newer_library()
     elif mode == "off":
         loaded_but_off(cudart)
     else:
@@ -303,6 +325,8 @@ def main():
                 ("traced", dict(pre, GMLAKE_TRACE_FILE=os.path.join(tmp, "job.trace")))]
         if os.environ.get("OLD_LIBGMLAKE"):
             runs.append(("old", {"LD_PRELOAD": os.environ["OLD_LIBGMLAKE"]}))
+        if os.environ.get("NEW_LIBGMLAKE"):
+            runs.append(("new", {"LD_PRELOAD": os.environ["NEW_LIBGMLAKE"]}))
         for m, extra in runs:
             r = subprocess.run(me + [m], env=dict(env, **extra), capture_output=True, text=True)
             sys.stdout.write(r.stdout)
