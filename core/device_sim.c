@@ -2,7 +2,9 @@
  * device_sim.c — a GPU made of host memory, for tests and offline replay.
  *
  * Backed mode: physical memory is one memfd of `capacity` bytes; a chunk is a run of
- * granularity-sized units of it; map() is mmap(MAP_SHARED|MAP_FIXED) of the chunk's pages into a
+ * granularity-sized units of it (contiguous, so that a map is one mmap and an export one file
+ * offset: a nearly full backed device can refuse a create that CUDA, which backs a handle with any
+ * free pages, would serve); map() is mmap(MAP_SHARED|MAP_FIXED) of the chunk's pages into a
  * reserved PROT_NONE range, so one chunk mapped at two addresses truly aliases.  Pages become
  * readable and writable only at set_access(), like CUDA.  A chunk's pages are punched out of the
  * memfd when it is released and unmapped everywhere.
@@ -11,7 +13,9 @@
  * file and where; an imported chunk keeps its own descriptor and offset, is mapped from them, and
  * counts against no capacity (the exporter's device holds the memory).
  * Unbacked mode (replay of multi-GB traces): the same bookkeeping and checks, no host memory, and
- * reservations are fake addresses that must never be dereferenced.
+ * reservations are fake addresses that must never be dereferenced.  A chunk takes any free units,
+ * scattered or not, as CUDA takes any free pages: a replay on a small --capacity fails an
+ * allocation only where the device's free memory cannot hold it.
  *
  * Streams: each stream key has simulated work (gml_sim_launch / gml_sim_finish); an event
  * completes once the work its stream had at the record has completed (and, in manual mode, once
@@ -45,6 +49,7 @@
 typedef struct sim_chunk {
     uint64_t id; /* the handle */
     size_t unit0, nunits;
+    size_t *units; /* unbacked: its nunits units, in order (NULL: unit0 .. unit0 + nunits - 1) */
     int maps;
     bool released;
     int fd;    /* imported: the descriptor the chunk is mapped from (-1: one of this sim's) */
@@ -167,15 +172,55 @@ static void release_units(sim *s, sim_chunk *c)
         free(c);
         return;
     }
-    memset(s->unit_used + c->unit0, 0, c->nunits);
+    if (c->units) {
+        for (size_t i = 0; i < c->nunits; i++)
+            s->unit_used[c->units[i]] = 0;
+        if (c->units[0] < s->hint)
+            s->hint = c->units[0];
+        free(c->units);
+    } else {
+        memset(s->unit_used + c->unit0, 0, c->nunits);
+        if (c->unit0 < s->hint)
+            s->hint = c->unit0;
+    }
     s->used_units -= c->nunits;
-    if (c->unit0 < s->hint)
-        s->hint = c->unit0;
     if (s->cfg.backed)
         fallocate(s->memfd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)(c->unit0 * g),
                   (off_t)(c->nunits * g));
     HASH_DEL(s->chunks, c);
     free(c);
+}
+
+/* Called with the lock held, used_units + n <= nunits: a chunk of the n lowest free units
+ * (unbacked mode). */
+static int take_scattered(sim *s, size_t n, gml_handle *out)
+{
+    sim_chunk *c = calloc(1, sizeof *c);
+    size_t *units = malloc(n * sizeof *units);
+    if (!c || !units) {
+        free(c);
+        free(units);
+        return GMLAKE_ERR_DEVICE;
+    }
+    size_t k = 0;
+    for (size_t i = s->hint; k < n && i < s->nunits; i++)
+        if (!s->unit_used[i]) {
+            s->unit_used[i] = 1;
+            units[k++] = i;
+        }
+    /* every unit below hint is used (release lowers it), so the count guarantees k == n */
+    c->id = ++s->next_id;
+    c->fd = -1;
+    c->unit0 = units[0];
+    c->nunits = n;
+    c->units = units;
+    s->used_units += n;
+    if (units[0] == s->hint)
+        for (s->hint = units[n - 1] + 1; s->hint < s->nunits && s->unit_used[s->hint]; s->hint++) {
+        }
+    HASH_ADD(hh, s->chunks, id, sizeof c->id, c);
+    *out = c->id;
+    return GMLAKE_OK;
 }
 
 static int sim_chunk_create(void *ctx, size_t size, gml_handle *out)
@@ -194,6 +239,12 @@ static int sim_chunk_create(void *ctx, size_t size, gml_handle *out)
     }
     if (s->used_units + n > s->nunits)
         goto out;
+    if (!s->cfg.backed) {
+        rc = take_scattered(s, n, out);
+        if (rc == GMLAKE_OK)
+            charge(s, GMLAKE_DC_CHUNK_CREATE, size);
+        goto out;
+    }
     /* first fit of n free units, starting at the lowest unit that may be free */
     for (size_t i = s->hint; i + n <= s->nunits; i++) {
         size_t run = 0;
@@ -872,8 +923,11 @@ bool gml_sim_backing(gml_device *dev, uintptr_t va, uintptr_t *phys)
     sim_unit_map *m = NULL;
     pthread_mutex_lock(&s->mu);
     HASH_FIND(hh, s->units, &u, sizeof u, m);
-    if (m)
-        *phys = m->chunk->unit0 * g + (va - m->map_va);
+    if (m) {
+        const sim_chunk *c = m->chunk;
+        size_t i = (u - m->map_va) / g; /* the unit's place in its chunk */
+        *phys = (c->units ? c->units[i] : c->unit0 + i) * g + (va - u);
+    }
     pthread_mutex_unlock(&s->mu);
     return m != NULL;
 }
