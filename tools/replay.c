@@ -16,6 +16,7 @@
 #include "../config/units.h"
 #include "../stitch/stitch.h"
 #include "charge.h"
+#include "fit.h"
 #include "plot.h"
 #include "outfile.h"
 #include "plotname.h"
@@ -27,6 +28,7 @@ static void usage(FILE *f)
     fprintf(f,
             "usage: gmlake replay [--json] [--policy LIST] [--capacity SIZE] [--plot FILE.svg] [--check N]\n"
             "                     [--set KEY=VALUE] [--label NAME] [--stream-ordered] [--gpu-lag US]\n"
+            "                     [--fit]\n"
             "                     TRACE...\n"
             "Replays gmlake-trace v1 files (plain or gzip; '-': standard input, once) under each\n"
             "policy on a simulated device and prints, per trace, the policies side by side: peak\n"
@@ -63,6 +65,11 @@ static void usage(FILE *f)
             "                  each event's stream had at its time completes US later, so another\n"
             "                  stream's frees may still be pending when a stream misses, as on a\n"
             "                  busy GPU (tools/gpu_lag.h)\n"
+            "  --fit           also the smallest device each policy runs the whole trace on (whole\n"
+            "                  2 MiB chunks, at most --capacity; by bisection: one chunk less\n"
+            "                  fails an allocation), as column 'fits in' (JSON fits_in_bytes,\n"
+            "                  null where the policy fails on --capacity itself, and\n"
+            "                  fit_replays, the replays the search made)\n"
             "  --set KEY=VALUE a pool setting, as in gmlake.conf (stitch, frag_limit, reuse_limit,\n"
             "                  defrag_level, auto_gc, stitch_bytes_limit, stitch_strategy,\n"
             "                  chunk_size, small_limit, memory_limit), or a model setting:\n"
@@ -109,6 +116,8 @@ typedef struct run {
     gml_series s;
     gmlake_stats st; /* gmlake policies: the pool's at the end */
     bool is_pool;
+    bool fit_asked;  /* --fit */
+    gml_fit fit;
 } run;
 
 static void json_line(const char *trace, const run *x, const run *ref)
@@ -142,7 +151,14 @@ static void json_line(const char *trace, const run *x, const run *ref)
         printf("%s\"%s\":%lu", first ? "" : ",", gml_call_name(i), (unsigned long)r->calls[i]);
         first = false;
     }
-    printf("},\"device_seconds\":%.6f,\"device_seconds_second_half\":%.6f,"
+    printf("}");
+    if (x->fit_asked && x->fit.bytes)
+        printf(",\"fits_in_bytes\":%lu", (unsigned long)x->fit.bytes);
+    else if (x->fit_asked)
+        printf(",\"fits_in_bytes\":null");
+    if (x->fit_asked)
+        printf(",\"fit_replays\":%u", x->fit.replays);
+    printf(",\"device_seconds\":%.6f,\"device_seconds_second_half\":%.6f,"
            "\"replay_seconds\":%.3f}\n",
            r->device_seconds, r->device_seconds_second_half, r->seconds);
 }
@@ -158,10 +174,11 @@ static uint64_t sum_calls(const gml_policy_result *r)
 static void table(const char *trace, const gml_trace *t, const run *runs, size_t n, const run *ref)
 {
     const double mib = 1024.0 * 1024.0;
+    bool fit = n && runs[0].fit_asked;
     printf("%s: %zu events\n", trace, t->n);
-    printf("  %-12s %14s %14s %8s %17s %12s %14s %9s %7s\n", "policy", "peak active",
+    printf("  %-12s %14s %14s %8s %17s %12s %14s %9s %7s%s\n", "policy", "peak active",
            "peak reserved", "util.", "saved vs pytorch", "device calls", "est. driver s",
-           "stitches", "failed");
+           "stitches", "failed", fit ? "        fits in" : "");
     for (size_t i = 0; i < n; i++) {
         const gml_policy_result *r = &runs[i].r;
         char saved[32] = "-";
@@ -172,11 +189,16 @@ static void table(const char *trace, const gml_trace *t, const run *runs, size_t
         else if (ref)
             snprintf(saved, sizeof saved, "%.1f MiB",
                      ((double)ref->r.peak_reserved - (double)r->peak_reserved) / mib);
-        printf("  %-12s %10.1f MiB %10.1f MiB %7.2f%% %17s %12lu %14.4f %9lu %7lu\n",
+        char fits[32] = "";
+        if (fit && runs[i].fit.bytes)
+            snprintf(fits, sizeof fits, " %10.0f MiB", runs[i].fit.bytes / mib);
+        else if (fit)
+            snprintf(fits, sizeof fits, " %14s", "no");
+        printf("  %-12s %10.1f MiB %10.1f MiB %7.2f%% %17s %12lu %14.4f %9lu %7lu%s\n",
                runs[i].policy, r->peak_active / mib, r->peak_reserved / mib,
                r->peak_reserved ? 100.0 * (double)r->peak_active / (double)r->peak_reserved : 0.0,
                saved, (unsigned long)sum_calls(r), r->device_seconds, (unsigned long)r->stitches,
-               (unsigned long)r->failed);
+               (unsigned long)r->failed, fits);
     }
     for (size_t i = 0; i < n; i++) {
         const gml_policy_result *r = &runs[i].r;
@@ -213,6 +235,7 @@ static const char *long_name(int c)
     case 'l': return "--label";
     case 'S': return "--stream-ordered";
     case 'g': return "--gpu-lag";
+    case 'f': return "--fit";
     default: return "an option";
     }
 }
@@ -225,9 +248,10 @@ int main(int argc, char **argv)
         {"set", required_argument, 0, 's'},  {"plot", required_argument, 0, 'o'},
         {"label", required_argument, 0, 'l'}, {"help", no_argument, 0, 'h'},
         {"stream-ordered", no_argument, 0, 'S'}, {"gpu-lag", required_argument, 0, 'g'},
+        {"fit", no_argument, 0, 'f'},
         {0, 0, 0, 0},
     };
-    bool json = false, stream_ordered = false;
+    bool json = false, stream_ordered = false, fit = false;
     const char *policies = "pytorch,expandable,gmlake", *plot = NULL;
     size_t capacity = (size_t)140 << 30;
     long check = 0;
@@ -285,6 +309,7 @@ int main(int argc, char **argv)
         }
         case 'j': json = true; break;
         case 'S': stream_ordered = true; break;
+        case 'f': fit = true; break;
         case 'p': policies = optarg; break;
         case 'o':
             if (!ends_with_svg(optarg)) {
@@ -480,6 +505,12 @@ int main(int argc, char **argv)
                 x->failed_allocations = x->r.failed > 0;
                 if (x->is_pool)
                     gml_pool_stats(p->pool, &x->st);
+                x->fit_asked = fit;
+                if (fit && gml_fit_capacity(names[k], &t, capacity, &x->r, &base.pool, &model_opt,
+                                            gpu_lag, &x->fit, err, sizeof err) != 0) {
+                    fprintf(stderr, "gmlake replay: %s: --fit: %s\n", base_name(labels[i]), err);
+                    status = 1;
+                }
                 if (strcmp(names[k], "pytorch") == 0 && !ref)
                     ref = x;
                 nrun++;
