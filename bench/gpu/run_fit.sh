@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# bench/gpu/run_fit.sh — on how much memory does a job run under each allocator?  For each budget
+# (MiB of device memory left free for the job, the rest taken by bench/gpu/ballast, a process of
+# its own without gmlake) and each allocator, one run of bench/gpu/train.py: did it finish, or
+# die of running out of memory?  The GPU's side of `gmlake replay --fit` (docs/MODELS.md "What
+# fits where").
+# Usage: [WORKLOAD=gpt2] [BUDGETS="10900 11400 12900"] [ALLOCATORS="gmlake expandable native"]
+#        [BUDGET=450] [RUN_TIMEOUT=150] bench/gpu/run_fit.sh [OUTDIR]
+# Allocator names as bench/gpu/lib.sh says; the order rotates by one at each budget.  Each run
+# appends one line to OUTDIR/fit.jsonl: workload, allocator, budget_mib, free_mib (what the
+# ballast left), rc, oom (the run's errors say it ran out of memory), and, where it finished,
+# train.py's NVML peak above its baseline (nvml_peak_mib), torch.cuda.max_memory_reserved()
+# (torch_peak_reserved_mib: under gmlake, its pool's, which gmlake answers) and the last loss.
+set -uo pipefail
+name=run_fit logname=run_fit.log
+source "$(dirname "$0")/lib.sh"
+[ -n "${ALLOCATORS:-}" ] || allocators=(gmlake expandable native)
+workload=${WORKLOAD:-gpt2}
+read -r -a budgets <<<"${BUDGETS:-10900 11400 12900}"
+res=$out/fit.jsonl
+record_error() { printf '{"workload":"%s","allocator":"%s","error":"%s"}\n' "$1" "$2" "$3" >>"$res"; }
+build_missing
+ballast=$root/build/gpu/ballast
+if [ ! -x "$ballast" ]; then
+  nvcc -O2 -o "$ballast" "$root/bench/gpu/ballast.cu" >>"$log" 2>&1 || { say "cannot build $ballast"; exit 1; }
+fi
+for ((k = 0; k < ${#budgets[@]}; k++)); do
+  b=${budgets[$k]}
+  for ((i = 0; i < ${#allocators[@]}; i++)); do
+    a=$(rotated "$i" "$k" 0)
+    envs=$(run_env "$workload" "$a") || continue
+    coproc BAL { env -u LD_PRELOAD "$ballast" "$b" 2>>"$log"; }
+    ready=""
+    read -t 120 -r ready <&"${BAL[0]}" || true
+    if [ "${ready%% *}" != ready ]; then
+      say "$a at $b MiB: the ballast did not get ready"
+      record_error "$workload" "$a" "ballast not ready for $b MiB"
+      exec {BAL[1]}>&-
+      wait "$BAL_PID" 2>/dev/null
+      continue
+    fi
+    say "$a: $workload with ${ready#ready } MiB free"
+    rm -f "$out/run.jsonl"
+    # shellcheck disable=SC2086 # envs is a list of words
+    env $envs timeout -k 5 "$run_timeout" python3 "$root/bench/gpu/train.py" --workload "$workload" \
+      --allocator "$a" --out "$out/run.jsonl" >"$out/last_run.txt" 2>"$out/last_err.txt"
+    rc=$?
+    exec {BAL[1]}>&-
+    wait "$BAL_PID" 2>/dev/null
+    cat "$out/last_run.txt" "$out/last_err.txt" >>"$log"
+    oom=false
+    grep -q -E 'OutOfMemoryError|out of memory' "$out/last_err.txt" && oom=true
+    python3 - "$res" "$workload" "$a" "$b" "${ready#ready }" "$rc" "$oom" "$out/run.jsonl" <<'PY'
+import json, os, sys
+res, w, a, b, free, rc, oom, run = sys.argv[1:]
+line = {"workload": w, "allocator": a, "budget_mib": int(b), "free_mib": int(free), "rc": int(rc),
+        "oom": oom == "true"}
+if os.path.exists(run):
+    with open(run) as f:
+        rows = [json.loads(l) for l in f if l.strip()]
+    if rows:
+        r = rows[-1]
+        line["nvml_peak_mib"] = round((r.get("nvml_peak_used", 0) - r.get("nvml_baseline_used", 0)) / 2**20)
+        line["torch_peak_reserved_mib"] = round(r.get("torch_peak_reserved", 0) / 2**20)
+        line["loss"] = r.get("loss")
+with open(res, "a") as f:
+    f.write(json.dumps(line) + "\n")
+PY
+    say "$a at $b MiB: rc $rc, oom $oom"
+  done
+done
+say "done: $res"

@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# tests/tools/fit_runner.sh SRCDIR — bench/gpu/run_fit.sh without a GPU: a stand-in ballast
+# (build/gpu/ballast) and a stand-in python3 for train.py.  Checks the ballast started with each
+# budget and without LD_PRELOAD, and stopped after its run; the order rotating by one each budget;
+# a run that ran out of memory recorded with its status and oom true; a finished one with its NVML
+# peak above its baseline and its peak reserved; a ballast that is never ready recorded as an error.
+# shellcheck source=tests/tools/checks.sh
+. "$(dirname "$0")/checks.sh"
+mkdir -p "$tmp/bin" "$tmp/root/bench/gpu" "$tmp/root/build/interpose" "$tmp/root/build/gpu" "$tmp/state"
+cat >"$tmp/root/build/gpu/ballast" <<'SH'
+#!/usr/bin/env bash
+# the ballast's stand-in: says its budget (and any LD_PRELOAD) in the log, is ready unless the
+# budget is 13, holds until its input ends, then says so
+echo "ballast $1 preload=${LD_PRELOAD:-none}" >>"$FIT_TEST_DIR/log"
+[ "$1" = 13 ] && exit 1
+echo "ready $(($1 - 1))"
+cat >/dev/null
+echo "ballast $1 done" >>"$FIT_TEST_DIR/log"
+SH
+cat >"$tmp/bin/python3" <<'PY'
+#!/usr/bin/env bash
+# train.py's stand-in: under expandable segments at budget 10 it runs out of memory (exit 1);
+# else it writes a result line with NVML 5000 MiB above a 1000 MiB baseline
+case "$*" in *train.py*) ;; *) exec "$FIT_TEST_PYTHON" "$@" ;; esac
+all="$*"
+out=${all##*--out }
+out=${out%% *}
+last=$(tail -1 "$FIT_TEST_DIR/log")
+echo "run ${PYTORCH_CUDA_ALLOC_CONF:-} after: $last" >>"$FIT_TEST_DIR/log"
+if [ "${PYTORCH_CUDA_ALLOC_CONF:-}" = expandable_segments:True ] && [ "$last" = "ballast 10 preload=none" ]; then
+  echo "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 MiB" >&2
+  exit 1
+fi
+echo '{"nvml_peak_used": 6291456000, "nvml_baseline_used": 1048576000, "torch_peak_reserved": 4194304000, "loss": 2.5}' >>"$out"
+PY
+chmod +x "$tmp/bin/python3" "$tmp/root/build/gpu/ballast"
+cp "$src/bench/gpu/run_fit.sh" "$src/bench/gpu/lib.sh" "$tmp/root/bench/gpu/"
+touch "$tmp/root/build/interpose/libgmlake.so" "$tmp/root/bench/gpu/train.py"
+export FIT_TEST_DIR=$tmp/state FIT_TEST_PYTHON
+FIT_TEST_PYTHON=$(command -v python3) || { echo "FAIL: no python3"; exit 1; }
+PATH="$tmp/bin:$PATH" ALLOCATORS="gmlake expandable" BUDGETS="10 20" LD_PRELOAD= \
+  bash "$tmp/root/bench/gpu/run_fit.sh" "$tmp/out" 2>/dev/null
+res=$tmp/out/fit.jsonl
+check "each run after a ballast of its budget, without LD_PRELOAD, stopped after the run" \
+  "ballast 10 preload=none|run backend:cudaMallocAsync after: ballast 10 preload=none|ballast 10 done|ballast 10 preload=none|run expandable_segments:True after: ballast 10 preload=none|ballast 10 done|ballast 20 preload=none|run expandable_segments:True after: ballast 20 preload=none|ballast 20 done|ballast 20 preload=none|run backend:cudaMallocAsync after: ballast 20 preload=none|ballast 20 done" \
+  "$(paste -sd'|' "$tmp/state/log")"
+check "four result lines: allocator budget free rc oom nvml reserved" \
+  "gmlake 10 9 0 False 5000 4000 expandable 10 9 1 True - - expandable 20 19 0 False 5000 4000 gmlake 20 19 0 False 5000 4000" \
+  "$(python3 -c 'import json,sys
+print(" ".join("%s %d %d %d %s %s %s" % (r["allocator"], r["budget_mib"], r["free_mib"], r["rc"], r["oom"],
+      r.get("nvml_peak_mib", "-"), r.get("torch_peak_reserved_mib", "-")) for r in map(json.loads, open(sys.argv[1]))))' "$res")"
+: >"$tmp/state/log"
+PATH="$tmp/bin:$PATH" ALLOCATORS="gmlake" BUDGETS="13" bash "$tmp/root/bench/gpu/run_fit.sh" "$tmp/out2" 2>/dev/null
+check "a ballast never ready: recorded, no run" "1 0" \
+  "$(grep -c '"error":"ballast not ready for 13 MiB"' "$tmp/out2/fit.jsonl") $(grep -c '^run' "$tmp/state/log")"
+exit $fail
