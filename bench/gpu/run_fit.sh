@@ -10,7 +10,8 @@
 # appends one line to OUTDIR/fit.jsonl: workload, allocator, budget_mib, free_mib (what the
 # ballast left), rc, oom (the run's errors say it ran out of memory), and, where it finished,
 # train.py's NVML peak above its baseline (nvml_peak_mib), torch.cuda.max_memory_reserved()
-# (torch_peak_reserved_mib: under gmlake, its pool's, which gmlake answers) and the last loss.
+# (torch_peak_reserved_mib: under gmlake, its pool's, which gmlake answers), the last loss and the
+# step times (first17_s: the mean of the first 17 steps; steady_s: the median after warm-up).
 set -uo pipefail
 name=run_fit logname=run_fit.log
 source "$(dirname "$0")/lib.sh"
@@ -63,6 +64,8 @@ if os.path.exists(run):
         line["nvml_peak_mib"] = round((r.get("nvml_peak_used", 0) - r.get("nvml_baseline_used", 0)) / 2**20)
         line["torch_peak_reserved_mib"] = round(r.get("torch_peak_reserved", 0) / 2**20)
         line["loss"] = r.get("loss")
+        line["first17_s"] = r.get("first17_s_per_step")
+        line["steady_s"] = r.get("steady_s_per_step")
 with open(res, "a") as f:
     f.write(json.dumps(line) + "\n")
 PY

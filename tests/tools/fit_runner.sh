@@ -31,7 +31,7 @@ if [ "${PYTORCH_CUDA_ALLOC_CONF:-}" = expandable_segments:True ] && [ "$last" = 
   echo "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 MiB" >&2
   exit 1
 fi
-echo '{"nvml_peak_used": 6291456000, "nvml_baseline_used": 1048576000, "torch_peak_reserved": 4194304000, "loss": 2.5}' >>"$out"
+echo '{"nvml_peak_used": 6291456000, "nvml_baseline_used": 1048576000, "torch_peak_reserved": 4194304000, "loss": 2.5, "first17_s_per_step": 0.25, "steady_s_per_step": 0.125}' >>"$out"
 PY
 chmod +x "$tmp/bin/python3" "$tmp/root/build/gpu/ballast"
 cp "$src/bench/gpu/run_fit.sh" "$src/bench/gpu/lib.sh" "$tmp/root/bench/gpu/"
@@ -44,11 +44,12 @@ res=$tmp/out/fit.jsonl
 check "each run after a ballast of its budget, without LD_PRELOAD, stopped after the run" \
   "ballast 10 preload=none|run backend:cudaMallocAsync after: ballast 10 preload=none|ballast 10 done|ballast 10 preload=none|run expandable_segments:True after: ballast 10 preload=none|ballast 10 done|ballast 20 preload=none|run expandable_segments:True after: ballast 20 preload=none|ballast 20 done|ballast 20 preload=none|run backend:cudaMallocAsync after: ballast 20 preload=none|ballast 20 done" \
   "$(paste -sd'|' "$tmp/state/log")"
-check "four result lines: allocator budget free rc oom nvml reserved" \
-  "gmlake 10 9 0 False 5000 4000 expandable 10 9 1 True - - expandable 20 19 0 False 5000 4000 gmlake 20 19 0 False 5000 4000" \
+check "four result lines: allocator budget free rc oom nvml reserved step times" \
+  "gmlake 10 9 0 False 5000 4000 0.25 0.125 expandable 10 9 1 True - - - - expandable 20 19 0 False 5000 4000 0.25 0.125 gmlake 20 19 0 False 5000 4000 0.25 0.125" \
   "$(python3 -c 'import json,sys
-print(" ".join("%s %d %d %d %s %s %s" % (r["allocator"], r["budget_mib"], r["free_mib"], r["rc"], r["oom"],
-      r.get("nvml_peak_mib", "-"), r.get("torch_peak_reserved_mib", "-")) for r in map(json.loads, open(sys.argv[1]))))' "$res")"
+print(" ".join("%s %d %d %d %s %s %s %s %s" % (r["allocator"], r["budget_mib"], r["free_mib"], r["rc"], r["oom"],
+      r.get("nvml_peak_mib", "-"), r.get("torch_peak_reserved_mib", "-"), r.get("first17_s", "-"),
+      r.get("steady_s", "-")) for r in map(json.loads, open(sys.argv[1]))))' "$res")"
 : >"$tmp/state/log"
 PATH="$tmp/bin:$PATH" ALLOCATORS="gmlake" BUDGETS="13" bash "$tmp/root/bench/gpu/run_fit.sh" "$tmp/out2" 2>/dev/null
 check "a ballast never ready: recorded, no run" "1 0" \
