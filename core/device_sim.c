@@ -719,6 +719,7 @@ static void sim_destroy(void *ctx)
         HASH_DEL(s->chunks, c);
         if (c->fd >= 0)
             close(c->fd);
+        free(c->units); /* unbacked: its units' list (release_units frees it otherwise) */
         free(c);
     }
     while (s->resv) {
