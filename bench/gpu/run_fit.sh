@@ -11,7 +11,9 @@
 # ballast left), rc, oom (the run's errors say it ran out of memory), and, where it finished,
 # train.py's NVML peak above its baseline (nvml_peak_mib), torch.cuda.max_memory_reserved()
 # (torch_peak_reserved_mib: under gmlake, its pool's, which gmlake answers), the last loss and the
-# step times (first17_s: the mean of the first 17 steps; steady_s: the median after warm-up).
+# step times (first17_s: the mean of the first 17 steps; steady_s: the median after warm-up); a
+# ballast that is never ready, or that ends during the run (the job then had more memory than its
+# budget), gives an error line instead.
 set -uo pipefail
 name=run_fit logname=run_fit.log
 source "$(dirname "$0")/lib.sh"
@@ -30,14 +32,21 @@ for ((k = 0; k < ${#budgets[@]}; k++)); do
   for ((i = 0; i < ${#allocators[@]}; i++)); do
     a=$(rotated "$i" "$k" 0)
     envs=$(run_env "$workload" "$a") || continue
-    coproc BAL { env -u LD_PRELOAD "$ballast" "$b" 2>>"$log"; }
+    # Bash closes a coprocess's descriptors and unsets BAL and BAL_PID once it has reaped it, at
+    # any later command: under set -u a ballast that had died (never ready, or during the run)
+    # ended this script at the next "${BAL[1]}" or "$BAL_PID".  So the coprocess outlives the
+    # ballast until its input is closed, and says how the ballast ended ("exit N") after its
+    # output; its output and pid are kept in descriptors and variables of this script's own.
+    coproc BAL { env -u LD_PRELOAD "$ballast" "$b" 2>>"$log"; echo "exit $?"; cat >/dev/null; }
+    bal_pid=$!
+    exec {bal_out}<&"${BAL[0]}" {bal_in}>&"${BAL[1]}" {BAL[1]}>&-
     ready=""
-    read -t 120 -r ready <&"${BAL[0]}" || true
+    read -t 120 -r ready <&"$bal_out" || true
     if [ "${ready%% *}" != ready ]; then
       say "$a at $b MiB: the ballast did not get ready"
       record_error "$workload" "$a" "ballast not ready for $b MiB"
-      exec {BAL[1]}>&-
-      wait "$BAL_PID" 2>/dev/null
+      exec {bal_in}>&- {bal_out}<&-
+      wait "$bal_pid" 2>/dev/null
       continue
     fi
     say "$a: $workload with ${ready#ready } MiB free"
@@ -46,9 +55,17 @@ for ((k = 0; k < ${#budgets[@]}; k++)); do
     env $envs timeout -k 5 "$run_timeout" python3 "$root/bench/gpu/train.py" --workload "$workload" \
       --allocator "$a" --out "$out/run.jsonl" >"$out/last_run.txt" 2>"$out/last_err.txt"
     rc=$?
-    exec {BAL[1]}>&-
-    wait "$BAL_PID" 2>/dev/null
+    exec {bal_in}>&-
+    ended=""
+    read -t 60 -r ended <&"$bal_out" || true
+    exec {bal_out}<&-
+    wait "$bal_pid" 2>/dev/null
     cat "$out/last_run.txt" "$out/last_err.txt" >>"$log"
+    if [ "$ended" != "exit 0" ]; then # it died during the run: the job had more than its budget
+      say "$a at $b MiB: the ballast ended during the run (${ended:-no status}): not recorded"
+      record_error "$workload" "$a" "the ballast of $b MiB ended during the run (${ended:-no status})"
+      continue
+    fi
     oom=false
     grep -q -E 'OutOfMemoryError|out of memory' "$out/last_err.txt" && oom=true
     python3 - "$res" "$workload" "$a" "$b" "${ready#ready }" "$rc" "$oom" "$out/run.jsonl" <<'PY'

@@ -3,17 +3,20 @@
 # (build/gpu/ballast) and a stand-in python3 for train.py.  Checks the ballast started with each
 # budget and without LD_PRELOAD, and stopped after its run; the order rotating by one each budget;
 # a run that ran out of memory recorded with its status and oom true; a finished one with its NVML
-# peak above its baseline and its peak reserved; a ballast that is never ready recorded as an error.
+# peak above its baseline and its peak reserved; a ballast that is never ready, or that ends during
+# its run (the job had more memory than its budget), recorded as an error, and the runs after it
+# made.
 # shellcheck source=tests/tools/checks.sh
 . "$(dirname "$0")/checks.sh"
 mkdir -p "$tmp/bin" "$tmp/root/bench/gpu" "$tmp/root/build/interpose" "$tmp/root/build/gpu" "$tmp/state"
 cat >"$tmp/root/build/gpu/ballast" <<'SH'
 #!/usr/bin/env bash
 # the ballast's stand-in: says its budget (and any LD_PRELOAD) in the log, is ready unless the
-# budget is 13, holds until its input ends, then says so
+# budget is 13, dies once ready at 30, holds until its input ends, then says so
 echo "ballast $1 preload=${LD_PRELOAD:-none}" >>"$FIT_TEST_DIR/log"
 [ "$1" = 13 ] && exit 1
 echo "ready $(($1 - 1))"
+[ "$1" = 30 ] && exit 1
 cat >/dev/null
 echo "ballast $1 done" >>"$FIT_TEST_DIR/log"
 SH
@@ -51,7 +54,11 @@ print(" ".join("%s %d %d %d %s %s %s %s %s" % (r["allocator"], r["budget_mib"], 
       r.get("nvml_peak_mib", "-"), r.get("torch_peak_reserved_mib", "-"), r.get("first17_s", "-"),
       r.get("steady_s", "-")) for r in map(json.loads, open(sys.argv[1]))))' "$res")"
 : >"$tmp/state/log"
-PATH="$tmp/bin:$PATH" ALLOCATORS="gmlake" BUDGETS="13" bash "$tmp/root/bench/gpu/run_fit.sh" "$tmp/out2" 2>/dev/null
-check "a ballast never ready: recorded, no run" "1 0" \
-  "$(grep -c '"error":"ballast not ready for 13 MiB"' "$tmp/out2/fit.jsonl") $(grep -c '^run' "$tmp/state/log")"
+PATH="$tmp/bin:$PATH" ALLOCATORS="gmlake" BUDGETS="13 30 20" bash "$tmp/root/bench/gpu/run_fit.sh" "$tmp/out2" 2>/dev/null
+check "a ballast never ready, one that died during its run: recorded, the next budget run, exit 0" \
+  "0|error ballast not ready for 13 MiB|error the ballast of 30 MiB ended during the run (exit 1)|result 20 0" \
+  "$?|$(python3 -c 'import json,sys
+print("|".join("error " + r["error"] if "error" in r else "result %d %d" % (r["budget_mib"], r["rc"])
+               for r in map(json.loads, open(sys.argv[1]))))' "$tmp/out2/fit.jsonl")"
+check "a run for each ready ballast (30, 20), none for 13" "2" "$(grep -c '^run' "$tmp/state/log")"
 exit $fail
