@@ -4,6 +4,7 @@
 // then holds the memory until its standard input ends.
 // Usage: ballast LEAVE_MIB
 #include <cstdio>
+#include <cstdint>
 #include <cstdlib>
 #include <cuda_runtime.h>
 #include <unistd.h>
@@ -17,7 +18,12 @@ int main(int argc, char **argv)
         fprintf(stderr, "usage: ballast LEAVE_MIB (a whole number of MiB to leave free)\n");
         return 2;
     }
-    const size_t MiB = 1 << 20, want = (size_t)leave * MiB;
+    const size_t MiB = 1 << 20;
+    if ((size_t)leave > SIZE_MAX / MiB) {
+        fprintf(stderr, "ballast: %ld MiB is more than any device\n", leave);
+        return 2;
+    }
+    const size_t want = (size_t)leave * MiB;
     size_t free_b = 0, total = 0;
     if (cudaMemGetInfo(&free_b, &total) != cudaSuccess) {
         fprintf(stderr, "ballast: no GPU (cudaMemGetInfo failed)\n");
@@ -33,7 +39,10 @@ int main(int argc, char **argv)
                 break;
             }
             held.push_back(p);
-            cudaMemGetInfo(&free_b, &total);
+            if (cudaMemGetInfo(&free_b, &total) != cudaSuccess) {
+                fprintf(stderr, "ballast: cudaMemGetInfo failed\n");
+                return 1;
+            }
         }
     }
     if (free_b > want + 2 * MiB) {

@@ -1,17 +1,20 @@
 #!/usr/bin/env bash
 # bench/gpu/run_fit.sh — on how much memory does a job run under each allocator?  For each budget
 # (MiB of device memory left free for the job, the rest taken by bench/gpu/ballast, a process of
-# its own without gmlake) and each allocator, one run of bench/gpu/train.py: did it finish, or
-# die of running out of memory?  The GPU's side of `gmlake replay --fit` (docs/MODELS.md "What
+# its own without gmlake) and each allocator, one run of bench/gpu/train.py (WORKLOAD ddp or
+# fsdp2: bench/gpu/dist_train.py under torchrun, a world of one GPU): did it finish, or die of
+# running out of memory?  The GPU's side of `gmlake replay --fit` (docs/MODELS.md "What
 # fits where").
 # Usage: [WORKLOAD=gpt2] [BUDGETS="10900 11400 12900"] [ALLOCATORS="gmlake expandable native"]
-#        [BUDGET=450] [RUN_TIMEOUT=150] bench/gpu/run_fit.sh [OUTDIR]
+#        [BUDGET=450] [RUN_TIMEOUT=150] [BALLAST_WAIT=60] bench/gpu/run_fit.sh [OUTDIR]
+# (BALLAST_WAIT: seconds a ballast has to end once its run is over, twice that to get ready)
 # Allocator names as bench/gpu/lib.sh says; the order rotates by one at each budget.  Each run
 # appends one line to OUTDIR/fit.jsonl: workload, allocator, budget_mib, free_mib (what the
 # ballast left), rc, oom (the run's errors say it ran out of memory), and, where it finished,
-# train.py's NVML peak above its baseline (nvml_peak_mib), torch.cuda.max_memory_reserved()
+# the NVML peak above the job's baseline (nvml_peak_mib), torch.cuda.max_memory_reserved()
 # (torch_peak_reserved_mib: under gmlake, its pool's, which gmlake answers), the last loss and the
-# step times (first17_s: the mean of the first 17 steps; steady_s: the median after warm-up); a
+# step times (train.py: first17_s, the mean of the first 17 steps; steady_s, the median after
+# warm-up; dist_train.py: first_s, the mean of its warm-up steps; steady_s, the median after); a
 # ballast that is never ready, or that ends during the run (the job then had more memory than its
 # budget), gives an error line instead.
 set -uo pipefail
@@ -20,6 +23,7 @@ source "$(dirname "$0")/lib.sh"
 [ -n "${ALLOCATORS:-}" ] || allocators=(gmlake expandable native)
 workload=${WORKLOAD:-gpt2}
 read -r -a budgets <<<"${BUDGETS:-10900 11400 12900}"
+ballast_wait=${BALLAST_WAIT:-60}
 res=$out/fit.jsonl
 record_error() { printf '{"workload":"%s","allocator":"%s","error":"%s"}\n' "$1" "$2" "$3" >>"$res"; }
 build_missing
@@ -41,7 +45,7 @@ for ((k = 0; k < ${#budgets[@]}; k++)); do
     bal_pid=$!
     exec {bal_out}<&"${BAL[0]}" {bal_in}>&"${BAL[1]}" {BAL[1]}>&-
     ready=""
-    read -t 120 -r ready <&"$bal_out" || true
+    read -t $((2 * ballast_wait)) -r ready <&"$bal_out" || true
     if [ "${ready%% *}" != ready ]; then
       say "$a at $b MiB: the ballast did not get ready"
       record_error "$workload" "$a" "ballast not ready for $b MiB"
@@ -51,14 +55,21 @@ for ((k = 0; k < ${#budgets[@]}; k++)); do
     fi
     say "$a: $workload with ${ready#ready } MiB free"
     rm -f "$out/run.jsonl"
+    case $workload in
+      ddp | fsdp2) job=(python3 -m torch.distributed.run --standalone --nproc_per_node=1
+        "$root/bench/gpu/dist_train.py" --mode "$workload") ;;
+      *) job=(python3 "$root/bench/gpu/train.py" --workload "$workload") ;;
+    esac
     # shellcheck disable=SC2086 # envs is a list of words
-    env $envs timeout -k 5 "$run_timeout" python3 "$root/bench/gpu/train.py" --workload "$workload" \
-      --allocator "$a" --out "$out/run.jsonl" >"$out/last_run.txt" 2>"$out/last_err.txt"
+    timeout -k 10 "$run_timeout" env $envs "${job[@]}" --allocator "$a" --out "$out/run.jsonl" \
+      >"$out/last_run.txt" 2>"$out/last_err.txt"
     rc=$?
     exec {bal_in}>&-
     ended=""
-    read -t 60 -r ended <&"$bal_out" || true
+    read -t "$ballast_wait" -r ended <&"$bal_out" || true
     exec {bal_out}<&-
+    # a ballast stuck in CUDA never ends: killed with its coprocess rather than waited for
+    [ -n "$ended" ] || { pkill -KILL -P "$bal_pid" 2>/dev/null; kill -KILL "$bal_pid" 2>/dev/null; }
     wait "$bal_pid" 2>/dev/null
     cat "$out/last_run.txt" "$out/last_err.txt" >>"$log"
     if [ "$ended" != "exit 0" ]; then # it died during the run: the job had more than its budget
@@ -78,11 +89,18 @@ if os.path.exists(run):
         rows = [json.loads(l) for l in f if l.strip()]
     if rows:
         r = rows[-1]
-        line["nvml_peak_mib"] = round((r.get("nvml_peak_used", 0) - r.get("nvml_baseline_used", 0)) / 2**20)
-        line["torch_peak_reserved_mib"] = round(r.get("torch_peak_reserved", 0) / 2**20)
-        line["loss"] = r.get("loss")
-        line["first17_s"] = r.get("first17_s_per_step")
-        line["steady_s"] = r.get("steady_s_per_step")
+        if "nvml_peak_used_mib" in r:  # dist_train.py: one figure per rank (a world of one)
+            line["nvml_peak_mib"] = round(r["nvml_peak_used_mib"][0] - r["nvml_baseline_used_mib"][0])
+            line["torch_peak_reserved_mib"] = round(r["torch_peak_reserved_mib"][0])
+            line["loss"] = r["losses"][-1] if r.get("losses") else None
+            line["first_s"] = r.get("first_s_per_step")
+            line["steady_s"] = r.get("median_s_per_step")
+        else:
+            line["nvml_peak_mib"] = round((r.get("nvml_peak_used", 0) - r.get("nvml_baseline_used", 0)) / 2**20)
+            line["torch_peak_reserved_mib"] = round(r.get("torch_peak_reserved", 0) / 2**20)
+            line["loss"] = r.get("loss")
+            line["first17_s"] = r.get("first17_s_per_step")
+            line["steady_s"] = r.get("steady_s_per_step")
 with open(res, "a") as f:
     f.write(json.dumps(line) + "\n")
 PY

@@ -12,19 +12,31 @@ mkdir -p "$tmp/bin" "$tmp/root/bench/gpu" "$tmp/root/build/interpose" "$tmp/root
 cat >"$tmp/root/build/gpu/ballast" <<'SH'
 #!/usr/bin/env bash
 # the ballast's stand-in: says its budget (and any LD_PRELOAD) in the log, is ready unless the
-# budget is 13, dies once ready at 30, holds until its input ends, then says so
+# budget is 13, dies once ready at 30, never ends at 40 (stuck), holds until its input ends, then
+# says so
 echo "ballast $1 preload=${LD_PRELOAD:-none}" >>"$FIT_TEST_DIR/log"
 [ "$1" = 13 ] && exit 1
 echo "ready $(($1 - 1))"
 [ "$1" = 30 ] && exit 1
+[ "$1" = 40 ] && exec sleep 1000
 cat >/dev/null
 echo "ballast $1 done" >>"$FIT_TEST_DIR/log"
 SH
 cat >"$tmp/bin/python3" <<'PY'
 #!/usr/bin/env bash
 # train.py's stand-in: under expandable segments at budget 10 it runs out of memory (exit 1);
-# else it writes a result line with NVML 5000 MiB above a 1000 MiB baseline
-case "$*" in *train.py*) ;; *) exec "$FIT_TEST_PYTHON" "$@" ;; esac
+# else it writes a result line with NVML 5000 MiB above a 1000 MiB baseline.  dist_train.py's
+# under torchrun: a result line with one figure per rank
+case "$*" in
+  "-m torch.distributed.run --standalone --nproc_per_node=1 "*dist_train.py" --mode ddp --allocator "*)
+    all="$*"
+    out=${all##*--out }
+    echo "dist $all" >>"$FIT_TEST_DIR/log"
+    echo '{"nvml_peak_used_mib": [7000.4], "nvml_baseline_used_mib": [1000.0], "torch_peak_reserved_mib": [5000.2], "losses": [3.0, 2.0], "first_s_per_step": 0.5, "median_s_per_step": 0.2}' >>"$out"
+    exit 0 ;;
+  *train.py*) ;;
+  *) exec "$FIT_TEST_PYTHON" "$@" ;;
+esac
 all="$*"
 out=${all##*--out }
 out=${out%% *}
@@ -61,4 +73,15 @@ check "a ballast never ready, one that died during its run: recorded, the next b
 print("|".join("error " + r["error"] if "error" in r else "result %d %d" % (r["budget_mib"], r["rc"])
                for r in map(json.loads, open(sys.argv[1]))))' "$tmp/out2/fit.jsonl")"
 check "a run for each ready ballast (30, 20), none for 13" "2" "$(grep -c '^run' "$tmp/state/log")"
+: >"$tmp/state/log"
+PATH="$tmp/bin:$PATH" WORKLOAD=ddp ALLOCATORS="gmlake" BUDGETS="20" bash "$tmp/root/bench/gpu/run_fit.sh" "$tmp/out3" 2>/dev/null
+check "ddp: dist_train.py under torchrun, rank 0's figures, its warm-up and median steps" \
+  "0 1 ddp 6000 5000 2.0 0.5 0.2" "$? $(grep -c '^dist .*dist_train.py --mode ddp --allocator gmlake --out ' "$tmp/state/log") $(python3 -c 'import json,sys
+r = json.loads(open(sys.argv[1]).readline())
+print(r["workload"], r["nvml_peak_mib"], r["torch_peak_reserved_mib"], r["loss"], r["first_s"], r["steady_s"])' "$tmp/out3/fit.jsonl")"
+start=$SECONDS
+PATH="$tmp/bin:$PATH" ALLOCATORS="gmlake" BUDGETS="40 20" BALLAST_WAIT=1 bash "$tmp/root/bench/gpu/run_fit.sh" "$tmp/out4" 2>/dev/null
+check "a ballast that never ends: killed, an error line, the next budget run, within seconds" \
+  "0 1 1 yes" "$? $(grep -c '"error":"the ballast of 40 MiB ended during the run (no status)"' "$tmp/out4/fit.jsonl") $(grep -c '"budget_mib": 20' "$tmp/out4/fit.jsonl") $([ $((SECONDS - start)) -lt 30 ] && echo yes || echo no)"
+check "no stuck ballast left behind" "0" "$(pgrep -f 'sleep 1000' -c || true)"
 exit $fail

@@ -24,6 +24,21 @@ for l in open(sys.argv[1]):
     d = json.loads(l)
     print(d["policy"], d["fits_in_bytes"], d["peak_active_bytes"], d["peak_reserved_bytes"])' fit.jsonl)
 
+# the GPU lag reaches every probe: gmlake's fit at --gpu-lag 2000 holds at that lag (on the DDP
+# job, whose fit the lag moves: 8,620 MiB at lag 0, 8,604 at 2 ms, so probes made without the lag
+# would report a fit that one chunk less still serves at 2 ms)
+T=$src/bench/traces/jobs/ddp.trace.gz
+"$R" --json --fit --policy gmlake --gpu-lag 2000 "$T" >lag.jsonl 2>/dev/null
+read -r fit replays < <(python3 -c 'import json,sys
+d = json.loads(open(sys.argv[1]).readline()); print(d["fits_in_bytes"], d["fit_replays"])' lag.jsonl)
+check "--gpu-lag 2000: fit_replays a count of probes (1 to 40)" "yes" \
+  "$([ "$replays" -ge 1 ] && [ "$replays" -le 40 ] && echo yes || echo "no: $replays")"
+"$R" --json --policy gmlake --gpu-lag 2000 --capacity "$fit" "$T" >at.jsonl 2>/dev/null
+check "--gpu-lag 2000: its fit serves the trace at that lag" "0 1" "$? $(grep -c '"complete":true' at.jsonl)"
+"$R" --json --policy gmlake --gpu-lag 2000 --capacity "$((fit - 2097152))" "$T" >below.jsonl 2>/dev/null
+check "--gpu-lag 2000: one chunk less fails at that lag" "1 1" "$? $(grep -c '"complete":false' below.jsonl)"
+
+T=$src/bench/traces/mixtral_moe.trace.gz
 # a device too small for pytorch's peak but not for gmlake's fit: pytorch still fits below its
 # peak (it gives its cache back under pressure); on 23,000 MiB it does not fit at all
 "$R" --json --fit --policy pytorch,gmlake --capacity 23000MiB "$T" >small.jsonl 2>small.err
