@@ -33,8 +33,8 @@
  * Decisions owned here (one function each)
  *  best fit            gml_best_fit (blocks.c): smallest block >= need among the serving bins.
  *  cross-stream reuse  gml_bin_serves (bins.c); promotion gml_promote (streams.c).
- *  growth unit, amount gml_grow (arena.c, its plan_growth).
- *  release             gml_release_free_chunks (arena.c): whole unpinned chunks of the ready bin.
+ *  growth unit, amount gml_grow (arena.c, its extent_unit and plan_growth).
+ *  release             gml_release_free_chunks (arena.c): whole unpinned extents of the ready bin.
  *
  * Invariants (gml_heap_check)
  *  H1 every mapped slot lies in exactly one extent (its head slot holds the handle and the length)
@@ -51,7 +51,8 @@
  *     bin is in heap->cand_* by its largest block (or marked to be placed again);
  *     heap->small_whole lists the free whole small chunks.
  * Functions returning int give GMLAKE_OK, GMLAKE_ERR_NOMEM (device, limit or host memory) or
- * GMLAKE_ERR_DEVICE (the driver failed; everything done so far is undone).
+ * GMLAKE_ERR_DEVICE (the driver failed; everything done so far is undone); also GMLAKE_ERR_INVALID
+ * (settings: gml_heap_settings_check, gml_heap_init) and GMLAKE_ERR_CORRUPT (gml_heap_check).
  */
 #ifndef GML_HEAP_H
 #define GML_HEAP_H
@@ -300,7 +301,7 @@ int gml_grow(gml_heap *h, gml_bin *bin, int space, enum gml_grow_goal goal, size
 int gml_small_refill(gml_heap *h, gml_bin *bin);
 /* Moves every fully free small chunk back to the large space; returns how many. */
 size_t gml_small_reclaim(gml_heap *h);
-/* Returns to the device every whole unpinned chunk of the free blocks that every stream may use
+/* Returns to the device every whole unpinned extent of the free blocks that every stream may use
  * (the ready bin); the caller promotes what it can first.  Returns the number of chunks. */
 size_t gml_release_free_chunks(gml_heap *h);
 static inline void gml_chunk_pin(gml_heap *h, size_t slot) { h->slots[slot].pins++; }

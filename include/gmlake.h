@@ -8,7 +8,8 @@
  * figures, or to return cached memory to the GPU, may call these functions; it can look them up
  * with dlsym(RTLD_DEFAULT, "gmlake_get_stats") to stay runnable without gmlake.
  *
- * Every function returns a gmlake_status: GMLAKE_OK (0) on success, another value on failure.
+ * Every function returning int but gmlake_enabled returns a gmlake_status: GMLAKE_OK (0) on
+ * success, another value on failure.
  * Functions never abort the process.  `device` is a CUDA device ordinal; a device whose pool was
  * never created (no allocation served there yet) answers GMLAKE_ERR_NO_POOL.
  */
@@ -104,7 +105,8 @@ GMLAKE_API size_t gmlake_stats_size(void);
  * output may be NULL.  Kept out of gmlake_stats so that its layout stays what programs built
  * against earlier headers pass in. */
 GMLAKE_API int gmlake_get_host_seconds(int device, double *alloc_seconds, double *free_seconds);
-/* Return every cached free chunk of `device` to the GPU (waits for the device first; while a CUDA
+/* Return every cached free extent of `device` to the GPU (a free chunk whose extent a live
+ * allocation shares stays; waits for the device first; while a CUDA
  * graph capture may be under way in the process, where that wait is an unsafe call, it does not
  * wait and returns only the chunks known idle).  In a child forked after gmlake started, where
  * CUDA cannot be used: GMLAKE_ERR_DEVICE, nothing done. */
@@ -115,7 +117,8 @@ GMLAKE_API int gmlake_reset_peak_stats(int device);
  * (GMLAKE_ENABLE=0, settings it refused: every allocation goes to CUDA) or in a child forked after
  * it started.  Loads the settings on its first call, as the first CUDA call would. */
 GMLAKE_API int gmlake_enabled(void);
-/* Run the whole-pool consistency checker; GMLAKE_ERR_CORRUPT names nothing, the log does. */
+/* Run the whole-pool consistency checker; GMLAKE_ERR_CORRUPT names nothing, a line on standard
+ * error does. */
 GMLAKE_API int gmlake_check(int device);
 /* The live allocation of gmlake's (any device) that holds ptr: its first byte into *base and the
  * bytes asked for into *size.  GMLAKE_ERR_INVALID when ptr lies in none (memory gmlake did not

@@ -64,11 +64,11 @@
  *   hooktable.c   the hook table; dlsym, cuGetProcAddress, cudaGetDriverEntryPoint hand hooks out
  *   hooks.c       the hooks of allocation, free, memory info, pools, streams, peers, IPC
  *   pointer.c     the pointer queries (address range, range attributes, retain) about gmlake memory
+ *   reset.c       the device resets (cudaDeviceReset, cuDevicePrimaryCtxReset): the pool first;
+ *                 contexts that end (cuCtxDestroy, cuDevicePrimaryCtxRelease): their events first
  *   capture.c, pytorch_env.c      the Begin/EndCapture hooks; PyTorch's route (the constructor)
  *   graphmem.c    the memory of graph captures, held for the graph's life
  *   lifecycle.c   the start on the first hook call (trace, summary, fork handlers), gml_serving
- *   reset.c       the device resets (cudaDeviceReset, cuDevicePrimaryCtxReset): the pool first;
- *                 contexts that end (cuCtxDestroy, cuDevicePrimaryCtxRelease): their events first
  *   ipc.c, report.c, summary.c    IPC of gmlake memory; out-of-memory report; exit summary
  *   pools.c, trace.c              the per-device pools; the trace recorder
  *   owner.c       which pool owns a pointer

@@ -97,7 +97,7 @@ void gml_pool_arena(const gml_pool *p, uintptr_t *lo, uintptr_t *hi);
 /* Whether ptr lies in memory this pool manages (home arena or a stitched range). */
 bool gml_pool_owns(gml_pool *p, uintptr_t ptr);
 
-/* Waits for the device, then returns every free chunk to it and tears down cached stitches;
+/* Waits for the device, then returns every wholly free extent to it and tears down cached stitches;
  * GMLAKE_ERR_DEVICE if the wait failed (the cache is then released only as far as it is known
  * idle). */
 int gml_pool_empty_cache(gml_pool *p);

@@ -2,7 +2,7 @@
  * registry.h — tier 3 (with pool.h): the process's pools, one per CUDA device ordinal, behind the
  * public gmlake_* API.
  * A pool is installed once (by the interposer on first use of a device, or by a test) and stays
- * until gml_registry_clear.  Lookups are lock-free reads of an atomic pointer.
+ * until gml_registry_take removes it.  Lookups are lock-free reads of an atomic pointer.
  */
 #ifndef GML_REGISTRY_H
 #define GML_REGISTRY_H
