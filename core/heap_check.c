@@ -1,5 +1,5 @@
 /*
- * heap_check.c — the heap's consistency checker (invariants H1..H5 of heap.h) and its free-memory
+ * heap_check.c — the heap's consistency checker (invariants H1..H6 of heap.h) and its free-memory
  * figures (tier 1).  The checker rebuilds the picture from the records (every free block of the
  * bins, plus the LIVE and HELD blocks the layers above hold, sorted by address) independently of
  * the slot owners and links, which it then verifies.  O(blocks log blocks + slots).

@@ -193,7 +193,7 @@ __asm__(".text\n"
         "  .cfi_endproc\n"
         ".size dlsym, .-dlsym\n");
 #else
-#error "interpose/resolve.c: the dlsym trampoline is written for x86_64 and aarch64 only"
+#error "interpose/hooktable.c: the dlsym trampoline is written for x86_64 and aarch64 only"
 #endif
 
 /* Every dlsym but RTLD_NEXT (see above).  Touches no gmlake state unless `name` is one of the

@@ -3,7 +3,7 @@
  * (gml_enabled, once) the settings load (settings.c) and, with gmlake on, the trace file is set
  * (trace.c), the exit summary registered (summary.c) and the fork handlers installed; and whether
  * a hook serves a call (gml_serving).  Above every file it starts or locks; only the hooks
- * (hooks.c, hooktable.c) and pytorch_env.c's constructor call it.
+ * (hooks.c, hooktable.c, pointer.c, reset.c) and pytorch_env.c's constructor call it.
  *
  * Fork: CUDA cannot be used in a forked child (its calls fail there).  The handlers take every
  * gmlake lock around fork (pool creation, trace, each pool, the cuda devices', log, the
