@@ -56,10 +56,25 @@ gml_ensure_test_deps() {
 # gml_ensure_build DIR [meson options...]: configure DIR if needed, then build it.  What meson and
 # ninja print goes to DIR/gmlake-build.log; ninja's progress lines ([n/N] ...) also go to stderr,
 # and on a failure the tail of the log says why.  A build that succeeded leaves DIR/gmlake-build.ok.
+# One build of DIR at a time (DIR/.gmlake-build.lock, flock): two gmlake commands started at once
+# would run two ninjas in one folder, which corrupts its records (tests/deps_lock.sh).
 gml_ensure_build() {
+  local dir=$1 lockfd rc
+  mkdir -p "$dir" || return 1
+  if command -v flock >/dev/null && exec {lockfd}>>"$dir/.gmlake-build.lock"; then
+    flock "$lockfd" || true # a folder that cannot be locked (some network file systems): built unlocked
+    rc=0
+    gml_build_locked "$@" || rc=$?
+    exec {lockfd}>&-
+    return $rc
+  fi
+  gml_build_locked "$@"
+}
+
+# gml_ensure_build's work, with the lock held (or none to take).
+gml_build_locked() {
   local dir=$1 log rc
   shift
-  mkdir -p "$dir"
   log=$(cd "$dir" && pwd)/gmlake-build.log
   : >"$log"
   if [ ! -f "$dir/build.ninja" ]; then
