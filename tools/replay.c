@@ -152,12 +152,13 @@ static void json_line(const char *trace, const run *x, const run *ref)
         first = false;
     }
     printf("}");
-    if (x->fit_asked && x->fit.bytes)
-        printf(",\"fits_in_bytes\":%lu", (unsigned long)x->fit.bytes);
-    else if (x->fit_asked)
-        printf(",\"fits_in_bytes\":null");
-    if (x->fit_asked)
+    if (x->fit_asked) {
+        if (x->fit.bytes)
+            printf(",\"fits_in_bytes\":%lu", (unsigned long)x->fit.bytes);
+        else
+            printf(",\"fits_in_bytes\":null");
         printf(",\"fit_replays\":%u", x->fit.replays);
+    }
     printf(",\"device_seconds\":%.6f,\"device_seconds_second_half\":%.6f,"
            "\"replay_seconds\":%.3f}\n",
            r->device_seconds, r->device_seconds_second_half, r->seconds);
@@ -235,7 +236,6 @@ static const char *long_name(int c)
     case 'l': return "--label";
     case 'S': return "--stream-ordered";
     case 'g': return "--gpu-lag";
-    case 'f': return "--fit";
     default: return "an option";
     }
 }

@@ -79,6 +79,9 @@ def _lib():
         if host is not None:
             host.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_double), ctypes.POINTER(ctypes.c_double)]
             host.restype = ctypes.c_int
+        size = getattr(proc, "gmlake_stats_size", None)  # absent from libraries before it
+        if size is not None:
+            size.argtypes, size.restype = [], ctypes.c_size_t
         _api = proc
     return _api or None
 
@@ -92,7 +95,6 @@ def _check_layout(lib):
     the same kinds would otherwise be written past _Stats unseen."""
     size = getattr(lib, "gmlake_stats_size", None)  # absent from libraries before it
     if size is not None:
-        size.argtypes, size.restype = [], ctypes.c_size_t
         theirs, ours = size(), ctypes.sizeof(_Stats)
         if theirs != ours:
             raise GmlakeError("the preloaded libgmlake is %s than this gmlake package (its "

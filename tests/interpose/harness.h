@@ -142,4 +142,14 @@ int main(int argc, char **argv)
     return ok == gmt_count ? 0 : 1;
 }
 
+/* Records this test process's gmlake trace into a new temporary file (path: a mkstemp template,
+ * filled in); call before the first hook call. */
+static inline void trace_to(char *path)
+{
+    int fd = mkstemp(path);
+    cr_assert_geq(fd, 0);
+    close(fd);
+    setenv("GMLAKE_TRACE_FILE", path, 1);
+}
+
 #endif /* GML_TEST_HARNESS_H */

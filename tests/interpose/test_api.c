@@ -56,12 +56,19 @@ static void expect_bad_pointers(void)
     }
 }
 
-Test(api, bad_arguments_before_and_after_the_first_allocation)
+/* Every device of no_pool answers as one without a pool, and what takes no device refuses bad
+ * pointers: before and after allocations alike. */
+static void expect_no_pools_and_bad_pointers(void)
 {
-    expect_no_pool(0); /* no CUDA call yet */
     for (size_t i = 0; i < sizeof no_pool / sizeof *no_pool; i++)
         expect_no_pool(no_pool[i]);
     expect_bad_pointers();
+}
+
+Test(api, bad_arguments_before_and_after_the_first_allocation)
+{
+    expect_no_pool(0); /* no CUDA call yet */
+    expect_no_pools_and_bad_pointers();
     cr_assert_eq(gmlake_enabled(), 1, "on, before any CUDA call too");
     void *p, *q;
     cr_assert_eq(cudaMalloc(&p, 3 * MiB), cudaSuccess);
@@ -69,9 +76,7 @@ Test(api, bad_arguments_before_and_after_the_first_allocation)
     cr_assert_eq(cudaFree(q), cudaSuccess);
     gmlake_stats before, after;
     cr_assert_eq(gmlake_get_stats(0, &before), GMLAKE_OK);
-    for (size_t i = 0; i < sizeof no_pool / sizeof *no_pool; i++)
-        expect_no_pool(no_pool[i]);
-    expect_bad_pointers();
+    expect_no_pools_and_bad_pointers();
     void *base;
     size_t size;
     cr_expect_eq(gmlake_allocation_range(q, &base, &size), GMLAKE_ERR_INVALID, "freed");
@@ -115,9 +120,7 @@ Test(api, with_gmlake_off_no_device_has_a_pool)
     void *p;
     cr_assert_eq(cudaMalloc(&p, 3 * MiB), cudaSuccess);
     expect_no_pool(0);
-    for (size_t i = 0; i < sizeof no_pool / sizeof *no_pool; i++)
-        expect_no_pool(no_pool[i]);
-    expect_bad_pointers();
+    expect_no_pools_and_bad_pointers();
     void *base;
     size_t size;
     cr_expect_eq(gmlake_allocation_range(p, &base, &size), GMLAKE_ERR_INVALID, "CUDA's memory");
@@ -212,10 +215,7 @@ Test(api, many_threads_ask_while_others_allocate)
 Test(api, empty_cache_in_a_forked_child_leaves_the_pool_and_the_trace)
 {
     char path[] = "/tmp/gmlake-api-trace-XXXXXX";
-    int fd = mkstemp(path);
-    cr_assert_geq(fd, 0);
-    close(fd);
-    setenv("GMLAKE_TRACE_FILE", path, 1); /* before the first hook call of this test process */
+    trace_to(path); /* before the first hook call of this test process */
     void *p, *q;
     cr_assert_eq(cudaMalloc(&p, 3 * MiB), cudaSuccess);
     cr_assert_eq(cudaMalloc(&q, 5 * MiB), cudaSuccess);

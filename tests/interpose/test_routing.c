@@ -197,10 +197,7 @@ Test(routing, memory_pool_attributes_speak_of_gmlake)
 Test(routing, trace_file_records_a_replayable_trace)
 {
     char path[] = "/tmp/gmlake-trace-XXXXXX";
-    int fd = mkstemp(path);
-    cr_assert_geq(fd, 0);
-    close(fd);
-    setenv("GMLAKE_TRACE_FILE", path, 1); /* before the first hook call of this test process */
+    trace_to(path); /* before the first hook call of this test process */
     void *a, *b;
     cr_assert_eq(cudaMalloc(&a, 3 * MiB), cudaSuccess);
     cr_assert_eq(cudaMallocAsync(&b, 4096, (cudaStream_t)0x20), cudaSuccess);

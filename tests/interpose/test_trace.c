@@ -22,15 +22,6 @@ static void *churn(void *arg)
     return NULL;
 }
 
-/* Records this process's trace into a new temporary file (path: a mkstemp template). */
-static void trace_to(char *path)
-{
-    int fd = mkstemp(path);
-    cr_assert_geq(fd, 0);
-    close(fd);
-    setenv("GMLAKE_TRACE_FILE", path, 1); /* before the first hook call */
-}
-
 typedef struct live {
     uintptr_t ptr;
     UT_hash_handle hh;
