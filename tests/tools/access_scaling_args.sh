@@ -28,4 +28,4 @@ refused "33 counts" "'32'" $(seq 0 32)
 refused "reps 0" "--reps 1..1000" --reps 0
 refused "k too large" "--k 1..4096" --k 5000
 refused "reps without a value" "'--reps'" --reps
-exit $fail
+exit "$fail"
