@@ -19,7 +19,9 @@
  *
  * Streams: each stream key has simulated work (gml_sim_launch / gml_sim_finish); an event
  * completes once the work its stream had at the record has completed (and, in manual mode, once
- * the test completed it), so a block handed to a stream too early shows up in the tests.
+ * the test completed it), so a block handed to a stream too early shows up in the tests.  That
+ * work, its events and GPU-side waits are sim_work.c's; this file takes the lock, injects the
+ * tests' failures and charges each call around it.
  *
  * The sim checks what the CUDA driver checks (mapping into a reservation, no overlap, unmapping
  * whole mappings, freeing only unmapped reservations) and fails such calls with
@@ -33,7 +35,7 @@
 #include "device.h"
 
 #include "cost.h"
-#include "vec.h"
+#include "sim_work.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -76,32 +78,6 @@ typedef struct sim_unit_map {
     UT_hash_handle hh;
 } sim_unit_map;
 
-/* A stream's simulated work: units submitted (gml_sim_launch) and completed. */
-typedef struct sim_stream sim_stream;
-/* A stream_wait: the stream's work from unit `unit` on runs after src's work up to src_target. */
-typedef struct sim_gate {
-    uint64_t unit;
-    sim_stream *src;
-    uint64_t src_target;
-} sim_gate;
-
-struct sim_stream {
-    gml_stream key;
-    uint64_t submitted, completed;
-    uint64_t need;   /* propagate()'s answer for this stream, valid when need_gen is current */
-    uint64_t need_gen;
-    sim_gate *gates; /* in unit order */
-    size_t ngates, cap;
-    UT_hash_handle hh;
-};
-
-typedef struct sim_event {
-    bool done;         /* manual mode: completed by gml_sim_complete_events or a wait */
-    sim_stream *s;     /* the stream recorded on, NULL before the first record */
-    uint64_t target;   /* its units submitted at the record */
-    struct sim_event *next, *prev;
-} sim_event;
-
 typedef struct sim {
     pthread_mutex_t mu;
     gml_sim_config cfg;
@@ -114,18 +90,13 @@ typedef struct sim {
     size_t nmappings;
     sim_resv *resv;
     size_t nresv;
-    sim_event *events;
-    sim_stream *streams;
-    bool manual;
+    sim_work w; /* streams, events, GPU-side waits (sim_work.c) */
     uintptr_t fake_next;
     int fail_kind, fail_nth;
     int hook_kind;                 /* tests: hook(hook_arg) runs before each call of hook_kind */
     void (*hook)(void *);
     void *hook_arg;
     double charged_by[GMLAKE_DC_COUNT]; /* estimated driver seconds of the successful calls, by kind */
-    /* propagate()'s scratch, under the lock: the streams it reached and its work list */
-    uint64_t prop_gen;
-    GML_VEC(sim_stream *) reach, work;
 } sim;
 
 static sim *sim_of(gml_device *dev) { return (sim *)dev->ctx; }
@@ -495,145 +466,45 @@ out:
 static int sim_event_create(void *ctx, gml_event *out)
 {
     sim *s = ctx;
-    sim_event *e = calloc(1, sizeof *e);
-    if (!e)
-        return GMLAKE_ERR_DEVICE;
-    e->done = true;
     pthread_mutex_lock(&s->mu);
-    charge(s, GMLAKE_DC_EVENT_CREATE, 0);
-    e->next = s->events;
-    if (s->events)
-        s->events->prev = e;
-    s->events = e;
+    sim_event *e = sim_work_event_new(&s->w);
+    if (e)
+        charge(s, GMLAKE_DC_EVENT_CREATE, 0);
     pthread_mutex_unlock(&s->mu);
     *out = e;
-    return GMLAKE_OK;
+    return e ? GMLAKE_OK : GMLAKE_ERR_DEVICE;
 }
 
 static int sim_event_destroy(void *ctx, gml_event ev)
 {
     sim *s = ctx;
-    sim_event *e = ev;
     pthread_mutex_lock(&s->mu);
     charge(s, GMLAKE_DC_EVENT_DESTROY, 0);
-    if (e->prev)
-        e->prev->next = e->next;
-    else
-        s->events = e->next;
-    if (e->next)
-        e->next->prev = e->prev;
+    sim_work_event_free(&s->w, ev);
     pthread_mutex_unlock(&s->mu);
-    free(e);
     return GMLAKE_OK;
-}
-
-/* With the lock held: the stream of key k (created on first use), NULL on host OOM. */
-static sim_stream *stream_of(sim *s, gml_stream k)
-{
-    sim_stream *st = NULL;
-    HASH_FIND(hh, s->streams, &k, sizeof k, st);
-    if (!st && (st = calloc(1, sizeof *st))) {
-        st->key = k;
-        HASH_ADD(hh, s->streams, key, sizeof st->key, st);
-    }
-    return st;
 }
 
 static int sim_event_record(void *ctx, gml_event ev, gml_stream key)
 {
     sim *s = ctx;
-    sim_event *e = ev;
     pthread_mutex_lock(&s->mu);
-    /* a stream that no work was launched on has none to wait for: no record of it is made (a
-     * record per stream made a table as large as the streams of a stream-per-request replay) */
-    sim_stream *st = e->s && e->s->key == key ? e->s : NULL; /* recorded there before */
-    if (!st)
-        HASH_FIND(hh, s->streams, &key, sizeof key, st);
     int rc = injected(s, GMLAKE_DC_EVENT_RECORD) ? GMLAKE_ERR_DEVICE : GMLAKE_OK;
     if (rc == GMLAKE_OK) {
-        e->done = !s->manual;
-        e->s = st;
-        e->target = st ? st->submitted : 0;
+        sim_work_record(&s->w, ev, key);
         charge(s, GMLAKE_DC_EVENT_RECORD, 0);
     }
     pthread_mutex_unlock(&s->mu);
     return rc;
 }
 
-/* Finds the streams whose work st's work up to `target` runs after, through the GPU-side waits
- * (stream_wait) before it, theirs, and so on: each one's `need` (the unit of its work) in
- * s->reach, st first.  A work list to a fixed point, touching only the streams the
- * waits name (a wait names work already submitted, so it ends).  False on host out of memory. */
-static bool propagate(sim *s, sim_stream *st, uint64_t target)
-{
-    uint64_t gen = ++s->prop_gen;
-    s->reach.n = s->work.n = 0;
-    st->need = target;
-    st->need_gen = gen;
-    if (!gml_vec_push(&s->reach, st) || !gml_vec_push(&s->work, st))
-        return false;
-    while (s->work.n) {
-        sim_stream *t = s->work.v[--s->work.n];
-        for (size_t i = 0; i < t->ngates && t->gates[i].unit <= t->need; i++) {
-            sim_stream *src = t->gates[i].src;
-            if (src->need_gen != gen) {
-                src->need_gen = gen;
-                src->need = 0;
-                if (!gml_vec_push(&s->reach, src))
-                    return false;
-            }
-            if (src->need < t->gates[i].src_target) {
-                src->need = t->gates[i].src_target;
-                if (!gml_vec_push(&s->work, src))
-                    return false;
-            }
-        }
-    }
-    return true;
-}
-
-/* Whether st's work up to `target` has completed: its own units, and the work of the streams it
- * waited for before then (stream_wait). */
-static bool reached(sim *s, sim_stream *st, uint64_t target)
-{
-    if (st->completed < target || !propagate(s, st, target))
-        return false;
-    for (size_t i = 0; i < s->reach.n; i++)
-        if (s->reach.v[i]->completed < s->reach.v[i]->need)
-            return false;
-    return true;
-}
-
-/* Completes st's work up to target, and what it waited for. */
-static void complete_to(sim *s, sim_stream *st, uint64_t target)
-{
-    if (st->completed < target)
-        st->completed = target;
-    if (!propagate(s, st, target))
-        return; /* host out of memory: what it waited for stays as it was */
-    for (size_t i = 0; i < s->reach.n; i++)
-        if (s->reach.v[i]->completed < s->reach.v[i]->need)
-            s->reach.v[i]->completed = s->reach.v[i]->need;
-}
-
-static bool event_done(sim *s, const sim_event *e) { return e->done && (!e->s || reached(s, e->s, e->target)); }
-
 static int sim_stream_wait(void *ctx, gml_stream key, gml_event ev)
 {
     sim *s = ctx;
-    sim_event *e = ev;
     pthread_mutex_lock(&s->mu);
     int rc = injected(s, GMLAKE_DC_STREAM_WAIT) ? GMLAKE_ERR_DEVICE : GMLAKE_OK;
-    if (rc == GMLAKE_OK && e->s && !reached(s, e->s, e->target)) {
-        sim_stream *st = stream_of(s, key);
-        if (!st || (st->ngates == st->cap &&
-                    !(st->gates = realloc(st->gates, (st->cap = st->cap ? 2 * st->cap : 4) * sizeof *st->gates)))) {
-            rc = GMLAKE_ERR_DEVICE; /* host out of memory: the test run is lost anyway */
-        } else {
-            st->submitted++; /* the wait is work of its own on the stream */
-            st->gates[st->ngates++] = (sim_gate){st->submitted, e->s, e->target};
-        }
-    }
+    if (rc == GMLAKE_OK && !sim_work_wait(&s->w, key, ev))
+        rc = GMLAKE_ERR_DEVICE;
     if (rc == GMLAKE_OK)
         charge(s, GMLAKE_DC_STREAM_WAIT, 0);
     pthread_mutex_unlock(&s->mu);
@@ -644,7 +515,7 @@ static int sim_event_query(void *ctx, gml_event ev)
 {
     sim *s = ctx;
     pthread_mutex_lock(&s->mu);
-    int rc = event_done(s, ev) ? GMLAKE_OK : GMLAKE_ERR_BUSY;
+    int rc = sim_work_done(&s->w, ev) ? GMLAKE_OK : GMLAKE_ERR_BUSY;
     charge(s, GMLAKE_DC_EVENT_QUERY, 0); /* "not yet" is an answer too */
     pthread_mutex_unlock(&s->mu);
     return rc;
@@ -653,22 +524,11 @@ static int sim_event_query(void *ctx, gml_event ev)
 static int sim_event_sync(void *ctx, gml_event ev)
 {
     sim *s = ctx;
-    sim_event *e = ev;
     pthread_mutex_lock(&s->mu);
-    e->done = true; /* waiting lets the simulated work finish */
-    if (e->s)
-        complete_to(s, e->s, e->target);
+    sim_work_sync(&s->w, ev);
     charge(s, GMLAKE_DC_EVENT_SYNC, 0);
     pthread_mutex_unlock(&s->mu);
     return GMLAKE_OK;
-}
-
-static void complete_all_locked(sim *s)
-{
-    for (sim_event *e = s->events; e; e = e->next)
-        e->done = true;
-    for (sim_stream *st = s->streams; st; st = st->hh.next)
-        st->completed = st->submitted;
 }
 
 static int sim_synchronize(void *ctx)
@@ -677,7 +537,7 @@ static int sim_synchronize(void *ctx)
     pthread_mutex_lock(&s->mu);
     int rc = GMLAKE_ERR_DEVICE;
     if (!injected(s, GMLAKE_DC_SYNCHRONIZE)) {
-        complete_all_locked(s);
+        sim_work_complete_all(&s->w);
         charge(s, GMLAKE_DC_SYNCHRONIZE, 0);
         rc = GMLAKE_OK;
     }
@@ -729,22 +589,10 @@ static void sim_destroy(void *ctx)
             munmap((void *)r->va, r->size);
         free(r);
     }
-    while (s->events) {
-        sim_event *e = s->events;
-        s->events = e->next;
-        free(e);
-    }
-    sim_stream *st, *stt;
-    HASH_ITER(hh, s->streams, st, stt) {
-        HASH_DEL(s->streams, st);
-        free(st->gates);
-        free(st);
-    }
+    sim_work_free(&s->w);
     if (s->memfd >= 0)
         close(s->memfd);
     free(s->unit_used);
-    gml_vec_free(&s->reach);
-    gml_vec_free(&s->work);
     pthread_mutex_destroy(&s->mu);
     free(s);
 }
@@ -864,7 +712,7 @@ void gml_sim_set_manual_events(gml_device *dev, bool manual)
 {
     sim *s = sim_of(dev);
     pthread_mutex_lock(&s->mu);
-    s->manual = manual;
+    s->w.manual = manual;
     pthread_mutex_unlock(&s->mu);
 }
 
@@ -872,20 +720,16 @@ int gml_sim_launch(gml_device *dev, gml_stream stream)
 {
     sim *s = sim_of(dev);
     pthread_mutex_lock(&s->mu);
-    sim_stream *st = stream_of(s, stream);
-    if (st)
-        st->submitted++;
+    bool ok = sim_work_launch(&s->w, stream);
     pthread_mutex_unlock(&s->mu);
-    return st ? GMLAKE_OK : GMLAKE_ERR_DEVICE;
+    return ok ? GMLAKE_OK : GMLAKE_ERR_DEVICE;
 }
 
 void gml_sim_finish(gml_device *dev, gml_stream stream)
 {
     sim *s = sim_of(dev);
     pthread_mutex_lock(&s->mu);
-    sim_stream *st = stream_of(s, stream);
-    if (st)
-        st->completed = st->submitted;
+    sim_work_finish(&s->w, stream);
     pthread_mutex_unlock(&s->mu);
 }
 
@@ -893,9 +737,7 @@ void gml_sim_finish_to(gml_device *dev, gml_stream stream, uint64_t unit)
 {
     sim *s = sim_of(dev);
     pthread_mutex_lock(&s->mu);
-    sim_stream *st = stream_of(s, stream);
-    if (st)
-        complete_to(s, st, unit < st->submitted ? unit : st->submitted);
+    sim_work_finish_to(&s->w, stream, unit);
     pthread_mutex_unlock(&s->mu);
 }
 
@@ -903,7 +745,7 @@ void gml_sim_complete_events(gml_device *dev)
 {
     sim *s = sim_of(dev);
     pthread_mutex_lock(&s->mu);
-    complete_all_locked(s);
+    sim_work_complete_all(&s->w);
     pthread_mutex_unlock(&s->mu);
 }
 
@@ -937,8 +779,7 @@ uint64_t gml_sim_submitted(gml_device *dev, gml_stream stream)
 {
     sim *s = sim_of(dev);
     pthread_mutex_lock(&s->mu);
-    sim_stream *st = stream_of(s, stream);
-    uint64_t n = st ? st->submitted : 0;
+    uint64_t n = sim_work_submitted(&s->w, stream);
     pthread_mutex_unlock(&s->mu);
     return n;
 }
@@ -947,10 +788,7 @@ bool gml_sim_ordered(gml_device *dev, gml_stream s_key, uint64_t unit, gml_strea
 {
     sim *s = sim_of(dev);
     pthread_mutex_lock(&s->mu);
-    sim_stream *st = stream_of(s, s_key), *nx = stream_of(s, next);
-    bool ok = st && reached(s, st, unit);
-    if (!ok && !now && st && nx && propagate(s, nx, UINT64_MAX)) /* after all next waited for */
-        ok = st->need_gen == s->prop_gen && st->need >= unit;
+    bool ok = sim_work_ordered(&s->w, s_key, unit, next, now);
     pthread_mutex_unlock(&s->mu);
     return ok;
 }
