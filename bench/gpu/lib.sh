@@ -10,7 +10,8 @@
 # A gmlake one may name another build: gmlake@DIR (also gmlake@DIR:KEY=VALUE, gmlake-native@DIR)
 # preloads DIR/interpose/libgmlake.so, DIR a folder of the repository's root (letters, digits, '.',
 # '_', '-'), e.g. the build of the commit before a pool change, for an A/B in one lease:
-# ALLOCATORS="gmlake gmlake@build-old".
+# ALLOCATORS="gmlake gmlake@build-old".  Each label once (two runs of one allocator a round take
+# two labels, e.g. gmlake and gmlake:log_level=info): refused with status 2 otherwise.
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 out=${1:-${OUT:-$root/build/gpu-bench}}
 mkdir -p "$out"
@@ -21,6 +22,17 @@ budget=${BUDGET:-450}
 run_timeout=${RUN_TIMEOUT:-150}
 read -r -a allocators <<<"${ALLOCATORS:-expandable cudaMallocAsync gmlake}"
 say() { echo "[$name +$((SECONDS - t0))s] $*" | tee -a "$log" >&2; }
+# each label once: report.py pairs the runs of a round by a run's order // the allocators listed,
+# which a label listed twice would shift; two runs of one allocator take two labels
+declare -A listed_=()
+for a_ in "${allocators[@]}"; do
+  if [ -n "${listed_[$a_]:-}" ]; then
+    say "ALLOCATORS lists '$a_' twice: give each run a label of its own (e.g. gmlake and gmlake:log_level=info)"
+    exit 2
+  fi
+  listed_[$a_]=1
+done
+unset listed_ a_
 lib=$root/build/interpose/libgmlake.so
 
 build_missing() { # [artifact under build/ ...]: builds with meson into build-gpu/ where build/ lacks one

@@ -25,6 +25,18 @@ check "another build with settings" \
 for a in bogus gmlake@ 'gmlake@../x' gmlake@a/b gmlake@.. expandable@build-old native:stitch=off gmlake:STITCH; do
   refused "$a"
 done
+# an allocator listed twice is refused before anything runs: report.py pairs runs by round (a
+# run's order // the allocators it lists), which a repeated label would shift (session 30: a
+# round of "expandable gmlake gmlake" paired expandable with the wrong runs)
+rep=$( (ALLOCATORS="expandable gmlake gmlake"; name=dup logname=dup.log; set -- "$tmp/dup"
+  # shellcheck source=bench/gpu/lib.sh
+  . "$src/bench/gpu/lib.sh"; echo "sourced") 2>&1)
+check "a repeated allocator: status 2" 2 "$( (ALLOCATORS="gmlake expandable gmlake"; name=dup logname=dup.log
+  set -- "$tmp/dup"; . "$src/bench/gpu/lib.sh") >/dev/null 2>&1; echo $?)"
+case "$rep" in
+  *"ALLOCATORS lists 'gmlake' twice"*) echo "ok: a repeated allocator named" ;;
+  *) echo "FAIL: a repeated allocator: '$rep'"; fail=1 ;;
+esac
 # run_env: a run whose library is missing is recorded as such, and does not start
 record_error() { echo "$1|$2|$3" >>"$tmp/errors"; }
 if run_env gpt2 gmlake@no-such-build >/dev/null; then echo "FAIL: a missing build started"; fail=1; fi
