@@ -496,6 +496,17 @@ Test(pool, bad_frees_leave_the_pool_intact)
     fx_free(&f);
 }
 
+/* Arms the failure of every call of one kind: the hook runs before each such call. */
+struct refail {
+    gml_device *dev;
+    int kind;
+};
+static void refail(void *arg)
+{
+    struct refail *r = arg;
+    gml_sim_fail_call(r->dev, r->kind, 1);
+}
+
 Test(pool, device_failures_are_reported_and_undone)
 {
     fixture f = fx_make(64 * MiB, false, no_stitch);
@@ -516,6 +527,22 @@ Test(pool, device_failures_are_reported_and_undone)
             cr_assert_eq(gml_pool_empty_cache(p), GMLAKE_OK);
             CHECK_POOL(p);
         }
+        /* a driver that keeps failing: the growth and the last resort's retry fail alike, and the
+         * caller hears of the driver's error, not of a lack of memory */
+        struct refail r = {f.dev, kinds[k]};
+        gml_sim_hook_call(f.dev, kinds[k], refail, &r);
+        uint64_t failed = stats_of(p).failed_allocations;
+        uintptr_t x = 0;
+        int rc = gml_pool_alloc(p, 6 * MiB, 0, &x);
+        gml_sim_hook_call(f.dev, kinds[k], NULL, NULL);
+        gml_sim_fail_call(f.dev, 0, 0);
+        cr_assert_eq(rc, GMLAKE_ERR_DEVICE, "call kind %d failing: rc %d", kinds[k], rc);
+        cr_assert_eq(stats_of(p).failed_allocations, failed + 1);
+        CHECK_POOL(p);
+        cr_assert_eq(gml_sim_bytes_in_use(f.dev), stats_of(p).reserved_bytes, "no leak");
+        cr_assert_eq(gml_sim_mapping_count(f.dev), 0, "nothing left mapped");
+        must_free(p, must_alloc(p, 6 * MiB, 0), 0); /* the driver recovered: served again */
+        cr_assert_eq(gml_pool_empty_cache(p), GMLAKE_OK);
     }
     fx_free(&f);
 }
