@@ -306,12 +306,32 @@ Test(streams, out_of_memory_synchronises_only_when_stream_bins_hold_blocks)
     fixture f = fx_make(16 * MiB, false, no_stitch);
     gml_pool *p = f.pool;
     gml_sim_set_manual_events(f.dev, true);
+    /* five 3 MiB blocks with no stream (cudaMalloc) fill the device (8 chunks, 1 MiB free at the
+     * top); the 2nd and 4th freed with no stream (cudaFree): 7 MiB free in the ready bin, so a 6 MiB request is within reach (it goes
+     * through the last resort), but no release makes room for it (two chunks come back, three are
+     * needed) and no stream bin holds a block: it fails with no device wait */
+    uintptr_t v[5];
+    for (int i = 0; i < 5; i++)
+        v[i] = must_alloc(p, 3 * MiB, GML_STREAM_NONE);
+    cr_assert_eq(stats_of(p).reserved_bytes, 16 * MiB, "the device is full");
+    must_free(p, v[1], GML_STREAM_NONE);
+    must_free(p, v[3], GML_STREAM_NONE);
+    cr_assert_eq(gml_pool_alloc(p, 6 * MiB, 0x10, &(uintptr_t){0}), GMLAKE_ERR_NOMEM);
+    CHECK_POOL(p);
+    gmlake_stats st = stats_of(p);
+    cr_assert_eq(st.cache_releases, 1, "the last resort ran (it released the free chunks)");
+    cr_assert_eq(st.device_calls[GMLAKE_DC_SYNCHRONIZE], 0, "nothing to wait for");
+    must_free(p, v[0], GML_STREAM_NONE);
+    must_free(p, v[2], GML_STREAM_NONE);
+    must_free(p, v[4], GML_STREAM_NONE);
+    cr_assert_eq(gml_pool_empty_cache(p), GMLAKE_OK); /* synchronises: counted from here */
+    uint64_t syncs = stats_of(p).device_calls[GMLAKE_DC_SYNCHRONIZE];
     uintptr_t a = must_alloc(p, 12 * MiB, 0x10);
     cr_assert_eq(gml_pool_alloc(p, 8 * MiB, 0x10, &(uintptr_t){0}), GMLAKE_ERR_NOMEM);
-    cr_assert_eq(stats_of(p).device_calls[GMLAKE_DC_SYNCHRONIZE], 0, "nothing to wait for");
+    cr_assert_eq(stats_of(p).device_calls[GMLAKE_DC_SYNCHRONIZE], syncs, "nothing to wait for");
     must_free(p, a, 0x10);
     must_alloc(p, 14 * MiB, 0x20); /* on 16 MiB: only with a's memory, once 0x10's work passed */
-    cr_assert_eq(stats_of(p).device_calls[GMLAKE_DC_SYNCHRONIZE], 1, "one device wait");
+    cr_assert_eq(stats_of(p).device_calls[GMLAKE_DC_SYNCHRONIZE], syncs + 1, "one device wait");
     fx_free(&f);
 }
 
