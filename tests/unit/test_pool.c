@@ -468,10 +468,14 @@ Test(pool, statistics_are_exact)
     cr_assert_eq(s.frees, 1);
     cr_assert_eq(s.live_allocations, 2);
     cr_assert_float_eq(s.utilization, (double)(6000 + 3 * MiB + 1) / (6 * MiB), 1e-12);
+    cr_assert_eq(gml_pool_empty_cache(p), GMLAKE_OK); /* c's chunks go back: reserved below its peak */
+    s = stats_of(p);
+    cr_assert_eq(s.reserved_bytes, 2 * MiB);
+    cr_assert_eq(s.peak_reserved_bytes, 6 * MiB);
     gml_pool_reset_peaks(p);
     s = stats_of(p);
     cr_assert_eq(s.peak_active_bytes, 6000);
-    cr_assert_eq(s.peak_reserved_bytes, s.reserved_bytes);
+    cr_assert_eq(s.peak_reserved_bytes, 2 * MiB, "the peak drops to what is reserved now");
     must_free(p, a, 0);
     must_free(p, b, 0);
     cr_assert_eq(stats_of(p).active_bytes, 0);
