@@ -431,9 +431,13 @@ Test(pool, steps_of_different_sizes_regrow_to_the_largest_that_recurs)
 Test(pool, a_reset_forgets_the_releases)
 {
     fixture f = fx_make(4096 * MiB, false, NULL);
-    released_steps(f.pool, 1920, 2);
+    released_steps(f.pool, 1920, 4);
     cr_assert_eq(gml_pool_reset(f.pool), GMLAKE_OK);
     cr_assert(miss_stitched(f.pool), "stitched as in a fresh pool");
+    /* two releases after the reset make a loop of 40 MiB steps: the four of before (in the ring
+     * beyond the two new ones) do not raise its mark back to 1,920 MiB */
+    released_steps(f.pool, 40, 2);
+    cr_assert(miss_stitched(f.pool), "beyond the new loop's 40 MiB: stitched");
     fx_free(&f);
 }
 
