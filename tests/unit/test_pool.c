@@ -425,6 +425,13 @@ Test(pool, steps_of_different_sizes_regrow_to_the_largest_that_recurs)
     }
     cr_assert(!miss_stitched(f.pool), "grown: the 1,920 MiB steps recur");
     fx_free(&f);
+    /* growing steps: the later, larger one passed through the earlier one's level, which so
+     * recurs (the mark, the second largest, is found whatever the order of the releases) */
+    f = fx_make(4096 * MiB, false, NULL);
+    released_steps(f.pool, 1920, 1);
+    released_steps(f.pool, 1984, 1);
+    cr_assert(!miss_stitched(f.pool), "grown: 1,920 MiB was held twice");
+    fx_free(&f);
 }
 
 /* A device reset ends the program's steps: what was released before it counts no more. */
