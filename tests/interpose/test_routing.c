@@ -173,17 +173,33 @@ Test(routing, stream_ordered_and_stitched_frees_find_their_pool)
 
 Test(routing, memory_pool_attributes_speak_of_gmlake)
 {
-    void *p;
+    void *p, *q;
     cr_assert_eq(cudaMallocAsync(&p, 3 * MiB, 0), cudaSuccess);
+    cr_assert_eq(cudaMallocAsync(&q, 8 * MiB, 0), cudaSuccess);
+    cr_assert_eq(cudaFreeAsync(q, 0), cudaSuccess);
+    cr_assert_eq(gmlake_empty_cache(0), GMLAKE_OK); /* q's chunks go back: each current below its high */
+    gmlake_stats s = stats();
+    cr_assert(s.reserved_bytes < s.peak_reserved_bytes && s.active_bytes < s.peak_active_bytes);
     uint64_t v = 0;
     cr_assert_eq(cudaMemPoolGetAttribute((cudaMemPool_t)0x9001, cudaMemPoolAttrReservedMemCurrent, &v), cudaSuccess);
-    cr_assert_eq(v, stats().reserved_bytes);
+    cr_assert_eq(v, s.reserved_bytes);
+    cr_assert_eq(cudaMemPoolGetAttribute((cudaMemPool_t)0x9001, cudaMemPoolAttrReservedMemHigh, &v), cudaSuccess);
+    cr_assert_eq(v, s.peak_reserved_bytes);
     cr_assert_eq(cudaMemPoolGetAttribute((cudaMemPool_t)0x9001, cudaMemPoolAttrUsedMemCurrent, &v), cudaSuccess);
     cr_assert_eq(v, 3 * MiB);
+    cr_assert_eq(cudaMemPoolGetAttribute((cudaMemPool_t)0x9001, cudaMemPoolAttrUsedMemHigh, &v), cudaSuccess);
+    cr_assert_eq(v, 11 * MiB);
     cr_assert_eq(cudaMemPoolGetAttribute((cudaMemPool_t)0x4242, cudaMemPoolAttrUsedMemCurrent, &v), cudaSuccess);
     cr_assert_eq(v, 777, "another pool's attributes come from CUDA");
     cr_assert_eq(cudaFreeAsync(p, 0), cudaSuccess);
     uint64_t zero = 0;
+    /* either high resets both, as PyTorch does */
+    cr_assert_eq(cudaMemPoolSetAttribute((cudaMemPool_t)0x9001, cudaMemPoolAttrReservedMemHigh, &zero), cudaSuccess);
+    s = stats();
+    cr_assert(s.peak_active_bytes == 0 && s.peak_reserved_bytes == s.reserved_bytes, "peaks reset");
+    cr_assert_eq(cudaMallocAsync(&p, MiB, 0), cudaSuccess);
+    cr_assert_eq(cudaFreeAsync(p, 0), cudaSuccess);
+    cr_assert_eq(stats().peak_active_bytes, MiB);
     cr_assert_eq(cudaMemPoolSetAttribute((cudaMemPool_t)0x9001, cudaMemPoolAttrUsedMemHigh, &zero), cudaSuccess);
     cr_assert_eq(stats().peak_active_bytes, 0, "peaks reset");
     cr_assert_eq(cudaMemPoolTrimTo((cudaMemPool_t)0x9001, 0), cudaSuccess);
