@@ -91,7 +91,8 @@ def training(rows, stats):
                                 ("steady_s_per_step", "step after warm-up")):
                     ref = min((a for a in allocs if pytorch(a)), key=lambda a: med[a][k], default=None)
                     if ref:
-                        out += paired_rounds(runs, allocs, ref, lambda r, k=k: r[k], what)
+                        out += paired_rounds(runs, allocs, ref, lambda r, k=k: r[k], what,
+                                             [r for r in rows if r["workload"] == w])
             out += own_time(runs)
             s = stats.get(w)
             if s:
@@ -192,7 +193,8 @@ def distributed(rows):
                 out.append(f"\n{a}: median step {median(step[a]) / median(step[fast]):.3f} x "
                            f"{fast}'s (the fastest PyTorch allocator){mem}.")
         if fast:
-            out += paired_rounds(runs, allocs, fast)
+            out += paired_rounds(runs, allocs, fast,
+                                 rows=[r for r in rows if (r.get("mode", "?"), r.get("world_size", "?")) == m])
         for a in allocs:
             line = driver_by_phase([r for r in runs if r["allocator"] == a])
             if line:
@@ -209,17 +211,22 @@ def timed_mean(r):
     return mean(r["step_times"][r["warmup"]:])
 
 
-def paired_rounds(runs, allocs, ref, metric=timed_mean, what="mean timed step"):
+def paired_rounds(runs, allocs, ref, metric=timed_mean, what="mean timed step", rows=None):
     """Each other allocator's `what` (metric of a run) over ref's in the same round (run_dist.sh and
     run_all.sh run every allocator once a round, back to back, so a round's ratio leaves out the
     machine's drift between rounds, 10-15%): median (min-max) over the rounds that have both, and
     in how many the allocator was the faster.  A round is a run's order // the number of
     allocators, within its batch (the number of the folder it came from, which main gives it);
-    [] with under two rounds."""
-    n = len(allocs)
+    the allocators are those of `rows` in that batch (the runs and the error lines of the same
+    workload or mode; default: runs); [] with under two rounds."""
+    # an allocator whose every run failed still took a place in each round: counted from the error
+    # lines too, or the runs after its place would be paired with the wrong round
+    labels = {}
+    for r in list(runs) + list(rows or []):
+        labels.setdefault(r.get("batch", 0), set()).add(r["allocator"])
 
     def by_round(a):
-        return {(r.get("batch", 0), r["order"] // n): metric(r)
+        return {(r.get("batch", 0), r["order"] // len(labels[r.get("batch", 0)])): metric(r)
                 for r in runs if r["allocator"] == a and "order" in r}
     base, out = by_round(ref), []
     for a in allocs:

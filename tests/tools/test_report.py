@@ -149,6 +149,30 @@ class PairedRounds(unittest.TestCase):
             self.assertNotEqual(bad.returncode, 0)
             self.assertIn("missing", bad.stderr)
 
+    def test_an_allocator_that_failed_every_run_keeps_its_place_in_the_rounds(self):
+        # run_dist.sh, 3 allocators rotating over 5 rounds (order = round x 3 + position), gmlake
+        # failing every run (error lines only): cudaMallocAsync 5% slower than expandable in each
+        # round, everything slower round by round (drift)
+        allocs, rows = ["expandable", "cudaMallocAsync", "gmlake"], []
+        for rnd in range(5):
+            for j in range(3):
+                a = allocs[(j + rnd) % 3]
+                if a == "gmlake":
+                    rows.append({"mode": "ddp", "world_size": 2, "allocator": a, "error": "rc 1"})
+                    continue
+                t = 0.1 * (1 + rnd) * (1.05 if a == "cudaMallocAsync" else 1)
+                rows.append(dict(row(a, None, step_times=(0.5, 0.5, t, t)), order=rnd * 3 + j))
+        text = "\n".join(report.distributed(rows))
+        self.assertIn("cudaMallocAsync: mean timed step over expandable's in the same round "
+                      "1.050 (1.050-1.050), 5 rounds", text)
+        # the same in run_all.sh's train.jsonl
+        train = [{"workload": "gpt2", "allocator": r["allocator"], "error": r["error"]} if "error" in r
+                 else {"workload": "gpt2", "allocator": r["allocator"], "order": r["order"],
+                       "first17_s_per_step": r["step_times"][-1], "steady_s_per_step": r["step_times"][-1],
+                       "torch_peak_allocated": 0, "nvml": False} for r in rows]
+        self.assertIn("cudaMallocAsync: step after warm-up over expandable's in the same round "
+                      "1.050 (1.050-1.050), 5 rounds", "\n".join(report.training(train, {})))
+
     def test_nothing_with_one_round(self):
         rows = [dict(row(a, None), order=i) for i, a in enumerate(["expandable", "gmlake"])]
         self.assertEqual(report.paired_rounds(rows, ["expandable", "gmlake"], "expandable"), [])
