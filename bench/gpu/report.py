@@ -2,7 +2,8 @@
    python3 bench/gpu/report.py OUTDIR [OUTDIR...]   (reads train.jsonl, dist.jsonl, growth.jsonl,
    gmlake_stats_*.json; several folders, of invocations with the same allocators, are read as one
    set of runs: each run keeps its folder's number as its `batch`, so that rounds pair within a
-   folder, and gmlake's statistics are the last folder's that has them)"""
+   folder (within an invocation, where several were appended to one folder), and gmlake's
+   statistics are the last folder's that has them)"""
 import glob, json, os, sys
 
 MIB = 1 << 20
@@ -344,9 +345,25 @@ def side_by_side(rows):
     return out + training(rows, {})
 
 
-def read_all(dirs, name):
-    """The rows of file `name` in each folder, each tagged with its folder's number (batch)."""
-    return [dict(r, batch=k) for k, d in enumerate(dirs) for r in lines(os.path.join(d, name))]
+def read_all(dirs, name, appended=None):
+    """The rows of file `name` in each folder, each tagged with its batch: the folder's, or, where
+    the runners appended several invocations to one file, the invocation's (counted in
+    appended[folder] where given)."""
+    out, batch = [], -1
+    for d in dirs:
+        batch, seen, parts = batch + 1, set(), 1
+        for r in lines(os.path.join(d, name)):
+            # each invocation numbers its runs from 0 and a run's order is unique in it: a repeat
+            # starts the next, whose rounds must not pair with the same numbers of the one before
+            if "order" in r:
+                key = (r.get("workload"), r.get("mode"), r.get("world_size"), r["order"])
+                if key in seen:
+                    batch, seen, parts = batch + 1, set(), parts + 1
+                seen.add(key)
+            out.append(dict(r, batch=batch))
+        if appended is not None and parts > 1:
+            appended[d] = max(appended.get(d, 1), parts)
+    return out
 
 
 def main():
@@ -366,17 +383,19 @@ def main():
     out = ["## GPU benchmarks (bench/gpu/run_all.sh, run_dist.sh)\n"]
     if len(dirs) > 1:
         out.append(f"Runs of {len(dirs)} folders ({', '.join(dirs)}), rounds paired within each.\n")
-    train = read_all(dirs, "train.jsonl")
+    appended = {}
+    train, side, dist = (read_all(dirs, n, appended) for n in ("train.jsonl", "side.jsonl", "dist.jsonl"))
+    for d, k in appended.items():
+        out.append(f"{d} holds the runs of {k} invocations (a run's order repeats), rounds paired "
+                   "within each.\n")
     if train:
         host = train[0].get("torch", "")
         out.append(f"PyTorch {host}; seconds per step; `first 17` is the mean over steps 0..16, "
                    "`after warm-up` the median after 20 warm-up steps; NVML peak used memory of "
                    "the device (baseline: before the model was built).\n")
         out += training(train, stats)
-    side = read_all(dirs, "side.jsonl")
     if side:
         out += side_by_side(side)
-    dist = read_all(dirs, "dist.jsonl")
     if dist:
         out += distributed(dist)
     out += growth(read_all(dirs, "growth.jsonl"))

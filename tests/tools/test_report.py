@@ -173,6 +173,28 @@ class PairedRounds(unittest.TestCase):
         self.assertIn("cudaMallocAsync: step after warm-up over expandable's in the same round "
                       "1.050 (1.050-1.050), 5 rounds", "\n".join(report.training(train, {})))
 
+    def test_two_invocations_appended_to_one_folder_pair_within_each(self):
+        # run_all.sh twice into one folder (its rows are appended, each invocation numbering its
+        # runs from 0): the second on a host twice as fast, its last run cut by the budget.  gmlake
+        # is 1.1 x expandable in every round; pairing across the invocations would say 0.55 once
+        import subprocess, tempfile
+        script = os.path.join(os.path.dirname(__file__), "..", "..", "bench", "gpu", "report.py")
+        runs = [(0, "expandable", 0.1), (1, "gmlake", 0.11), (2, "gmlake", 0.11), (3, "expandable", 0.1),
+                (0, "expandable", 0.05), (1, "gmlake", 0.055), (2, "gmlake", 0.055)]
+        with tempfile.TemporaryDirectory() as d:
+            with open(os.path.join(d, "train.jsonl"), "w") as f:
+                for order, al, t in runs:
+                    f.write(json.dumps({"workload": "gpt2", "allocator": al, "order": order,
+                                        "first17_s_per_step": t, "steady_s_per_step": t,
+                                        "torch_peak_allocated": 0, "nvml": False}) + "\n")
+                f.write(json.dumps({"workload": "gpt2", "allocator": "expandable",
+                                    "error": "skipped: time budget"}) + "\n")
+            out = subprocess.run([sys.executable, script, d], capture_output=True, text=True)
+            self.assertEqual(out.returncode, 0, out.stderr)
+            self.assertIn("gmlake: step after warm-up over expandable's in the same round 1.100 "
+                          "(1.100-1.100), 3 rounds", out.stdout)
+            self.assertIn("holds the runs of 2 invocations", out.stdout)
+
     def test_nothing_with_one_round(self):
         rows = [dict(row(a, None), order=i) for i, a in enumerate(["expandable", "gmlake"])]
         self.assertEqual(report.paired_rounds(rows, ["expandable", "gmlake"], "expandable"), [])
