@@ -54,6 +54,7 @@ if os.path.exists(st):
     row["creates"] = s["device_calls"]["chunk_create"]
 print(json.dumps(row))
 EOF
+    run_done empty_cache "$a" "$rc" # its line said, then failed (killed, crashed at exit): said too
   done
 done
 say "done: $res"

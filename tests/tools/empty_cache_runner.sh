@@ -57,7 +57,7 @@ check "a failed run recorded with its own exit status" 1 \
   "$(grep -c '"allocator":"gmlake@build-old","error":"rc 3"' "$tmp/out2/empty_cache.jsonl")"
 # a run killed after its result line, before libgmlake wrote its statistics, into a folder that
 # holds an earlier invocation's statistics file of the same round and place: not read as this
-# run's
+# run's, and the failure recorded
 mkdir -p "$tmp/out3"
 earlier='{"device":0,"peak_active_bytes":1,"peak_reserved_bytes":2,"stitches":3,"device_calls":{"chunk_create":4},"device_seconds":5}'
 echo "$earlier" >"$tmp/out3/stats_0_0.json"
@@ -69,6 +69,8 @@ for l in open(sys.argv[1]):
     r = json.loads(l)
     if "median_step_s" in r:
         print(r["median_step_s"], r.get("peak_reserved_bytes", "-"))' "$tmp/out3/empty_cache.jsonl")"
+check "the killed run recorded with its status" 1 \
+  "$(grep -c '"allocator":"gmlake","error":"rc 137"' "$tmp/out3/empty_cache.jsonl")"
 # nor in a PyTorch allocator's line, whose place an earlier invocation's gmlake had
 echo "$earlier" >"$tmp/out3/stats_0_0.json"
 PATH="$tmp/bin:$PATH" ALLOCATORS="native" ROUNDS=1 bash "$tmp/root/bench/gpu/run_empty_cache.sh" "$tmp/out3" 2>/dev/null
