@@ -299,7 +299,7 @@ def driver_by_phase(runs):
             f"{median(host_warm):.3f} s in the warm-up steps, {median(host_timed):.3f} s in the "
             f"timed steps (median of the {len(host_timed)} runs that give it)" if host_timed else "")
     return (f"driver time in the warm-up steps {median(warm):.3f} s, in the timed steps "
-            f"{median(timed):.3f} s a run (the larger rank; median of {len(per)}){host}; steps with "
+            f"{median(timed):.3f} s a run (the larger rank; median of {len(timed)}){host}; steps with "
             f"device calls: {', '.join(map(str, sorted(busy))) or 'none'} of 0..{n - 1}.")
 
 

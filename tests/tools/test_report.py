@@ -46,6 +46,9 @@ class DriverByPhase(unittest.TestCase):
         self.assertIsNone(report.driver_by_phase([row("expandable", None)]))
         self.assertIsNone(report.driver_by_phase([row("gmlake", [None, None])]),
                           "gmlake loaded, no pool on any rank: nothing to say, no error")
+        self.assertIn("timed steps 0.200 s a run (the larger rank; median of 3)",
+                      report.driver_by_phase([a, b, row("gmlake", [None, None]), c]),
+                      "a run without a pool on any rank: not counted among the runs of the median")
 
     def test_the_pools_host_time_by_phase_when_every_step_has_it(self):
         r = row("gmlake", [[[0.10, 50, 2, 0.15], [0.0, 0, 0, 0.01], [0.0, 0, 0, 0.004], [0.0, 0, 0, 0.003]],
