@@ -2,7 +2,8 @@
    python3 bench/gpu/report.py OUTDIR [OUTDIR...]   (reads train.jsonl, dist.jsonl, growth.jsonl,
    gmlake_stats_*.json; several folders, of invocations with the same allocators, are read as one
    set of runs: each run keeps its folder's number as its `batch`, so that rounds pair within a
-   folder, and gmlake's statistics are the last folder's that has them)"""
+   folder (within an invocation, where several were appended to one folder), and gmlake's
+   statistics are the last folder's that has them)"""
 import glob, json, os, sys
 
 MIB = 1 << 20
@@ -91,7 +92,8 @@ def training(rows, stats):
                                 ("steady_s_per_step", "step after warm-up")):
                     ref = min((a for a in allocs if pytorch(a)), key=lambda a: med[a][k], default=None)
                     if ref:
-                        out += paired_rounds(runs, allocs, ref, lambda r, k=k: r[k], what)
+                        out += paired_rounds(runs, allocs, ref, lambda r, k=k: r[k], what,
+                                             [r for r in rows if r["workload"] == w])
             out += own_time(runs)
             s = stats.get(w)
             if s:
@@ -192,7 +194,8 @@ def distributed(rows):
                 out.append(f"\n{a}: median step {median(step[a]) / median(step[fast]):.3f} x "
                            f"{fast}'s (the fastest PyTorch allocator){mem}.")
         if fast:
-            out += paired_rounds(runs, allocs, fast)
+            out += paired_rounds(runs, allocs, fast,
+                                 rows=[r for r in rows if (r.get("mode", "?"), r.get("world_size", "?")) == m])
         for a in allocs:
             line = driver_by_phase([r for r in runs if r["allocator"] == a])
             if line:
@@ -209,17 +212,22 @@ def timed_mean(r):
     return mean(r["step_times"][r["warmup"]:])
 
 
-def paired_rounds(runs, allocs, ref, metric=timed_mean, what="mean timed step"):
+def paired_rounds(runs, allocs, ref, metric=timed_mean, what="mean timed step", rows=None):
     """Each other allocator's `what` (metric of a run) over ref's in the same round (run_dist.sh and
     run_all.sh run every allocator once a round, back to back, so a round's ratio leaves out the
     machine's drift between rounds, 10-15%): median (min-max) over the rounds that have both, and
     in how many the allocator was the faster.  A round is a run's order // the number of
     allocators, within its batch (the number of the folder it came from, which main gives it);
-    [] with under two rounds."""
-    n = len(allocs)
+    the allocators are those of `rows` in that batch (the runs and the error lines of the same
+    workload or mode; default: runs); [] with under two rounds."""
+    # an allocator whose every run failed still took a place in each round: counted from the error
+    # lines too, or the runs after its place would be paired with the wrong round
+    labels = {}
+    for r in list(runs) + list(rows or []):
+        labels.setdefault(r.get("batch", 0), set()).add(r["allocator"])
 
     def by_round(a):
-        return {(r.get("batch", 0), r["order"] // n): metric(r)
+        return {(r.get("batch", 0), r["order"] // len(labels[r.get("batch", 0)])): metric(r)
                 for r in runs if r["allocator"] == a and "order" in r}
     base, out = by_round(ref), []
     for a in allocs:
@@ -291,7 +299,7 @@ def driver_by_phase(runs):
             f"{median(host_warm):.3f} s in the warm-up steps, {median(host_timed):.3f} s in the "
             f"timed steps (median of the {len(host_timed)} runs that give it)" if host_timed else "")
     return (f"driver time in the warm-up steps {median(warm):.3f} s, in the timed steps "
-            f"{median(timed):.3f} s a run (the larger rank; median of {len(per)}){host}; steps with "
+            f"{median(timed):.3f} s a run (the larger rank; median of {len(timed)}){host}; steps with "
             f"device calls: {', '.join(map(str, sorted(busy))) or 'none'} of 0..{n - 1}.")
 
 
@@ -337,9 +345,25 @@ def side_by_side(rows):
     return out + training(rows, {})
 
 
-def read_all(dirs, name):
-    """The rows of file `name` in each folder, each tagged with its folder's number (batch)."""
-    return [dict(r, batch=k) for k, d in enumerate(dirs) for r in lines(os.path.join(d, name))]
+def read_all(dirs, name, appended=None):
+    """The rows of file `name` in each folder, each tagged with its batch: the folder's, or, where
+    the runners appended several invocations to one file, the invocation's (counted in
+    appended[folder] where given)."""
+    out, batch = [], -1
+    for d in dirs:
+        batch, seen, parts = batch + 1, set(), 1
+        for r in lines(os.path.join(d, name)):
+            # each invocation numbers its runs from 0 and a run's order is unique in it: a repeat
+            # starts the next, whose rounds must not pair with the same numbers of the one before
+            if "order" in r:
+                key = (r.get("workload"), r.get("mode"), r.get("world_size"), r["order"])
+                if key in seen:
+                    batch, seen, parts = batch + 1, set(), parts + 1
+                seen.add(key)
+            out.append(dict(r, batch=batch))
+        if appended is not None and parts > 1:
+            appended[d] = max(appended.get(d, 1), parts)
+    return out
 
 
 def main():
@@ -359,17 +383,19 @@ def main():
     out = ["## GPU benchmarks (bench/gpu/run_all.sh, run_dist.sh)\n"]
     if len(dirs) > 1:
         out.append(f"Runs of {len(dirs)} folders ({', '.join(dirs)}), rounds paired within each.\n")
-    train = read_all(dirs, "train.jsonl")
+    appended = {}
+    train, side, dist = (read_all(dirs, n, appended) for n in ("train.jsonl", "side.jsonl", "dist.jsonl"))
+    for d, k in appended.items():
+        out.append(f"{d} holds the runs of {k} invocations (a run's order repeats), rounds paired "
+                   "within each.\n")
     if train:
         host = train[0].get("torch", "")
         out.append(f"PyTorch {host}; seconds per step; `first 17` is the mean over steps 0..16, "
                    "`after warm-up` the median after 20 warm-up steps; NVML peak used memory of "
                    "the device (baseline: before the model was built).\n")
         out += training(train, stats)
-    side = read_all(dirs, "side.jsonl")
     if side:
         out += side_by_side(side)
-    dist = read_all(dirs, "dist.jsonl")
     if dist:
         out += distributed(dist)
     out += growth(read_all(dirs, "growth.jsonl"))

@@ -30,6 +30,9 @@ for ((r = 0; r < rounds; r++)); do
     a=$(rotated "$i" "$r" 0)
     envs=$(run_env empty_cache "$a") || continue
     st=$out/stats_${r}_$i.json
+    # an earlier invocation's file of this round and place is not this run's (one that ends before
+    # libgmlake writes its own, or a PyTorch allocator's)
+    rm -f "$st"
     uses_gmlake "$a" && envs+=" GMLAKE_STATS_FILE=$st"
     say "round $r: $a"
     line=$(run_line '^ok ' "$envs STEPS=${STEPS:-20}" python3 "$root/bench/gpu/empty_cache_bench.py")
@@ -51,6 +54,7 @@ if os.path.exists(st):
     row["creates"] = s["device_calls"]["chunk_create"]
 print(json.dumps(row))
 EOF
+    run_done empty_cache "$a" "$rc" # its line said, then failed (killed, crashed at exit): said too
   done
 done
 say "done: $res"

@@ -11,12 +11,12 @@
 # Allocator names as bench/gpu/lib.sh says; the order rotates by one at each budget.  Each run
 # appends one line to OUTDIR/fit.jsonl: workload, allocator, budget_mib, free_mib (what the
 # ballast left), rc, oom (the run's errors say it ran out of memory), and, where it finished,
-# the NVML peak above the job's baseline (nvml_peak_mib), torch.cuda.max_memory_reserved()
-# (torch_peak_reserved_mib: under gmlake, its pool's, which gmlake answers), the last loss and the
-# step times (train.py: first17_s, the mean of the first 17 steps; steady_s, the median after
-# warm-up; dist_train.py: first_s, the mean of its warm-up steps; steady_s, the median after); a
-# ballast that is never ready, or that ends during the run (the job then had more memory than its
-# budget), gives an error line instead.
+# the NVML peak above the job's baseline (nvml_peak_mib, where NVML could be read),
+# torch.cuda.max_memory_reserved() (torch_peak_reserved_mib: under gmlake, its pool's, which
+# gmlake answers), the last loss and the step times (train.py: first17_s, the mean of the first
+# 17 steps; steady_s, the median after warm-up; dist_train.py: first_s, the mean of its warm-up
+# steps; steady_s, the median after); a ballast that is never ready, or that ends during the run
+# (the job then had more memory than its budget), gives an error line instead.
 set -uo pipefail
 name=run_fit logname=run_fit.log
 source "$(dirname "$0")/lib.sh"
@@ -89,14 +89,17 @@ if os.path.exists(run):
         rows = [json.loads(l) for l in f if l.strip()]
     if rows:
         r = rows[-1]
+        # where NVML could not be read ("nvml" false) the jobs write 0 for its figures: none kept
         if "nvml_peak_used_mib" in r:  # dist_train.py: one figure per rank (a world of one)
-            line["nvml_peak_mib"] = round(r["nvml_peak_used_mib"][0] - r["nvml_baseline_used_mib"][0])
+            if r.get("nvml"):
+                line["nvml_peak_mib"] = round(r["nvml_peak_used_mib"][0] - r["nvml_baseline_used_mib"][0])
             line["torch_peak_reserved_mib"] = round(r["torch_peak_reserved_mib"][0])
             line["loss"] = r["losses"][-1] if r.get("losses") else None
             line["first_s"] = r.get("first_s_per_step")
             line["steady_s"] = r.get("median_s_per_step")
         else:
-            line["nvml_peak_mib"] = round((r.get("nvml_peak_used", 0) - r.get("nvml_baseline_used", 0)) / 2**20)
+            if r.get("nvml"):
+                line["nvml_peak_mib"] = round((r["nvml_peak_used"] - r["nvml_baseline_used"]) / 2**20)
             line["torch_peak_reserved_mib"] = round(r.get("torch_peak_reserved", 0) / 2**20)
             line["loss"] = r.get("loss")
             line["first17_s"] = r.get("first17_s_per_step")

@@ -26,6 +26,7 @@ for ((r = 0; r < rounds; r++)); do
     if [ -z "$line" ]; then run_done graphs_many "$a" "${rc:-1}" || true; [ "$rc" = 0 ] && record_error graphs_many "$a" "no result line"; continue; fi
     python3 -c 'import json,sys; d=json.loads(sys.argv[1]); d["round"]=int(sys.argv[2]); d["allocator"]=sys.argv[3]; print(json.dumps(d))' \
       "$line" "$r" "$a" >>"$res"
+    run_done graphs_many "$a" "$rc" # its line said, then failed (killed, crashed at exit): said too
   done
 done
 say "done: $res"

@@ -21,6 +21,10 @@ case ${PYTORCH_CUDA_ALLOC_CONF:-}/${LD_PRELOAD:-}/${GMLAKE_EXTENT_SHARE:-} in
   *) t=9 ;;
 esac
 echo "${STEPS:-} $t" >>"$EC_TEST_DIR/log"
+if [ -n "${EC_TEST_KILLED:-}" ]; then # its result said, then killed before its statistics were written
+  echo "ok median step $t first4 0.9 reserved_now 1800 MiB loss 0.992599 torch_peak_reserved 5000 MiB"
+  exit 137
+fi
 [ -n "${GMLAKE_STATS_FILE:-}" ] && printf '{"device":0,"peak_active_bytes":4974513804,"peak_reserved_bytes":4976541696,"stitches":783,"device_calls":{"chunk_create":3510},"device_seconds":0.47}\n{"device":1}\n' >"$GMLAKE_STATS_FILE"
 [ -n "${GMLAKE_TRACE_FILE:-}" ] && echo "A 1 2 0 3" >"$GMLAKE_TRACE_FILE"
 echo "ok median step $t first4 0.9 reserved_now 1800 MiB loss 0.992599 torch_peak_reserved 5000 MiB"
@@ -51,4 +55,25 @@ PATH="$tmp/bin:$PATH" ALLOCATORS="gmlake@build-old" ROUNDS=1 \
   bash "$tmp/root/bench/gpu/run_empty_cache.sh" "$tmp/out2" 2>/dev/null
 check "a failed run recorded with its own exit status" 1 \
   "$(grep -c '"allocator":"gmlake@build-old","error":"rc 3"' "$tmp/out2/empty_cache.jsonl")"
+# a run killed after its result line, before libgmlake wrote its statistics, into a folder that
+# holds an earlier invocation's statistics file of the same round and place: not read as this
+# run's, and the failure recorded
+mkdir -p "$tmp/out3"
+earlier='{"device":0,"peak_active_bytes":1,"peak_reserved_bytes":2,"stitches":3,"device_calls":{"chunk_create":4},"device_seconds":5}'
+echo "$earlier" >"$tmp/out3/stats_0_0.json"
+PATH="$tmp/bin:$PATH" EC_TEST_KILLED=1 ALLOCATORS="gmlake" ROUNDS=1 \
+  bash "$tmp/root/bench/gpu/run_empty_cache.sh" "$tmp/out3" 2>/dev/null
+check "no statistics of an earlier invocation in the killed run's line" "0.04 -" \
+  "$(python3 -c 'import json,sys
+for l in open(sys.argv[1]):
+    r = json.loads(l)
+    if "median_step_s" in r:
+        print(r["median_step_s"], r.get("peak_reserved_bytes", "-"))' "$tmp/out3/empty_cache.jsonl")"
+check "the killed run recorded with its status" 1 \
+  "$(grep -c '"allocator":"gmlake","error":"rc 137"' "$tmp/out3/empty_cache.jsonl")"
+# nor in a PyTorch allocator's line, whose place an earlier invocation's gmlake had
+echo "$earlier" >"$tmp/out3/stats_0_0.json"
+PATH="$tmp/bin:$PATH" ALLOCATORS="native" ROUNDS=1 bash "$tmp/root/bench/gpu/run_empty_cache.sh" "$tmp/out3" 2>/dev/null
+check "no gmlake statistics of an earlier invocation in native's line" 0 \
+  "$(grep '"native"' "$tmp/out3/empty_cache.jsonl" | grep -c peak_reserved_bytes)"
 exit $fail

@@ -32,7 +32,11 @@ case "$*" in
     all="$*"
     out=${all##*--out }
     echo "dist $all" >>"$FIT_TEST_DIR/log"
-    echo '{"nvml_peak_used_mib": [7000.4], "nvml_baseline_used_mib": [1000.0], "torch_peak_reserved_mib": [5000.2], "losses": [3.0, 2.0], "first_s_per_step": 0.5, "median_s_per_step": 0.2}' >>"$out"
+    if [ -n "${FIT_TEST_NO_NVML:-}" ]; then # dist_train.py where NVML could not be read: zeros
+      echo '{"nvml": false, "nvml_peak_used_mib": [0.0], "nvml_baseline_used_mib": [0.0], "torch_peak_reserved_mib": [5000.2], "losses": [3.0, 2.0], "first_s_per_step": 0.5, "median_s_per_step": 0.2}' >>"$out"
+      exit 0
+    fi
+    echo '{"nvml": true, "nvml_peak_used_mib": [7000.4], "nvml_baseline_used_mib": [1000.0], "torch_peak_reserved_mib": [5000.2], "losses": [3.0, 2.0], "first_s_per_step": 0.5, "median_s_per_step": 0.2}' >>"$out"
     exit 0 ;;
   *train.py*) ;;
   *) exec "$FIT_TEST_PYTHON" "$@" ;;
@@ -46,7 +50,11 @@ if [ "${PYTORCH_CUDA_ALLOC_CONF:-}" = expandable_segments:True ] && [ "$last" = 
   echo "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 MiB" >&2
   exit 1
 fi
-echo '{"nvml_peak_used": 6291456000, "nvml_baseline_used": 1048576000, "torch_peak_reserved": 4194304000, "loss": 2.5, "first17_s_per_step": 0.25, "steady_s_per_step": 0.125}' >>"$out"
+if [ -n "${FIT_TEST_NO_NVML:-}" ]; then # train.py where NVML could not be read: its figures are zeros
+  echo '{"nvml": false, "nvml_peak_used": 0, "nvml_baseline_used": 0, "torch_peak_reserved": 4194304000, "loss": 2.5, "first17_s_per_step": 0.25, "steady_s_per_step": 0.125}' >>"$out"
+  exit 0
+fi
+echo '{"nvml": true, "nvml_peak_used": 6291456000, "nvml_baseline_used": 1048576000, "torch_peak_reserved": 4194304000, "loss": 2.5, "first17_s_per_step": 0.25, "steady_s_per_step": 0.125}' >>"$out"
 PY
 chmod +x "$tmp/bin/python3" "$tmp/root/build/gpu/ballast"
 cp "$src/bench/gpu/run_fit.sh" "$src/bench/gpu/lib.sh" "$tmp/root/bench/gpu/"
@@ -79,6 +87,13 @@ check "ddp: dist_train.py under torchrun, rank 0's figures, its warm-up and medi
   "0 1 ddp 6000 5000 2.0 0.5 0.2" "$? $(grep -c '^dist .*dist_train.py --mode ddp --allocator gmlake --out ' "$tmp/state/log") $(python3 -c 'import json,sys
 r = json.loads(open(sys.argv[1]).readline())
 print(r["workload"], r["nvml_peak_mib"], r["torch_peak_reserved_mib"], r["loss"], r["first_s"], r["steady_s"])' "$tmp/out3/fit.jsonl")"
+# where NVML could not be read the job writes zeros: no NVML peak in fit.jsonl rather than 0 MiB
+PATH="$tmp/bin:$PATH" FIT_TEST_NO_NVML=1 ALLOCATORS="gmlake" BUDGETS="20" bash "$tmp/root/bench/gpu/run_fit.sh" "$tmp/out5" 2>/dev/null
+PATH="$tmp/bin:$PATH" FIT_TEST_NO_NVML=1 WORKLOAD=ddp ALLOCATORS="gmlake" BUDGETS="20" bash "$tmp/root/bench/gpu/run_fit.sh" "$tmp/out5" 2>/dev/null
+check "no NVML: no NVML peak (train.py, dist_train.py), the rest kept" "gpt2 - 4000 ddp - 5000" \
+  "$(python3 -c 'import json,sys
+print(" ".join("%s %s %s" % (r["workload"], r.get("nvml_peak_mib", "-"), r["torch_peak_reserved_mib"])
+               for r in map(json.loads, open(sys.argv[1]))))' "$tmp/out5/fit.jsonl")"
 start=$SECONDS
 PATH="$tmp/bin:$PATH" ALLOCATORS="gmlake" BUDGETS="40 20" BALLAST_WAIT=1 bash "$tmp/root/bench/gpu/run_fit.sh" "$tmp/out4" 2>/dev/null
 check "a ballast that never ends: killed, an error line, the next budget run, within seconds" \

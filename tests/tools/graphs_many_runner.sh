@@ -23,6 +23,7 @@ shift
 echo "$n $*" >>"$GM_TEST_DIR/log"
 echo "graphs captured"
 echo "{\"allocator\": \"x\", \"nvml_peak_mib\": $n, \"wrong_replays\": 0, \"capture_s\": 0.5}"
+[ -n "${GM_TEST_KILLED:-}" ] && exit 137 # its line said, then killed (RUN_TIMEOUT) or crashed at exit
 PY
 chmod +x "$tmp/bin/python3"
 mkdir -p "$tmp/root/bench/gpu" "$tmp/root/build/interpose" "$tmp/root/build-old/interpose" "$tmp/state"
@@ -46,4 +47,8 @@ check "the unknown allocator recorded, once a round" 2 "$(grep -c '"allocator":"
 PATH="$tmp/bin:$PATH" ALLOCATORS="gmlake@build-old" ROUNDS=1 \
   bash "$tmp/root/bench/gpu/run_graphs_many.sh" "$tmp/out2" 2>/dev/null
 check "a failed run recorded with its status" 1 "$(grep -c '"allocator":"gmlake@build-old","error":"rc 3"' "$tmp/out2/graphs_many.jsonl")"
+PATH="$tmp/bin:$PATH" GM_TEST_KILLED=1 ALLOCATORS="gmlake" ROUNDS=1 \
+  bash "$tmp/root/bench/gpu/run_graphs_many.sh" "$tmp/out3" 2>/dev/null
+check "a run that failed after its line: the line, and the failure recorded" "1 1" \
+  "$(grep -c '"nvml_peak_mib": 103' "$tmp/out3/graphs_many.jsonl") $(grep -c '"allocator":"gmlake","error":"rc 137"' "$tmp/out3/graphs_many.jsonl")"
 exit $fail

@@ -46,6 +46,9 @@ class DriverByPhase(unittest.TestCase):
         self.assertIsNone(report.driver_by_phase([row("expandable", None)]))
         self.assertIsNone(report.driver_by_phase([row("gmlake", [None, None])]),
                           "gmlake loaded, no pool on any rank: nothing to say, no error")
+        self.assertIn("timed steps 0.200 s a run (the larger rank; median of 3)",
+                      report.driver_by_phase([a, b, row("gmlake", [None, None]), c]),
+                      "a run without a pool on any rank: not counted among the runs of the median")
 
     def test_the_pools_host_time_by_phase_when_every_step_has_it(self):
         r = row("gmlake", [[[0.10, 50, 2, 0.15], [0.0, 0, 0, 0.01], [0.0, 0, 0, 0.004], [0.0, 0, 0, 0.003]],
@@ -148,6 +151,52 @@ class PairedRounds(unittest.TestCase):
                                  capture_output=True, text=True)
             self.assertNotEqual(bad.returncode, 0)
             self.assertIn("missing", bad.stderr)
+
+    def test_an_allocator_that_failed_every_run_keeps_its_place_in_the_rounds(self):
+        # run_dist.sh, 3 allocators rotating over 5 rounds (order = round x 3 + position), gmlake
+        # failing every run (error lines only): cudaMallocAsync 5% slower than expandable in each
+        # round, everything slower round by round (drift)
+        allocs, rows = ["expandable", "cudaMallocAsync", "gmlake"], []
+        for rnd in range(5):
+            for j in range(3):
+                a = allocs[(j + rnd) % 3]
+                if a == "gmlake":
+                    rows.append({"mode": "ddp", "world_size": 2, "allocator": a, "error": "rc 1"})
+                    continue
+                t = 0.1 * (1 + rnd) * (1.05 if a == "cudaMallocAsync" else 1)
+                rows.append(dict(row(a, None, step_times=(0.5, 0.5, t, t)), order=rnd * 3 + j))
+        text = "\n".join(report.distributed(rows))
+        self.assertIn("cudaMallocAsync: mean timed step over expandable's in the same round "
+                      "1.050 (1.050-1.050), 5 rounds", text)
+        # the same in run_all.sh's train.jsonl
+        train = [{"workload": "gpt2", "allocator": r["allocator"], "error": r["error"]} if "error" in r
+                 else {"workload": "gpt2", "allocator": r["allocator"], "order": r["order"],
+                       "first17_s_per_step": r["step_times"][-1], "steady_s_per_step": r["step_times"][-1],
+                       "torch_peak_allocated": 0, "nvml": False} for r in rows]
+        self.assertIn("cudaMallocAsync: step after warm-up over expandable's in the same round "
+                      "1.050 (1.050-1.050), 5 rounds", "\n".join(report.training(train, {})))
+
+    def test_two_invocations_appended_to_one_folder_pair_within_each(self):
+        # run_all.sh twice into one folder (its rows are appended, each invocation numbering its
+        # runs from 0): the second on a host twice as fast, its last run cut by the budget.  gmlake
+        # is 1.1 x expandable in every round; pairing across the invocations would say 0.55 once
+        import subprocess, tempfile
+        script = os.path.join(os.path.dirname(__file__), "..", "..", "bench", "gpu", "report.py")
+        runs = [(0, "expandable", 0.1), (1, "gmlake", 0.11), (2, "gmlake", 0.11), (3, "expandable", 0.1),
+                (0, "expandable", 0.05), (1, "gmlake", 0.055), (2, "gmlake", 0.055)]
+        with tempfile.TemporaryDirectory() as d:
+            with open(os.path.join(d, "train.jsonl"), "w") as f:
+                for order, al, t in runs:
+                    f.write(json.dumps({"workload": "gpt2", "allocator": al, "order": order,
+                                        "first17_s_per_step": t, "steady_s_per_step": t,
+                                        "torch_peak_allocated": 0, "nvml": False}) + "\n")
+                f.write(json.dumps({"workload": "gpt2", "allocator": "expandable",
+                                    "error": "skipped: time budget"}) + "\n")
+            out = subprocess.run([sys.executable, script, d], capture_output=True, text=True)
+            self.assertEqual(out.returncode, 0, out.stderr)
+            self.assertIn("gmlake: step after warm-up over expandable's in the same round 1.100 "
+                          "(1.100-1.100), 3 rounds", out.stdout)
+            self.assertIn("holds the runs of 2 invocations", out.stdout)
 
     def test_nothing_with_one_round(self):
         rows = [dict(row(a, None), order=i) for i, a in enumerate(["expandable", "gmlake"])]
