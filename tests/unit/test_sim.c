@@ -17,6 +17,15 @@ Test(sim, aliasing_access_and_driver_checks)
     cr_assert_eq(gml_dev_va_reserve(d, 4 * MiB, 2 * MiB, &va1), GMLAKE_OK);
     cr_assert_eq(gml_dev_va_reserve(d, 2 * MiB, 2 * MiB, &va2), GMLAKE_OK);
     cr_assert_eq(va1 % (2 * MiB), 0);
+    /* each refusal for its own reason alone: a page-aligned (not granule-aligned) address inside a
+     * reservation with nothing mapped there, and a granule-aligned one no reservation holds (a
+     * range reserved, then freed) */
+    cr_assert_eq(gml_dev_map(d, va1 + 4096, 2 * MiB, h), GMLAKE_ERR_DEVICE, "misaligned map");
+    uintptr_t gone;
+    cr_assert_eq(gml_dev_va_reserve(d, 2 * MiB, 2 * MiB, &gone), GMLAKE_OK);
+    cr_assert_eq(gml_dev_va_free(d, gone, 2 * MiB), GMLAKE_OK);
+    cr_assert_eq(gml_dev_map(d, gone, 2 * MiB, h), GMLAKE_ERR_DEVICE, "outside a reservation");
+    cr_assert_eq(gml_sim_mapping_count(d), 0, "nothing mapped by a refused map");
     cr_assert_eq(gml_dev_map(d, va1, 2 * MiB, h), GMLAKE_OK);
     cr_assert_eq(gml_dev_map(d, va1, 2 * MiB, h), GMLAKE_ERR_DEVICE, "overlapping map");
     cr_assert_eq(gml_dev_map(d, va1 + 1, 2 * MiB, h), GMLAKE_ERR_DEVICE, "misaligned map");
