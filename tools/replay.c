@@ -460,8 +460,8 @@ int main(int argc, char **argv)
         }
         size_t left_out = 0;
         if (stream_ordered) {
-            if (gml_trace_keep_stream_ordered(&t, &left_out) != 0) {
-                fprintf(stderr, "gmlake replay: out of memory\n");
+            if (gml_trace_keep_stream_ordered(&t, &left_out, err, sizeof err) != 0) {
+                fprintf(stderr, "gmlake replay: %s\n", err);
                 gml_trace_free(&t);
                 status = 1;
                 continue;

@@ -127,6 +127,22 @@ for t in unknown_free twice; do
   check "$t.trace under the three default policies: exit 1, one line" "1 1 " "$? $(wc -l <"$tmp/err") $out"
 done
 
+# --stream-ordered hides no fault of the trace: a pointer allocated again while its allocation
+# with no stream (left out) is live, or allocated with no stream while a kept one is live, is
+# refused as it is without the option (the free was matched to the wrong one, the other left
+# live for the rest of the trace: exit 0 with a wrong peak)
+printf '# gmlake-trace v1\nA 0x1000 100 ffffffffffffffff 1\nA 0x1000 300 0 2\nF 0x1000 0 0 3\n' > so_a.trace
+printf '# gmlake-trace v1\nA 0x1000 100 ffffffffffffffff 1\nA 0x1000 300 ffffffffffffffff 2\nF 0x1000 0 0 3\nA 0x2000 50 0 4\n' > so_b.trace
+printf '# gmlake-trace v1\nA 0x1000 300 0 1\nA 0x1000 100 ffffffffffffffff 2\nF 0x1000 0 0 3\nA 0x2000 50 0 4\n' > so_c.trace
+for t in so_a:3 so_b:3 so_c:3; do
+  f=${t%:*}.trace
+  for so in "" --stream-ordered; do
+    out=$("$R" --policy pytorch $so "$f" 2>"$tmp/err")
+    check "$f ${so:-(all events)}: refused, naming line ${t#*:}" "1 1 " \
+      "$? $(grep -c "^gmlake replay: $f:${t#*:}: pointer 0x1000 is allocated while still live" "$tmp/err") $out"
+  done
+done
+
 # a setting of the library's (enable, logs, statistics, the trace, PyTorch's backend) is taken but
 # changes nothing in a replay: said so on stderr, where it was silently ignored; a pool's setting
 # and a model's are not remarked on
