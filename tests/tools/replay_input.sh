@@ -143,6 +143,18 @@ for t in so_a:3 so_b:3 so_c:3; do
   done
 done
 
+# --json is JSON (UTF-8) whatever the trace's name: a file name that is not UTF-8 (Latin-1 'é', a
+# sequence cut short, an overlong '/') was written byte for byte, a line no JSON reader takes;
+# each byte that is no part of a valid UTF-8 character is written as U+FFFD, valid ones as they are
+for n in $'caf\xe9' $'cut\xc3' $'over\xc0\xaflong' $'ok\xc3\xa9\xe2\x82\xac'; do
+  cp good.trace "$n.trace"
+  got=$("$R" --json --policy pytorch "$n.trace" | python3 -c '
+import json, sys
+print(" ".join(json.loads(l)["trace"] for l in sys.stdin.buffer.read().decode("utf-8").splitlines()))' 2>&1)
+  want=$(printf '%s' "$n.trace" | python3 -c 'import sys; print(sys.stdin.buffer.read().decode("utf-8", "replace"))')
+  check "--json with a trace named $(printf '%q' "$n.trace"): valid UTF-8 JSON, the name kept where valid" "$want" "$got"
+done
+
 # a setting of the library's (enable, logs, statistics, the trace, PyTorch's backend) is taken but
 # changes nothing in a replay: said so on stderr, where it was silently ignored; a pool's setting
 # and a model's are not remarked on
