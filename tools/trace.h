@@ -42,8 +42,10 @@ void gml_trace_free(gml_trace *t);
  * PyTorch's cudaMallocAsync backend every tensor is stream-ordered, so what this leaves out are
  * other libraries' own allocations (cuBLAS workspaces), which torch.cuda.max_memory_reserved does
  * not count: the models are compared with PyTorch's figures on what remains.  0 with *dropped the
- * number of events left out; -1 when out of memory, t then no longer a whole trace (free it). */
-int gml_trace_keep_stream_ordered(gml_trace *t, size_t *dropped);
+ * number of events left out; -1 with "PATH:LINE: what" in err for an allocation of a pointer that
+ * is live (kept or left out: the replay could not tell which one a free frees), or when out of
+ * memory, t then no longer a whole trace (free it). */
+int gml_trace_keep_stream_ordered(gml_trace *t, size_t *dropped, char *err, size_t errlen);
 
 typedef struct gml_replay_result {
     uint64_t allocations, frees, failed;

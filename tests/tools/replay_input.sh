@@ -127,6 +127,34 @@ for t in unknown_free twice; do
   check "$t.trace under the three default policies: exit 1, one line" "1 1 " "$? $(wc -l <"$tmp/err") $out"
 done
 
+# --stream-ordered hides no fault of the trace: a pointer allocated again while its allocation
+# with no stream (left out) is live, or allocated with no stream while a kept one is live, is
+# refused as it is without the option (the free was matched to the wrong one, the other left
+# live for the rest of the trace: exit 0 with a wrong peak)
+printf '# gmlake-trace v1\nA 0x1000 100 ffffffffffffffff 1\nA 0x1000 300 0 2\nF 0x1000 0 0 3\n' > so_a.trace
+printf '# gmlake-trace v1\nA 0x1000 100 ffffffffffffffff 1\nA 0x1000 300 ffffffffffffffff 2\nF 0x1000 0 0 3\nA 0x2000 50 0 4\n' > so_b.trace
+printf '# gmlake-trace v1\nA 0x1000 300 0 1\nA 0x1000 100 ffffffffffffffff 2\nF 0x1000 0 0 3\nA 0x2000 50 0 4\n' > so_c.trace
+for t in so_a:3 so_b:3 so_c:3; do
+  f=${t%:*}.trace
+  for so in "" --stream-ordered; do
+    out=$("$R" --policy pytorch $so "$f" 2>"$tmp/err")
+    check "$f ${so:-(all events)}: refused, naming line ${t#*:}" "1 1 " \
+      "$? $(grep -c "^gmlake replay: $f:${t#*:}: pointer 0x1000 is allocated while still live" "$tmp/err") $out"
+  done
+done
+
+# --json is JSON (UTF-8) whatever the trace's name: a file name that is not UTF-8 (Latin-1 'é', a
+# sequence cut short, an overlong '/') was written byte for byte, a line no JSON reader takes;
+# each byte that is no part of a valid UTF-8 character is written as U+FFFD, valid ones as they are
+for n in $'caf\xe9' $'cut\xc3' $'over\xc0\xaflong' $'ok\xc3\xa9\xe2\x82\xac'; do
+  cp good.trace "$n.trace"
+  got=$("$R" --json --policy pytorch "$n.trace" | python3 -c '
+import json, sys
+print(" ".join(json.loads(l)["trace"] for l in sys.stdin.buffer.read().decode("utf-8").splitlines()))' 2>&1)
+  want=$(printf '%s' "$n.trace" | python3 -c 'import sys; print(sys.stdin.buffer.read().decode("utf-8", "replace"))')
+  check "--json with a trace named $(printf '%q' "$n.trace"): valid UTF-8 JSON, the name kept where valid" "$want" "$got"
+done
+
 # a setting of the library's (enable, logs, statistics, the trace, PyTorch's backend) is taken but
 # changes nothing in a replay: said so on stderr, where it was silently ignored; a pool's setting
 # and a model's are not remarked on

@@ -230,7 +230,7 @@ Test(replay, stream_ordered_leaves_out_calls_with_no_stream_and_their_frees)
     size_t dropped = 99;
     cr_assert_eq(gml_trace_load(path, &t, err, sizeof err), 0, "%s", err);
     cr_assert_eq(t.n, 7);
-    cr_assert_eq(gml_trace_keep_stream_ordered(&t, &dropped), 0);
+    cr_assert_eq(gml_trace_keep_stream_ordered(&t, &dropped, err, sizeof err), 0, "%s", err);
     cr_assert_eq(dropped, 3);
     cr_assert_eq(t.n, 4);
     static const struct { char op; uint64_t ptr, t_us; } want[] = {
