@@ -17,6 +17,7 @@
 #include "../stitch/stitch.h"
 #include "charge.h"
 #include "fit.h"
+#include "utf8.h"
 #include "plot.h"
 #include "outfile.h"
 #include "plotname.h"
@@ -84,32 +85,6 @@ static void usage(FILE *f)
  * chunk of it. */
 #define MAX_CAPACITY ((size_t)16 << 40)
 
-/* The bytes of the UTF-8 character at s: its length where it is valid (1 to 4, 1 for ASCII), else
- * minus the length of its maximal invalid subpart (the bytes that begin a character but do not
- * end one; at least 1), which is written as one U+FFFD, as Unicode recommends. */
-static int utf8_len(const unsigned char *s)
-{
-    unsigned char c = s[0];
-    if (c < 0x80)
-        return 1;
-    int n;
-    unsigned char lo = 0x80, hi = 0xbf; /* the range of the second byte */
-    if (c >= 0xc2 && c <= 0xdf)
-        n = 2;
-    else if (c >= 0xe0 && c <= 0xef)
-        n = 3, lo = c == 0xe0 ? 0xa0 : 0x80, hi = c == 0xed ? 0x9f : 0xbf;
-    else if (c >= 0xf0 && c <= 0xf4)
-        n = 4, lo = c == 0xf0 ? 0x90 : 0x80, hi = c == 0xf4 ? 0x8f : 0xbf;
-    else
-        return -1;
-    for (int i = 1; i < n; i++) {
-        unsigned char b = s[i]; /* the terminating NUL is no continuation byte: it stops here */
-        if (b < (i == 1 ? lo : 0x80) || b > (i == 1 ? hi : 0xbf))
-            return -i;
-    }
-    return n;
-}
-
 /* s as a JSON string, quotes included.  JSON is UTF-8: a byte of the name that is no part of a
  * valid UTF-8 character (a file name in Latin-1) is written as U+FFFD, never as it is. */
 static void json_str(const char *s)
@@ -118,7 +93,7 @@ static void json_str(const char *s)
     const unsigned char *p = (const unsigned char *)s;
     while (*p) {
         unsigned char c = *p;
-        int n = utf8_len(p);
+        int n = gml_utf8_len(p);
         if (n < 0) {
             fputs("\\ufffd", stdout);
             p += -n;

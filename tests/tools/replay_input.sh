@@ -153,6 +153,14 @@ import json, sys
 print(" ".join(json.loads(l)["trace"] for l in sys.stdin.buffer.read().decode("utf-8").splitlines()))' 2>&1)
   want=$(printf '%s' "$n.trace" | python3 -c 'import sys; print(sys.stdin.buffer.read().decode("utf-8", "replace"))')
   check "--json with a trace named $(printf '%q' "$n.trace"): valid UTF-8 JSON, the name kept where valid" "$want" "$got"
+  # the chart names its trace too: an SVG is XML, UTF-8 here, which a byte of Latin-1 breaks
+  "$R" --policy pytorch --plot "$tmp/chart.svg" "$n.trace" >/dev/null 2>&1
+  got=$(python3 -c '
+import sys, xml.dom.minidom
+d = xml.dom.minidom.parse(sys.argv[1])
+print([t.firstChild.data for t in d.getElementsByTagName("text") if t.getAttribute("class") == "title"][0])' \
+    "$tmp/chart.svg" 2>&1 | tail -1)
+  check "--plot with a trace named $(printf '%q' "$n.trace"): well-formed UTF-8, the name kept where valid" "$want" "$got"
 done
 
 # a setting of the library's (enable, logs, statistics, the trace, PyTorch's backend) is taken but
