@@ -179,6 +179,16 @@ check "the variables the library sets itself (GMLAKE_PYTORCH_ROUTE) are not repo
 err=$(GMLAKE_SMALL_LIMIT=1GiB LD_PRELOAD="$lib" "$prog" chain 3 2>&1 >/dev/null)
 check "gmlake is OFF: said once per process tree" '[ "$(grep -c "gmlake is OFF" <<<"$err")" = 1 ]'
 
+# --- run --config with a relative path: the file checked is the file every process reads, also
+# one that changes its directory before gmlake loads its settings (it read "rel.conf" in its new
+# directory: "cannot read", the file's settings lost, or another file of that name taken)
+mkdir "$tmp/cwd" "$tmp/elsewhere"
+printf 'stats_file = %s\n' "$tmp/rel.json" >"$tmp/cwd/rel.conf"
+printf 'stats_file = %s\n' "$tmp/other.json" >"$tmp/elsewhere/rel.conf"
+err=$(cd "$tmp/cwd" && "$g" run --config rel.conf -- sh -c "cd '$tmp/elsewhere' && exec '$prog' alloc" 2>&1 >/dev/null)
+check "run --config RELATIVE: the file checked is read after the program changes its directory" \
+  '[ -s "$tmp/rel.json" ] && [ ! -e "$tmp/other.json" ] && [ -z "$err" ] || { echo "$err"; false; }'
+
 # --- the rest of the command line
 "$g" run -- sh -c 'exit 7'
 check "exit status is the program's" '[ $? -eq 7 ]'
