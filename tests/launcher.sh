@@ -189,6 +189,18 @@ err=$(cd "$tmp/cwd" && "$g" run --config rel.conf -- sh -c "cd '$tmp/elsewhere' 
 check "run --config RELATIVE: the file checked is read after the program changes its directory" \
   '[ -s "$tmp/rel.json" ] && [ ! -e "$tmp/other.json" ] && [ -z "$err" ] || { echo "$err"; false; }'
 
+# --- a libgmlake.so whose path has a space or a colon: LD_PRELOAD cannot hold it (ld.so splits
+# its list there), so run refuses, naming the path, instead of running the program without gmlake
+# (ld.so's "cannot be preloaded ... ignored", exit status 0)
+for d in "$tmp/my prefix" "$tmp/my:prefix"; do
+  mkdir -p "$d/bin" "$d/lib" "$d/libexec/gmlake"
+  cp "$g" "$d/bin/gmlake" && cp "$lib" "$d/lib/libgmlake.so"
+  printf '#!/bin/sh\nexit 0\n' >"$d/libexec/gmlake/gmlake-replay" && chmod +x "$d/libexec/gmlake/gmlake-replay"
+  err=$("$d/bin/gmlake" run -- sh -c 'echo RAN' 2>&1)
+  check "run from '${d#$tmp/}': refused (LD_PRELOAD cannot hold the library's path), not started" \
+    '[ $? -eq 1 ] && [[ "$err" != *RAN* && "$err" == *"gmlake run: $d/lib/libgmlake.so: "*"LD_PRELOAD"*"not started"* ]] || { echo "$err"; false; }'
+done
+
 # --- the rest of the command line
 "$g" run -- sh -c 'exit 7'
 check "exit status is the program's" '[ $? -eq 7 ]'
