@@ -213,6 +213,13 @@ check "run -- CMD: CMD is the program to run, even with a leading dash; not foun
   '[ $? -eq 127 ] && [ "$err" = "gmlake run: --set: command not found" ]'
 err=$("$g" run -- "$tmp/confdir" 2>&1)
 check "run -- CMD: a folder is not run" '[ $? -eq 126 ] && [[ "$err" == *"gmlake run: $tmp/confdir: "*"not an executable file"* ]]'
+# a file that is executable but that execve cannot run (a program for another machine, a broken
+# download): 126 as the man page says, with a gmlake line (it was 1, set -e's, and bash's
+# "...: Success": a status the program itself could have given)
+printf '\177ELF not a program' >"$tmp/other-arch" && chmod +x "$tmp/other-arch"
+err=$("$g" run -- "$tmp/other-arch" 2>&1)
+check "run -- CMD: an executable file that cannot be run: 126, said by gmlake run" \
+  '[ $? -eq 126 ] && [[ "$err" == *"Exec format error"* && "$err" == *"gmlake run: $tmp/other-arch: cannot be executed"* ]] || { echo "$err"; false; }'
 "$g" frobnicate 2>/dev/null
 check "unknown command" '[ $? -eq 2 ]'
 check "help" '"$g" --help | grep -q "^  run " && "$g" run --help | grep -q -- "--set key=value"'
