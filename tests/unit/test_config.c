@@ -247,6 +247,41 @@ Test(config, a_hash_inside_a_value_is_kept_a_comment_needs_a_blank_before_it)
     cr_assert_eq(c.pool.auto_gc, 12);
 }
 
+/* A line is limited to 2047 bytes of what it says (key = value), not of its comment or trailing
+ * blanks: a long comment line (a pasted URL, a ruler of '#') is a comment, and a setting followed
+ * by a long comment is set (both were "line longer than 2047 bytes, ignored": an error in a valid
+ * file, and the setting lost). */
+Test(config, a_long_comment_or_trailing_blanks_are_not_a_long_line)
+{
+    sandbox();
+    static char text[16384];
+    char longc[5000];
+    memset(longc, '#', sizeof longc - 1);
+    longc[sizeof longc - 1] = 0;
+    char blanks[3000];
+    memset(blanks, ' ', sizeof blanks - 1);
+    blanks[sizeof blanks - 1] = 0;
+    snprintf(text, sizeof text, "%s\n  %s\nauto_gc = 14  %s\nstitch = off%s\r\n", longc, longc, longc, blanks);
+    write_file(path("named.conf"), text);
+    setenv("GMLAKE_CONFIG", path("named.conf"), 1);
+    gml_config c;
+    gml_config_report rep;
+    char *m = load(&c, &rep);
+    cr_assert_eq(rep.errors, 0, "%s", m);
+    cr_assert_eq(c.pool.auto_gc, 14);
+    cr_assert(!c.pool.vmm_defragment);
+    /* what a line says beyond 2047 bytes is still refused, naming the line */
+    char longv[3000];
+    memset(longv, 'x', sizeof longv - 1);
+    longv[sizeof longv - 1] = 0;
+    snprintf(text, sizeof text, "log_file = /tmp/%s # c\n", longv);
+    write_file(path("named.conf"), text);
+    m = load(&c, &rep);
+    cr_assert_eq(rep.errors, 1, "%s", m);
+    cr_assert(strstr(m, "named.conf:1: line longer than 2047 bytes"), "%s", m);
+    cr_assert_str_eq(c.log_file, "");
+}
+
 Test(config, hex_sizes_are_refused)
 {
     sandbox();
