@@ -140,7 +140,7 @@ Test(cost, only_the_sim_charges)
 /* Replay reports the charges: a loop that repeats one step grows in its first step only. */
 Test(cost, replay_reports_device_seconds_by_half)
 {
-    char text[8192];
+    char text[16384];
     size_t n = 0;
     for (int step = 0; step < 50; step++)
         n += (size_t)snprintf(text + n, sizeof text - n,
@@ -163,6 +163,30 @@ Test(cost, replay_reports_device_seconds_by_half)
     cr_assert_geq(r.device_seconds, floor);
     gml_trace_free(&t);
     fx_free(&fx);
+
+    /* the same loop, its second half on 40 MiB blocks instead of 6 MiB: the growth falls in the
+     * second half, and what the second half reports is the whole replay's charge less that of
+     * its first half replayed alone (the sim is deterministic) */
+    double halves[2];
+    for (int whole = 0; whole < 2; whole++) {
+        n = 0;
+        for (int step = 0; step < (whole ? 100 : 50); step++)
+            n += (size_t)snprintf(text + n, sizeof text - n,
+                                  "A 0x1000 %d 0x0 %d\nA 0x2000 %d 0x0 %d\nF 0x1000 0 0x0 %d\n"
+                                  "F 0x2000 0 0x0 %d\n",
+                                  step < 50 ? 6 << 20 : 40 << 20, 4 * step, 300 << 10, 4 * step + 1,
+                                  4 * step + 2, 4 * step + 3);
+        cr_assert_lt(n, sizeof text);
+        load_trace_text(text, &t);
+        fx = fx_make(256 * MiB, false, NULL);
+        cr_assert_eq(gml_replay(fx.pool, &t, 0, &r, err, sizeof err), 0, "%s", err);
+        halves[whole] = r.device_seconds;
+        gml_trace_free(&t);
+        fx_free(&fx);
+    }
+    cr_assert_gt(halves[1], halves[0], "the 40 MiB blocks cost driver time");
+    cr_assert(NEAR(r.device_seconds_second_half, halves[1] - halves[0]),
+              "second half %.9f s, expected %.9f s", r.device_seconds_second_half, halves[1] - halves[0]);
 }
 
 /* The pool's stats give the driver time: on the sim the cost model's charges, by kind, summing to

@@ -331,6 +331,21 @@ Test(models, each_models_settings_are_its_own)
             if (n == 0) /* pytorch: each setting changes this sequence */
                 cr_assert_neq(reserved[0], reserved[2], "pytorch.%s had no effect", keys[k]);
         }
+    /* expandable's own roundup_power2_divisions reaches it (the sequence above is served from
+     * the freed 50 MiB whatever the rounding): 5 MiB + 1 and 14.5 MiB fit one 20 MiB page, but
+     * rounded with 4 divisions (6 and 16 MiB) they need two; pytorch's setting changes nothing */
+    uint64_t reserved[3];
+    const char *set[3] = {"expandable.roundup_power2_divisions", "pytorch.roundup_power2_divisions", NULL};
+    for (int v = 0; v < 3; v++) {
+        gml_policy *p = make("expandable", 8 * GiB, set[v], "4");
+        A(p, 5 * MiB + 1, 0);
+        A(p, 14 * MiB + 512 * KiB, 0);
+        reserved[v] = p->reserved;
+        gml_policy_destroy(p);
+    }
+    cr_assert_eq(reserved[0], 40 * MiB, "expandable.roundup_power2_divisions: %llu", (unsigned long long)reserved[0]);
+    cr_assert_eq(reserved[1], 20 * MiB, "pytorch.roundup_power2_divisions changed expandable");
+    cr_assert_eq(reserved[2], 20 * MiB);
 }
 
 /* A request within 2 MiB (or 512 bytes) of 2^64 cannot be rounded up: it fails, never a 0-byte

@@ -9,8 +9,9 @@
 #include "tools/policy.h"
 #include "trace_text.h"
 
-/* A training-like loop: weights live throughout, activations of varying size per step. */
-static char *generate(int steps)
+/* A training-like loop: weights live throughout, activations of varying size per step; from step
+ * big_from on, its temporary is 60 MiB instead of 14 MiB (growth at that step). */
+static char *generate_growing(int steps, int big_from)
 {
     size_t cap = 1 << 20, n = 0;
     char *s = malloc(cap);
@@ -22,13 +23,16 @@ static char *generate(int steps)
             n += (size_t)snprintf(s + n, cap - n, "A %#x %zu 0x0 %d\n", 0x10000 + i, act[i], t++);
         for (int i = 0; i < 6; i += 2) /* free every other: holes between live blocks */
             n += (size_t)snprintf(s + n, cap - n, "F %#x 0 0x0 %d\n", 0x10000 + i, t++);
-        n += (size_t)snprintf(s + n, cap - n, "A 0x20000 %d 0x0 %d\n", 14 << 20, t++);
+        n += (size_t)snprintf(s + n, cap - n, "A 0x20000 %d 0x0 %d\n", step < big_from ? 14 << 20 : 60 << 20,
+                              t++);
         n += (size_t)snprintf(s + n, cap - n, "F 0x20000 0 0x0 %d\n", t++);
         for (int i = 1; i < 6; i += 2)
             n += (size_t)snprintf(s + n, cap - n, "F %#x 0 0x0 %d\n", 0x10000 + i, t++);
     }
     return s;
 }
+
+static char *generate(int steps) { return generate_growing(steps, steps); }
 
 Test(replay, generated_trace_replays_and_repeats_without_device_calls)
 {
@@ -49,6 +53,40 @@ Test(replay, generated_trace_replays_and_repeats_without_device_calls)
         cr_assert_eq(r.stats.peak_active_bytes, (32u + 7 + 5 + 14) * MiB + 700000);
         cr_assert_eq(r.calls_second_half, 0, "a repeating workload makes no device calls");
         cr_assert_geq(r.stats.utilization, 0.9);
+        fx_free(&f);
+        gml_trace_free(&t);
+        unlink(path);
+    }
+    free(text);
+    /* The same loop growing at step 20, just past the middle event (561 events, the middle one
+     * 280, the last free of step 19): the second half makes device calls, as many as the whole
+     * replay less its first 280 events replayed alone (the sim is deterministic). */
+    text = generate_growing(40, 20);
+    uint64_t total[2], second_half = 0;
+    for (int half = 0; half < 2; half++) {
+        if (half) { /* the header and the first 280 events */
+            char *c = text;
+            for (int line = 0; line < 1 + 280; line++)
+                c = strchr(c, '\n') + 1;
+            *c = '\0';
+        }
+        char *path = write_trace(text, 0);
+        gml_trace t;
+        char err[256];
+        cr_assert_eq(gml_trace_load(path, &t, err, sizeof err), 0, "%s", err);
+        cr_assert_eq(t.n, half ? 280 : 1 + 40 * 14);
+        fixture f = fx_make(1024 * MiB, false, NULL);
+        gml_replay_result r;
+        cr_assert_eq(gml_replay(f.pool, &t, 1, &r, err, sizeof err), 0, "%s", err);
+        total[half] = r.calls_total;
+        if (!half) {
+            second_half = r.calls_second_half;
+            cr_assert_gt(second_half, 0, "the 60 MiB temporaries grow the pool");
+        } else {
+            cr_assert_lt(total[1], total[0]);
+            cr_assert_eq(second_half, total[0] - total[1], "second half: %lu calls of %lu",
+                         (unsigned long)second_half, (unsigned long)total[0]);
+        }
         fx_free(&f);
         gml_trace_free(&t);
         unlink(path);
