@@ -654,12 +654,17 @@ MEASURED = {  # ../shared/traces/README.md: what PyTorch reserved on the GPU (Mi
 
 class SharedTraces(unittest.TestCase):
     def test_models_within_3_percent_of_the_gpu(self):
+        # the repository keeps mixtral_moe's trace (bench/traces, the shared file's copy): it always
+        # runs; the other two where ../shared is beside the worktree (this test used to skip itself
+        # whole without ../shared, so it never ran on a clone or in CI)
         d = os.path.join(ROOT, "..", "shared", "traces")
-        if not os.path.isdir(d):
-            self.skipTest("../shared is absent")
-        paths = [os.path.join(d, n + ".trace.gz") for n in MEASURED]
+        names = ["mixtral_moe"] + [n for n in MEASURED if n != "mixtral_moe"
+                                   and os.path.isfile(os.path.join(d, n + ".trace.gz"))]
+        paths = [os.path.join(ROOT, "bench", "traces", "mixtral_moe.trace.gz")] + \
+                [os.path.join(d, n + ".trace.gz") for n in names[1:]]
         r = replay_json("--policy", "pytorch,expandable", *paths)
-        for name, want in MEASURED.items():
+        for name in names:
+            want = MEASURED[name]
             for pol, mib in want.items():
                 got = r[(name + ".trace.gz", pol)]["peak_reserved_bytes"] / (1 << 20)
                 self.assertLessEqual(abs(got - mib) / mib, 0.03, f"{name} {pol}: {got:.0f} vs {mib} MiB")
