@@ -622,7 +622,15 @@ Test(capture, a_capture_reuses_memory_of_the_pool_asked_only)
     cr_assert_eq(cuMemAllocFromPoolAsync(&b, MiB, (CUmemoryPool)((char *)FAKE_DEFAULT_POOL + 1), (CUstream)C),
                  CUDA_SUCCESS);
     cr_assert_neq(b, a, "device 1's allocation got device 0's memory");
+    /* and the other way round (the free index is ordered by device first: a lookup for device 0
+     * lands on device 1's piece, one for device 1 finds nothing of device 0's either way) */
+    cr_assert_eq(cuMemFreeAsync(b, (CUstream)C), CUDA_SUCCESS);
     fake_cuda_set_device(0);
+    CUdeviceptr d0, d;
+    cr_assert_eq(cuMemAllocAsync(&d0, 4 * MiB, (CUstream)C), CUDA_SUCCESS);
+    cr_assert_eq(d0, a, "device 0's own freed piece serves it");
+    cr_assert_eq(cuMemAllocAsync(&d, MiB, (CUstream)C), CUDA_SUCCESS);
+    cr_assert_neq(d, b, "device 0's allocation got device 1's memory");
     cudaGraph_t g;
     cr_assert_eq(cudaStreamEndCapture(C, &g), cudaSuccess);
 }
