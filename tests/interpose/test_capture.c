@@ -760,9 +760,19 @@ Test(capture, captures_share_only_within_one_named_pool_and_stream)
     cr_assert_eq(gmlake_graph_pool(S2, 7), GMLAKE_OK);
     CUgraph g4 = captured_on(S2, 4 * MiB, &r);
     cr_assert_eq(gmlake_graph_pool(S2, 0), GMLAKE_OK);
+    /* a stream made after C, so that streams on both sides of C's handle ask (the free index is
+     * ordered by stream: a lookup for a stream ordered before C lands on C's piece) */
+    cudaStream_t S3;
+    void *t;
+    cr_assert_eq(cudaStreamCreate(&S3), cudaSuccess);
+    cr_assert_eq(gmlake_graph_pool(S3, 7), GMLAKE_OK);
+    CUgraph g5 = captured_on(S3, 4 * MiB, &t);
+    cr_assert_eq(gmlake_graph_pool(S3, 0), GMLAKE_OK);
     char *rest = (char *)a + MiB;
-    cr_assert(p != rest && q != rest && r != rest,
+    cr_assert(p != rest && q != rest && r != rest && t != rest,
               "another pool, no pool, another stream: none takes graph 1's scratch");
+    cr_assert_eq(cuGraphDestroy(g5), CUDA_SUCCESS);
+    cr_assert_eq(cudaFreeAsync(t, S1), cudaSuccess);
     cr_assert_eq(stats().live_allocations, 4);
     cr_assert_eq(cudaFreeAsync(o1, S1), cudaSuccess);
     destroyed_leaves((CUgraph)g1, 3, "graph 1's block goes back with graph 1");
