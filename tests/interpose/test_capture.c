@@ -1030,9 +1030,14 @@ Test(capture, an_orphans_free_rest_serves_its_pool_until_the_block_goes_back)
     destroyed_leaves((CUgraph)g1, 1, "the program still holds graph 1's output");
     CUgraph g2 = captured_on(C, 4 * MiB, &x);
     cr_assert_eq((char *)x, (char *)a + MiB, "graph 2 takes the orphan's free rest");
-    cr_assert_eq(cudaFreeAsync(o1, S1), cudaSuccess);
     cr_assert_eq(cudaFreeAsync(x, S1), cudaSuccess);
-    destroyed_leaves(g2, 0, "the block goes back once graph 2 is gone too");
+    destroyed_leaves(g2, 1, "the borrower is gone, but the program still holds o1");
+    void *q;
+    cr_assert_eq(cudaMallocAsync(&q, 8 * MiB, S1), cudaSuccess);
+    cr_assert_neq(q, a, "the block o1 lies in serves no one else");
+    cr_assert_eq(cudaFreeAsync(q, S1), cudaSuccess);
+    cr_assert_eq(cudaFreeAsync(o1, S1), cudaSuccess);
+    cr_assert_eq(stats().live_allocations, 0, "the block goes back with the program's last piece");
     CUgraph g3 = captured_on(C, MiB, &y);
     cr_assert_eq(stats().live_allocations, 1, "graph 3 gets a block of its own, no piece of the returned one");
     cr_assert_eq(gmlake_graph_pool(C, 0), GMLAKE_OK);
