@@ -382,6 +382,9 @@ Test(capture, a_capture_splits_what_it_freed_for_smaller_requests)
     cr_assert_eq((char *)c, (char *)a + MiB, "its rest serves the next one");
     cr_assert_eq(cudaMallocAsync(&d, 5 * MiB, C), cudaSuccess);
     cr_assert_neq(d, a, "5 MiB do not fit the 5 MiB - 512 bytes left");
+    void *e;
+    cr_assert_eq(cudaMallocAsync(&e, 5 * MiB - 512, C), cudaSuccess);
+    cr_assert_eq((char *)e, (char *)a + 3 * MiB + 512, "c took 2 MiB + 512 (pieces are 512-byte aligned)");
     cr_assert_eq(stats().live_allocations, 2, "two blocks of the pool for four requests");
     cr_assert_eq(stats().active_bytes, 13 * MiB);
     cudaGraph_t g;
@@ -390,6 +393,7 @@ Test(capture, a_capture_splits_what_it_freed_for_smaller_requests)
     cr_assert_eq(cudaFreeAsync(c, S1), cudaErrorInvalidValue, "and a second one is a double free");
     cr_assert_eq(cudaFree(b), cudaSuccess);
     cr_assert_eq(cudaFreeAsync(d, S1), cudaSuccess);
+    cr_assert_eq(cudaFreeAsync(e, S1), cudaSuccess);
     cr_assert_eq(stats().live_allocations, 2, "the graph holds both blocks");
     cr_assert_eq(cuGraphDestroy((CUgraph)g), CUDA_SUCCESS);
     pairs(S1, 1);
