@@ -581,7 +581,10 @@ Test(capture, the_last_piece_freed_on_a_second_stream_leaves_a_global_capture_al
     capture_start(&k, G, cudaStreamCaptureModeGlobal);
     cr_assert_eq(cudaFreeAsync(c, S2), cudaSuccess);
     cr_assert_eq(fake_cuda_counts()->capture_violations, 0, "no unsafe call during the capture");
+    cr_assert_eq(stats().live_allocations, 1, "the slab waits for the capture's end");
     cr_assert_eq(capture_end(&k), cudaSuccess, "the other thread's capture is intact");
+    pairs(S1, 1);
+    cr_assert_eq(stats().live_allocations, 0, "and goes back at the first call after it");
 }
 
 /* The program freed b on S2 while the graph lived (S2's kernel still reading it), then c on S1
