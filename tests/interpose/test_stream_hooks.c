@@ -56,6 +56,7 @@ static void *ptds_owner(void *arg)
 
 Test(streams, per_thread_default_streams_are_distinct)
 {
+    events_only(); /* else another stream (the legacy one) could take A's block by a GPU wait */
     pthread_t a;
     pthread_barrier_init(&bar, NULL, 2);
     pthread_create(&a, NULL, ptds_owner, NULL);
@@ -67,7 +68,10 @@ Test(streams, per_thread_default_streams_are_distinct)
     cr_assert_neq(r, a_block, "the _ptsz entry point names B's own stream too");
     cr_assert_eq(fake_cuda_pending(CU_STREAM_PER_THREAD), 0, "B's stream is idle");
     pthread_barrier_wait(&bar);
-    pthread_barrier_wait(&bar);
+    pthread_barrier_wait(&bar); /* A freed its block again, through cudaFreeAsync_ptsz(q, 0) */
+    void *t = NULL;
+    cr_assert_eq(cudaMallocAsync(&t, 4 * MiB, cudaStreamPerThread), cudaSuccess);
+    cr_assert_neq(t, a_block, "A's _ptsz free named A's stream, whose work still runs");
     pthread_join(a, NULL);
     cr_assert_eq(gmlake_check(0), GMLAKE_OK);
 }
