@@ -356,6 +356,28 @@ class Export(unittest.TestCase):
         lost = dict(snap, segments=snap["segments"][:1])
         with self.assertRaises(memviz_checks.VizError):
             memviz_checks.check(pickle.dumps(lost, protocol=4))
+        # each of the other checks, on a snapshot broken for it alone
+        t = snap["device_traces"][0]
+        seg0 = snap["segments"][0]
+        block0 = seg0["blocks"][0]
+
+        def broken(pattern, **changes):
+            with self.assertRaisesRegex(memviz_checks.VizError, pattern):
+                memviz_checks.check(pickle.dumps(dict(snap, **changes), protocol=4))
+
+        ev = dict(t[-1], action="free_requested", addr=B + 64 * MiB)
+        broken("free_requested of .* with no block", device_traces=[t + [ev]])
+        broken("while it is mapped", device_traces=[t + [dict(t[0], action="segment_free", addr=B)]])
+        # B's first free without its free_requested/free_completed: the segment goes with its block
+        first = [i for i, e in enumerate(t) if e["action"] == "free_requested"][0]
+        broken("segment_free of .* with blocks still in it", device_traces=[t[:first] + t[first + 2:]])
+        broken("blocks sum to", segments=[dict(seg0, total_size=seg0["total_size"] + 512)] +
+               snap["segments"][1:])
+        broken("block address", segments=[dict(seg0, blocks=[dict(block0, address=B + 512)])] +
+               snap["segments"][1:])
+        broken("not exact in JS", device_traces=[t + [dict(t[-1], addr=1 << 53)]])
+        broken("the timeline ends at", segments=[dict(seg0, blocks=[dict(block0, requested_size=1000)])] +
+               snap["segments"][1:])
 
 
 class PyTorchMemoryViz(unittest.TestCase):
