@@ -123,6 +123,9 @@ class Export(unittest.TestCase):
         segs = snap["segments"]
         self.assertEqual([(s["address"], s["total_size"], s["stream"], s["device"]) for s in segs],
                          [(B, 2000000, 0x55, 0), (B + 4 * MiB, 100, PTDS | 2 << 6, 0)])
+        self.assertEqual([(s["allocated_size"], s["active_size"], s["segment_type"]) for s in segs],
+                         [(2000000, 2000000, "large"), (100, 100, "small")],
+                         "each segment all allocated; PyTorch's large pool above 1 MiB")
         self.assertEqual(segs[0]["blocks"], [{"address": B, "size": 2000000, "requested_size": 2000000,
                                               "state": "active_allocated", "frames": []}])
         st = snap["allocator_settings"]
