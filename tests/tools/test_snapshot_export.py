@@ -282,6 +282,9 @@ class Export(unittest.TestCase):
             ("0X prefix, tabs", (h + "A\t0X1000\t100\t0x0\t1\n").encode(), True),
             ("not UTF-8 in a comment", (h + "# caf\xe9\n").encode("latin-1") + ok.encode(), True),
             ("header with a blank and more", ("# gmlake-trace v1 recorded\n" + ok).encode(), True),
+            ("a cache release (E) between the events", (h + "A 0x1000 100 0 1\nE 0x0 0 0 2\n"
+                                                        "F 0x1000 0 0 3\n").encode(), True),
+            ("a cache release naming a pointer", (h + ok + "E 0x1000 0 0 3\n").encode(), False),
         ]
         for name, raw, good in cases:
             trace = self.write(name.replace(" ", "_") + ".trace", [], raw=raw)
