@@ -108,7 +108,31 @@ def main():
     signal.signal(signal.SIGALRM, on_alarm)
     failures = []
     outcomes = {0: 0, 2: 0}
+
+    def traces_written(d, stem):
+        """The traces a conversion wrote (one, or one per device), each a header and events."""
+        got = sorted(glob.glob(os.path.join(d, stem + ".trace")) +
+                     glob.glob(os.path.join(d, stem + ".dev*.trace")))
+        ok = bool(got)
+        for t in got:
+            with open(t) as f:
+                lines = f.read().splitlines()
+            ok = ok and bool(lines) and lines[0].startswith("# gmlake-trace v1") and any(
+                l[:2] in ("A ", "F ") for l in lines)
+        return ok
+
     with tempfile.TemporaryDirectory(prefix="gmlake-fuzz-import-") as d:
+        # the seeds themselves convert, each into traces with events: an importer that refuses
+        # (or writes nothing for) every snapshot would pass the fuzz below
+        for k, snap in enumerate(seeds):
+            path = os.path.join(d, f"seed{k}.pickle")
+            with open(path, "wb") as f:
+                f.write(pickle.dumps(snap))
+            err = io.StringIO()
+            with contextlib.redirect_stderr(err):
+                rc = imp.main([path, "-q", "-o", os.path.join(d, f"seed{k}.trace")])
+            if rc != 0 or not traces_written(d, f"seed{k}"):
+                failures.append(f"seed {k}: not converted (exit status {rc}, {err.getvalue()!r})")
         for i in range(cases):
             snap = rng.choice(seeds)
             kind = rng.random()
@@ -143,6 +167,8 @@ def main():
                 with open(keep, "wb") as f:
                     f.write(raw)
                 failures.append(f"case {i}: {bad} (input kept in {keep})")
+            elif rc == 0 and not traces_written(d, f"case{i}"):
+                failures.append(f"case {i}: exit status 0 but no trace with events written")
             else:
                 outcomes[rc] += 1
             for f in glob.glob(os.path.join(d, f"case{i}*")):
