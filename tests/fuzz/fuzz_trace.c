@@ -1,6 +1,7 @@
 /* fuzz_trace.c — libFuzzer target for the trace reader (tools/trace.c, core/trace_format.c):
  * any bytes, plain or gzip, as a trace file's content must load or give one message naming the
- * input, never a crash, a hang or a leak; a trace that loads has only well-formed events. */
+ * input, never a crash, a hang or a leak; a trace that loads has only well-formed events (A, F,
+ * and E, a cache release: core/trace_format.h). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -16,8 +17,9 @@ int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size)
             abort(); /* a trace without events was accepted */
         for (size_t i = 0; i < t.n; i++) {
             const gml_trace_event *e = &t.ev[i];
-            if ((e->op != 'A' && e->op != 'F') || (e->op == 'A' && (!e->size || !e->ptr)) ||
-                (e->op == 'F' && e->size) || e->line < 2)
+            if ((e->op != 'A' && e->op != 'F' && e->op != 'E') ||
+                (e->op == 'A' && (!e->size || !e->ptr)) || (e->op == 'F' && e->size) ||
+                (e->op == 'E' && (e->ptr || e->size)) || e->line < 2)
                 abort(); /* a malformed event got in (line 1 is the header) */
         }
         gml_trace_free(&t);
