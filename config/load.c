@@ -98,32 +98,25 @@ void gml_config_apply_text(gml_config *c, gml_config_report *rep, const char *te
             pos = end + 1;
             continue;
         }
-        if (n >= sizeof buf) {
-            /* the limit is on what the line says: its comment and the blanks before it are not
-             * part of that (a long comment line, a setting with a long comment after it) */
-            const char *l = text + pos;
-            for (size_t k = 0; k < n; k++)
-                if (l[k] == '#' && (k == 0 || isspace((unsigned char)l[k - 1]))) {
-                    n = k;
-                    break;
-                }
-            while (n > 0 && isspace((unsigned char)l[n - 1]))
-                n--;
-        }
+        /* a comment: '#' at the start of the line or after a blank; inside a value it is kept.
+         * The limit is on what the line says: its comment and the blanks before it are not part
+         * of that (a long comment line, a setting with a long comment after it) */
+        const char *l = text + pos;
+        for (size_t k = 0; k < n; k++)
+            if (l[k] == '#' && (k == 0 || isspace((unsigned char)l[k - 1]))) {
+                n = k;
+                break;
+            }
+        while (n > 0 && isspace((unsigned char)l[n - 1]))
+            n--;
         if (n >= sizeof buf) {
             note(rep, msgs, true, "%s: line longer than %s bytes, ignored", where, "2047");
             pos = end + 1;
             continue;
         }
-        memcpy(buf, text + pos, n);
+        memcpy(buf, l, n);
         buf[n] = 0;
         pos = end + 1;
-        /* a comment: '#' at the start of the line or after a blank; inside a value it is kept */
-        for (char *h = buf; (h = strchr(h, '#')) != NULL; h++)
-            if (h == buf || isspace((unsigned char)h[-1])) {
-                *h = 0;
-                break;
-            }
         char *s = trim(buf);
         if (!*s)
             continue;

@@ -17,36 +17,24 @@
 static const char *const colors[] = {"#1f77b4", "#d62728", "#2ca02c", "#9467bd",
                                      "#ff7f0e", "#8c564b", "#e377c2", "#17becf"};
 
-/* Writes s with the XML special characters escaped and control bytes left out.  The chart is
- * UTF-8 (XML's default): a byte of the name that is no part of a valid UTF-8 character (a file
- * name in Latin-1) is written as U+FFFD, never as it is, which would leave the file unreadable. */
-static void put_text(FILE *f, const char *s)
+/* One ASCII byte of SVG text: the XML special characters escaped, control bytes left out. */
+static void xml_ascii(FILE *f, unsigned char c)
 {
-    const unsigned char *p = (const unsigned char *)s;
-    while (*p) {
-        int n = gml_utf8_len(p);
-        if (n < 0) {
-            fputs(GML_UTF8_REPLACEMENT, f);
-            p += -n;
-            continue;
-        }
-        if (n > 1) {
-            fwrite(p, 1, (size_t)n, f);
-            p += n;
-            continue;
-        }
-        switch (*p) {
-        case '<': fputs("&lt;", f); break;
-        case '>': fputs("&gt;", f); break;
-        case '&': fputs("&amp;", f); break;
-        case '"': fputs("&quot;", f); break;
-        default:
-            if (*p >= 0x20)
-                fputc(*p, f);
-        }
-        p++;
+    switch (c) {
+    case '<': fputs("&lt;", f); break;
+    case '>': fputs("&gt;", f); break;
+    case '&': fputs("&amp;", f); break;
+    case '"': fputs("&quot;", f); break;
+    default:
+        if (c >= 0x20)
+            fputc(c, f);
     }
 }
+
+/* Writes s as SVG text.  The chart is UTF-8 (XML's default): a byte of the name that is no part of
+ * a valid UTF-8 character (a file name in Latin-1) is written as U+FFFD, never as it is, which
+ * would leave the file unreadable. */
+static void put_text(FILE *f, const char *s) { gml_utf8_write(f, s, GML_UTF8_REPLACEMENT, xml_ascii); }
 
 static double nice_step(double range, int ticks)
 {

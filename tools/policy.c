@@ -256,8 +256,7 @@ int gml_policy_replay(gml_policy *p, const gml_trace *t, size_t check_every, gml
             p->ops->empty_cache(p);
         } else if (e->op == 'A') {
             if (l) {
-                snprintf(err, errlen, "%s:%u: pointer %#" PRIx64 " is allocated while still live",
-                         t->path, e->line, e->ptr);
+                gml_trace_say_live_again(t, e, err, errlen);
                 rc = -1;
                 break;
             }

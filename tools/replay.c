@@ -85,31 +85,23 @@ static void usage(FILE *f)
  * chunk of it. */
 #define MAX_CAPACITY ((size_t)16 << 40)
 
+/* One ASCII byte of a JSON string: quote and backslash escaped, control bytes as \u00XX. */
+static void json_ascii(FILE *f, unsigned char c)
+{
+    if (c == '"' || c == '\\')
+        fprintf(f, "\\%c", c);
+    else if (c < 0x20 || c == 0x7f)
+        fprintf(f, "\\u%04x", c);
+    else
+        fputc(c, f);
+}
+
 /* s as a JSON string, quotes included.  JSON is UTF-8: a byte of the name that is no part of a
  * valid UTF-8 character (a file name in Latin-1) is written as U+FFFD, never as it is. */
 static void json_str(const char *s)
 {
     putchar('"');
-    const unsigned char *p = (const unsigned char *)s;
-    while (*p) {
-        unsigned char c = *p;
-        int n = gml_utf8_len(p);
-        if (n < 0) {
-            fputs("\\ufffd", stdout);
-            p += -n;
-        } else if (n > 1) {
-            fwrite(p, 1, (size_t)n, stdout);
-            p += n;
-        } else {
-            if (c == '"' || c == '\\')
-                printf("\\%c", c);
-            else if (c < 0x20 || c == 0x7f)
-                printf("\\u%04x", c);
-            else
-                putchar(c);
-            p++;
-        }
-    }
+    gml_utf8_write(stdout, s, "\\ufffd", json_ascii);
     putchar('"');
 }
 

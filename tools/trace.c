@@ -333,3 +333,10 @@ void gml_trace_free(gml_trace *t)
     free(t->path);
     memset(t, 0, sizeof *t);
 }
+
+void gml_trace_say_live_again(const gml_trace *t, const gml_trace_event *e, char *err,
+                              size_t errlen)
+{
+    snprintf(err, errlen, "%s:%u: pointer %#" PRIx64 " is allocated while still live", t->path,
+             e->line, e->ptr);
+}

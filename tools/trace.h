@@ -37,6 +37,10 @@ int gml_trace_load(const char *path, gml_trace *out, char *err, size_t errlen);
 int gml_trace_load_mem(const char *name, const void *data, size_t len, gml_trace *out, char *err,
                        size_t errlen);
 void gml_trace_free(gml_trace *t);
+/* The message, "PATH:LINE: ...", for allocation event e of t whose pointer is live: a fault of the
+ * trace that the replay (policy.c) and the stream-ordered filter (trace_filter.c) refuse alike. */
+void gml_trace_say_live_again(const gml_trace *t, const gml_trace_event *e, char *err,
+                              size_t errlen);
 /* Leaves out of t the allocations made with no stream (GML_STREAM_NONE: cudaMalloc, cuMemAlloc)
  * and the frees of those pointers, whatever stream the free names (trace_filter.c).  Under
  * PyTorch's cudaMallocAsync backend every tensor is stream-ordered, so what this leaves out are

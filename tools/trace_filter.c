@@ -1,7 +1,6 @@
 /* trace_filter.c — leaving a trace's calls with no stream out of it (contract in trace.h). */
 #include "trace.h"
 
-#include <inttypes.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,8 +28,7 @@ int gml_trace_keep_stream_ordered(gml_trace *t, size_t *dropped, char *err, size
              * free would be matched to whichever allocation was kept) */
             HASH_FIND(hh, live, &e->ptr, sizeof e->ptr, d);
             if (d) {
-                snprintf(err, errlen, "%s:%u: pointer %#" PRIx64 " is allocated while still live",
-                         t->path, e->line, e->ptr);
+                gml_trace_say_live_again(t, e, err, errlen);
                 rc = -1;
                 break;
             }

@@ -2,7 +2,8 @@
  * utf8.h). */
 #include "utf8.h"
 
-int gml_utf8_len(const unsigned char *s)
+/* The length of the UTF-8 character at s, or minus that of its maximal invalid subpart. */
+static int utf8_len(const unsigned char *s)
 {
     unsigned char c = s[0];
     if (c < 0x80)
@@ -23,4 +24,19 @@ int gml_utf8_len(const unsigned char *s)
             return -i;
     }
     return n;
+}
+
+void gml_utf8_write(FILE *f, const char *s, const char *bad, void (*ascii)(FILE *, unsigned char))
+{
+    const unsigned char *p = (const unsigned char *)s;
+    while (*p) {
+        int n = utf8_len(p);
+        if (n < 0)
+            fputs(bad, f);
+        else if (n > 1)
+            fwrite(p, 1, (size_t)n, f);
+        else
+            ascii(f, *p);
+        p += n < 0 ? -n : n;
+    }
 }
