@@ -429,7 +429,8 @@ extern atomic_bool gml_oom_pending;
  *  GML_TORCH_KEEP    a backend is named and it is cudaMallocAsync: nothing to do;
  *  GML_TORCH_SET     set *var to value: backend:cudaMallocAsync when neither names anything, or
  *                    the user's options with ",backend:cudaMallocAsync" appended when they name
- *                    no backend and do not ask for expandable_segments;
+ *                    no backend and do not ask for expandable_segments (their trailing blanks
+ *                    and commas dropped first: PyTorch refuses the empty entry they would make);
  *  GML_TORCH_BYPASS  the user keeps PyTorch's own allocator (backend:native, expandable_segments):
  *                    its allocations will not reach gmlake; *var names the variable in effect. */
 enum gml_torch_action { GML_TORCH_KEEP, GML_TORCH_SET, GML_TORCH_BYPASS };

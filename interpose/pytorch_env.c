@@ -16,6 +16,7 @@
  * torch.multiprocessing share CUDA tensors through gmlake's IPC, what that backend refuses
  * (_gmlake_torch.py says how).
  */
+#include <ctype.h>
 #include <dlfcn.h>
 #include <libgen.h>
 #include <limits.h>
@@ -60,7 +61,12 @@ int gml_torch_plan(const char *alloc_conf, const char *cuda_conf, const char **v
         conf = alloc_conf;
         *var = "PYTORCH_ALLOC_CONF";
     }
-    if (!conf || !*conf) {
+    /* what PyTorch ignores at the end (blanks, a trailing comma) goes: an entry appended after a
+     * comma already there, or after nothing but blanks, is an empty entry, which it refuses */
+    size_t keep = conf ? strlen(conf) : 0;
+    while (keep && (isspace((unsigned char)conf[keep - 1]) || conf[keep - 1] == ','))
+        keep--;
+    if (!keep) {
         snprintf(value, len, "backend:cudaMallocAsync");
         return GML_TORCH_SET;
     }
@@ -70,7 +76,7 @@ int gml_torch_plan(const char *alloc_conf, const char *cuda_conf, const char **v
     if (conf_get(conf, "expandable_segments", v, sizeof v) &&
         (strcasecmp(v, "true") == 0 || strcmp(v, "1") == 0))
         return GML_TORCH_BYPASS;
-    if ((size_t)snprintf(value, len, "%s,backend:cudaMallocAsync", conf) >= len)
+    if ((size_t)snprintf(value, len, "%.*s,backend:cudaMallocAsync", (int)keep, conf) >= len)
         return GML_TORCH_BYPASS; /* too long to extend: leave the user's setting as it is */
     return GML_TORCH_SET;
 }

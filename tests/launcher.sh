@@ -37,6 +37,13 @@ check "expandable_segments is kept, with one warning" \
 check "backend:native is kept, with a warning naming the variable" \
   '[ "$(pt PYTORCH_ALLOC_CONF=backend:native)" = "cuda=unset alloc=backend:native" ] && grep -q "PYTORCH_ALLOC_CONF=backend:native keeps PyTorch" "$tmp/err" &&
   grep -q "gmlake serves its segments" "$tmp/err" && ! grep -q "will not reach gmlake" "$tmp/err"'
+# PyTorch's parser accepts a trailing comma but refuses an empty entry ("Unrecognized key ','"),
+# and reads a value of blanks as nothing: appending ",backend:..." to either made PyTorch refuse
+# the whole setting at its first CUDA call
+check "a trailing comma is not doubled" \
+  '[ "$(pt PYTORCH_CUDA_ALLOC_CONF="max_split_size_mb:128, ")" = "cuda=max_split_size_mb:128,backend:cudaMallocAsync alloc=unset" ]'
+check "a value of blanks gets the backend alone" \
+  '[ "$(pt PYTORCH_CUDA_ALLOC_CONF=" ")" = "cuda=backend:cudaMallocAsync alloc=unset" ]'
 # said once per process tree, as the settings' warnings are: a shell script's every command
 # (each a process that loads gmlake) repeated it
 env PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True LD_PRELOAD="$lib" sh -c 'sh -c true; sh -c true' 2>"$tmp/err"
