@@ -28,28 +28,49 @@
 
 #include "interpose.h"
 
-/* Whether the comma-separated `key:value` list conf names `key`; its value into val. */
-static bool conf_get(const char *conf, const char *key, char *val, size_t len)
+/* The next entry of the comma-separated `key:value` list at *c, read as PyTorch's tokenizer reads
+ * it (c10 ConfigTokenizer): every blank dropped, wherever it is (tabs and newlines too), key and
+ * value split at the first colon.  Each is cut to its buffer, which a name PyTorch knows fits
+ * whole.  False at the end of the list. */
+static bool conf_next(const char **c, char *key, size_t klen, char *val, size_t vlen)
 {
-    size_t klen = strlen(key);
-    for (const char *c = conf; c && *c;) {
-        while (*c == ' ' || *c == ',')
-            c++;
-        const char *end = strchr(c, ',');
-        size_t n = end ? (size_t)(end - c) : strlen(c);
-        if (n > klen && strncmp(c, key, klen) == 0 && (c[klen] == ':' || c[klen] == ' ')) {
-            const char *v = c + klen;
-            while (*v == ' ' || *v == ':')
-                v++;
-            size_t vn = (size_t)(c + n - v);
-            while (vn && v[vn - 1] == ' ')
-                vn--;
-            snprintf(val, len, "%.*s", (int)vn, v);
-            return true;
-        }
-        c += n;
+    while (**c == ',' || isspace((unsigned char)**c))
+        (*c)++;
+    if (!**c)
+        return false;
+    char *out = key;
+    size_t n = 0, len = klen;
+    for (; **c && **c != ','; (*c)++) {
+        if (isspace((unsigned char)**c))
+            continue;
+        if (**c == ':' && out == key) {
+            out[n] = '\0';
+            out = val, n = 0, len = vlen;
+        } else if (n + 1 < len)
+            out[n++] = **c;
     }
-    return false;
+    out[n] = '\0';
+    if (out == key)
+        *val = '\0';
+    return true;
+}
+
+/* What a user's PyTorch allocator setting asks for: a backend other than cudaMallocAsync in any
+ * of its entries (PyTorch versions differ on which of two wins) or, naming no backend,
+ * expandable_segments (GML_TORCH_BYPASS); only cudaMallocAsync (GML_TORCH_KEEP); neither
+ * (GML_TORCH_SET). */
+static int conf_asks(const char *conf)
+{
+    char key[32], v[64];
+    bool async = false, expandable = false;
+    for (const char *c = conf; conf_next(&c, key, sizeof key, v, sizeof v);) {
+        if (strcmp(key, "backend") == 0 && strcmp(v, "cudaMallocAsync") != 0)
+            return GML_TORCH_BYPASS;
+        async |= strcmp(key, "backend") == 0;
+        expandable |= strcmp(key, "expandable_segments") == 0 &&
+                      (strcasecmp(v, "true") == 0 || strcmp(v, "1") == 0);
+    }
+    return async ? GML_TORCH_KEEP : expandable ? GML_TORCH_BYPASS : GML_TORCH_SET;
 }
 
 int gml_torch_plan(const char *alloc_conf, const char *cuda_conf, const char **var, char *value,
@@ -70,12 +91,9 @@ int gml_torch_plan(const char *alloc_conf, const char *cuda_conf, const char **v
         snprintf(value, len, "backend:cudaMallocAsync");
         return GML_TORCH_SET;
     }
-    char v[64];
-    if (conf_get(conf, "backend", v, sizeof v))
-        return strcmp(v, "cudaMallocAsync") == 0 ? GML_TORCH_KEEP : GML_TORCH_BYPASS;
-    if (conf_get(conf, "expandable_segments", v, sizeof v) &&
-        (strcasecmp(v, "true") == 0 || strcmp(v, "1") == 0))
-        return GML_TORCH_BYPASS;
+    int asks = conf_asks(conf);
+    if (asks != GML_TORCH_SET)
+        return asks;
     if ((size_t)snprintf(value, len, "%.*s,backend:cudaMallocAsync", (int)keep, conf) >= len)
         return GML_TORCH_BYPASS; /* too long to extend: leave the user's setting as it is */
     return GML_TORCH_SET;

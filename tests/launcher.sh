@@ -44,6 +44,17 @@ check "a trailing comma is not doubled" \
   '[ "$(pt PYTORCH_CUDA_ALLOC_CONF="max_split_size_mb:128, ")" = "cuda=max_split_size_mb:128,backend:cudaMallocAsync alloc=unset" ]'
 check "a value of blanks gets the backend alone" \
   '[ "$(pt PYTORCH_CUDA_ALLOC_CONF=" ")" = "cuda=backend:cudaMallocAsync alloc=unset" ]'
+# PyTorch's tokenizer drops every blank (tabs and newlines too, as a YAML block leaves them), and
+# every backend entry counts: a backend:native after a newline, or after a backend:cudaMallocAsync,
+# was not seen and the user's native allocator lost to an appended (or kept) cudaMallocAsync
+multi=$'max_split_size_mb:256,\n\tbackend:native'
+check "a backend after a newline and a tab is the user's, kept" \
+  '[ "$(pt PYTORCH_CUDA_ALLOC_CONF="$multi")" = "cuda=$multi alloc=unset" ] && grep -q "gmlake serves its segments" "$tmp/err"'
+check "a backend named twice: native kept whichever comes first" \
+  '[ "$(pt PYTORCH_ALLOC_CONF=backend:cudaMallocAsync,backend:native)" = "cuda=unset alloc=backend:cudaMallocAsync,backend:native" ] &&
+  grep -q "gmlake serves its segments" "$tmp/err"'
+check "blanks inside a value are PyTorch's nothing" \
+  '[ "$(pt PYTORCH_ALLOC_CONF="backend : cuda MallocAsync")" = "cuda=unset alloc=backend : cuda MallocAsync" ] && [ ! -s "$tmp/err" ]'
 # said once per process tree, as the settings' warnings are: a shell script's every command
 # (each a process that loads gmlake) repeated it
 env PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True LD_PRELOAD="$lib" sh -c 'sh -c true; sh -c true' 2>"$tmp/err"

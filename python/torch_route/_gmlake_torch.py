@@ -66,11 +66,13 @@ class _Handle(ctypes.Structure):
 
 def _route():
     """The variable that names PyTorch's cudaMallocAsync backend, through which gmlake serves
-    PyTorch (libgmlake set it, or found it set), or None (or it no longer names it)."""
+    PyTorch (libgmlake set it, or found it set), or None (or it no longer names it, or names
+    another backend too).  Read as PyTorch and libgmlake read it: every blank dropped."""
     var = os.environ.get(_ROUTE_ENV)
     if var not in ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF"):
         return None
-    return var if "backend:cudaMallocAsync" in os.environ.get(var, "").replace(" ", "") else None
+    entries = ("".join(e.split()).partition(":") for e in os.environ.get(var, "").split(","))
+    return var if {v for k, _, v in entries if k == "backend"} == {"cudaMallocAsync"} else None
 
 
 def way_out(alternative="or send the tensor on the CPU"):

@@ -160,6 +160,12 @@ def release(route_dir):
     check(g._route() == "PYTORCH_CUDA_ALLOC_CONF", "route seen")
     os.environ["PYTORCH_CUDA_ALLOC_CONF"] = "backend:native"
     check(g._route() is None, "the user changed the backend: no route")
+    # read as libgmlake reads it (interpose/pytorch_env.c), as PyTorch does: every blank dropped,
+    # every backend entry counts
+    os.environ["PYTORCH_CUDA_ALLOC_CONF"] = "max_split_size_mb:64,\n\tbackend:\tcudaMallocAsync"
+    check(g._route() == "PYTORCH_CUDA_ALLOC_CONF", "a backend after a newline and tabs: route seen")
+    os.environ["PYTORCH_CUDA_ALLOC_CONF"] = "backend:cudaMallocAsync,backend:native"
+    check(g._route() is None, "a second backend, native: no route")
 
 
 def refusals(route_dir):
