@@ -4,9 +4,9 @@
  *
  * Under its default caching allocator PyTorch asks CUDA only for large segments and carves them
  * itself; with backend:cudaMallocAsync every tensor is one cudaMallocAsync / cudaFreeAsync pair,
- * which gmlake serves.  PyTorch reads PYTORCH_ALLOC_CONF and, when that is unset, the older
- * PYTORCH_CUDA_ALLOC_CONF; the variable in effect decides (gml_torch_plan, rules in
- * interpose.h).  The constructor applies the plan before the program's main runs (PyTorch reads
+ * which gmlake serves.  PyTorch reads PYTORCH_ALLOC_CONF or the older PYTORCH_CUDA_ALLOC_CONF, the
+ * first of them that is set (even empty), and its versions differ on which comes first: so the
+ * plan reads both (gml_torch_plan, rules in interpose.h).  The constructor applies the plan before the program's main runs (PyTorch reads
  * the variable when its allocator starts); `pytorch_backend = off` (GMLAKE_PYTORCH_BACKEND=0),
  * GMLAKE_ENABLE=0 or settings that turn gmlake off (config/check.c) leave the environment alone.  `gmlake run` relies on this too: one rule.
  *
@@ -73,30 +73,39 @@ static int conf_asks(const char *conf)
     return async ? GML_TORCH_KEEP : expandable ? GML_TORCH_BYPASS : GML_TORCH_SET;
 }
 
-int gml_torch_plan(const char *alloc_conf, const char *cuda_conf, const char **var, char *value,
-                   size_t len)
+const char *const gml_torch_vars[2] = {"PYTORCH_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF"};
+
+int gml_torch_plan(const char *const conf[2], const char **var, char value[2][GML_TORCH_VALUE])
 {
-    const char *conf = cuda_conf;
-    *var = "PYTORCH_CUDA_ALLOC_CONF";
-    if (alloc_conf && *alloc_conf) {
-        conf = alloc_conf;
-        *var = "PYTORCH_ALLOC_CONF";
+    int asks[2];
+    *var = gml_torch_vars[conf[0] ? 0 : 1];
+    for (int i = 0; i < 2; i++) {
+        value[i][0] = '\0';
+        asks[i] = conf[i] ? conf_asks(conf[i]) : GML_TORCH_SET;
+        if (asks[i] == GML_TORCH_BYPASS) { /* kept, whichever variable PyTorch reads first */
+            *var = gml_torch_vars[i];
+            return GML_TORCH_BYPASS;
+        }
     }
-    /* what PyTorch ignores at the end (blanks, a trailing comma) goes: an entry appended after a
-     * comma already there, or after nothing but blanks, is an empty entry, which it refuses */
-    size_t keep = conf ? strlen(conf) : 0;
-    while (keep && (isspace((unsigned char)conf[keep - 1]) || conf[keep - 1] == ','))
-        keep--;
-    if (!keep) {
-        snprintf(value, len, "backend:cudaMallocAsync");
-        return GML_TORCH_SET;
+    int action = GML_TORCH_KEEP;
+    for (int i = 0; i < 2; i++) {
+        /* unset (the older variable gets it where neither is set), or naming the backend already */
+        if ((!conf[i] && (i == 0 || conf[0])) || asks[i] == GML_TORCH_KEEP)
+            continue;
+        /* what PyTorch ignores at the end (blanks, a trailing comma) goes: an entry appended after
+         * a comma already there, or after nothing but blanks, is an empty entry, which it refuses */
+        const char *c = conf[i] ? conf[i] : "";
+        size_t keep = strlen(c);
+        while (keep && (isspace((unsigned char)c[keep - 1]) || c[keep - 1] == ','))
+            keep--;
+        if ((size_t)snprintf(value[i], GML_TORCH_VALUE, "%.*s%sbackend:cudaMallocAsync", (int)keep,
+                             c, keep ? "," : "") >= GML_TORCH_VALUE) {
+            *var = gml_torch_vars[i]; /* too long to extend: leave the user's settings as they are */
+            return GML_TORCH_BYPASS;
+        }
+        action = GML_TORCH_SET;
     }
-    int asks = conf_asks(conf);
-    if (asks != GML_TORCH_SET)
-        return asks;
-    if ((size_t)snprintf(value, len, "%.*s,backend:cudaMallocAsync", (int)keep, conf) >= len)
-        return GML_TORCH_BYPASS; /* too long to extend: leave the user's setting as it is */
-    return GML_TORCH_SET;
+    return action;
 }
 
 /* Reads the settings into a private copy, quietly: the shared settings (and their messages, log
@@ -191,22 +200,27 @@ __attribute__((constructor)) static void pytorch_route(void)
     if (!c.enable || !c.pytorch_backend || gml_config_check(&c, 0, (char[8]){0}, 8) != 0)
         return;
     const char *var;
-    char value[4096];
-    const char *alloc_conf = getenv("PYTORCH_ALLOC_CONF"), *cuda_conf = getenv("PYTORCH_CUDA_ALLOC_CONF");
-    switch (gml_torch_plan(alloc_conf, cuda_conf, &var, value, sizeof value)) {
+    char value[2][GML_TORCH_VALUE];
+    const char *conf[2] = {getenv(gml_torch_vars[0]), getenv(gml_torch_vars[1])};
+    switch (gml_torch_plan(conf, &var, value)) {
     case GML_TORCH_SET:
-        setenv(var, value, 1);
+        for (int i = 0; i < 2; i++)
+            if (*value[i])
+                setenv(gml_torch_vars[i], value[i], 1);
         torch_route_python(var);
         if (c.log_level >= GML_LOG_DEBUG) {
             gml_enabled();
-            gml_log(GML_LOG_DEBUG, "%s=%s (PyTorch hands every tensor to gmlake)", var, value);
+            for (int i = 0; i < 2; i++)
+                if (*value[i])
+                    gml_log(GML_LOG_DEBUG, "%s=%s (PyTorch hands every tensor to gmlake)",
+                            gml_torch_vars[i], value[i]);
         }
         break;
     case GML_TORCH_BYPASS: {
         /* said once per process tree (a shell script's every command loads gmlake): a process
          * whose parent warned about the same setting stays quiet.  Still one thread here: setenv
          * is safe. */
-        char said[4096 + 64];
+        char said[GML_TORCH_VALUE + 64];
         snprintf(said, sizeof said, "%s=%s", var, getenv(var));
         const char *before = getenv(GML_TORCH_WARNED_ENV);
         if (before && strcmp(before, said) == 0)

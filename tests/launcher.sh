@@ -55,6 +55,19 @@ check "a backend named twice: native kept whichever comes first" \
   grep -q "gmlake serves its segments" "$tmp/err"'
 check "blanks inside a value are PyTorch's nothing" \
   '[ "$(pt PYTORCH_ALLOC_CONF="backend : cuda MallocAsync")" = "cuda=unset alloc=backend : cuda MallocAsync" ] && [ ! -s "$tmp/err" ]'
+# both variables, or an empty one: PyTorch takes a variable that is set, even empty (c10's get_env),
+# and its versions differ on which of the two comes first (PYTORCH_ALLOC_CONF in some,
+# PYTORCH_CUDA_ALLOC_CONF in others): the route must not hang on that order
+check "an empty PYTORCH_ALLOC_CONF is the one that gets the backend" \
+  '[ "$(pt PYTORCH_ALLOC_CONF=)" = "cuda=unset alloc=backend:cudaMallocAsync" ]'
+check "both variables without a backend: both get it" \
+  '[ "$(pt PYTORCH_ALLOC_CONF=max_split_size_mb:64 PYTORCH_CUDA_ALLOC_CONF=garbage_collection_threshold:0.6)" = "cuda=garbage_collection_threshold:0.6,backend:cudaMallocAsync alloc=max_split_size_mb:64,backend:cudaMallocAsync" ]'
+check "backend:native in either variable keeps both as they are, the warning naming it" \
+  '[ "$(pt PYTORCH_ALLOC_CONF=max_split_size_mb:64 PYTORCH_CUDA_ALLOC_CONF=backend:native)" = "cuda=backend:native alloc=max_split_size_mb:64" ] &&
+  grep -q "PYTORCH_CUDA_ALLOC_CONF=backend:native keeps PyTorch" "$tmp/err" &&
+  [ "$(pt PYTORCH_ALLOC_CONF= PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True)" = "cuda=expandable_segments:True alloc=" ]'
+check "one variable names cudaMallocAsync: the other gets it too, silently" \
+  '[ "$(pt PYTORCH_ALLOC_CONF=backend:cudaMallocAsync PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:64)" = "cuda=max_split_size_mb:64,backend:cudaMallocAsync alloc=backend:cudaMallocAsync" ] && [ ! -s "$tmp/err" ]'
 # said once per process tree, as the settings' warnings are: a shell script's every command
 # (each a process that loads gmlake) repeated it
 env PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True LD_PRELOAD="$lib" sh -c 'sh -c true; sh -c true' 2>"$tmp/err"
