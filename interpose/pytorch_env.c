@@ -58,19 +58,22 @@ static bool conf_next(const char **c, char *key, size_t klen, char *val, size_t 
 /* What a user's PyTorch allocator setting asks for: a backend other than cudaMallocAsync in any
  * of its entries (PyTorch versions differ on which of two wins) or, naming no backend,
  * expandable_segments (GML_TORCH_BYPASS); only cudaMallocAsync (GML_TORCH_KEEP); neither
- * (GML_TORCH_SET). */
-static int conf_asks(const char *conf)
+ * (GML_TORCH_SET).  *expandable: whether it turns expandable_segments on (PyTorch's allocator
+ * then maps its own memory). */
+static int conf_asks(const char *conf, bool *expandable)
 {
     char key[32], v[64];
-    bool async = false, expandable = false;
+    bool async = false, other = false;
+    *expandable = false;
     for (const char *c = conf; conf_next(&c, key, sizeof key, v, sizeof v);) {
-        if (strcmp(key, "backend") == 0 && strcmp(v, "cudaMallocAsync") != 0)
-            return GML_TORCH_BYPASS;
-        async |= strcmp(key, "backend") == 0;
-        expandable |= strcmp(key, "expandable_segments") == 0 &&
-                      (strcasecmp(v, "true") == 0 || strcmp(v, "1") == 0);
+        bool backend = strcmp(key, "backend") == 0;
+        other |= backend && strcmp(v, "cudaMallocAsync") != 0;
+        async |= backend;
+        *expandable |= strcmp(key, "expandable_segments") == 0 &&
+                       (strcasecmp(v, "true") == 0 || strcmp(v, "1") == 0);
     }
-    return async ? GML_TORCH_KEEP : expandable ? GML_TORCH_BYPASS : GML_TORCH_SET;
+    return other ? GML_TORCH_BYPASS : async ? GML_TORCH_KEEP
+                                            : *expandable ? GML_TORCH_BYPASS : GML_TORCH_SET;
 }
 
 const char *const gml_torch_vars[2] = {"PYTORCH_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF"};
@@ -81,7 +84,8 @@ int gml_torch_plan(const char *const conf[2], const char **var, char value[2][GM
     *var = gml_torch_vars[conf[0] ? 0 : 1];
     for (int i = 0; i < 2; i++) {
         value[i][0] = '\0';
-        asks[i] = conf[i] ? conf_asks(conf[i]) : GML_TORCH_SET;
+        bool expandable;
+        asks[i] = conf[i] ? conf_asks(conf[i], &expandable) : GML_TORCH_SET;
         if (asks[i] == GML_TORCH_BYPASS) { /* kept, whichever variable PyTorch reads first */
             *var = gml_torch_vars[i];
             return GML_TORCH_BYPASS;
@@ -227,7 +231,9 @@ __attribute__((constructor)) static void pytorch_route(void)
             break;
         setenv(GML_TORCH_WARNED_ENV, said, 1);
         gml_enabled();
-        if (strstr(getenv(var), "expandable_segments"))
+        bool expandable;
+        conf_asks(getenv(var), &expandable);
+        if (expandable)
             gml_log(GML_LOG_WARN, "%s=%s keeps PyTorch's own caching allocator: PyTorch's "
                     "allocations will not reach gmlake (it maps its own memory).  Use "
                     "backend:cudaMallocAsync, or unset %s and let gmlake set it",

@@ -68,6 +68,9 @@ check "backend:native in either variable keeps both as they are, the warning nam
   [ "$(pt PYTORCH_ALLOC_CONF= PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True)" = "cuda=expandable_segments:True alloc=" ]'
 check "one variable names cudaMallocAsync: the other gets it too, silently" \
   '[ "$(pt PYTORCH_ALLOC_CONF=backend:cudaMallocAsync PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:64)" = "cuda=max_split_size_mb:64,backend:cudaMallocAsync alloc=backend:cudaMallocAsync" ] && [ ! -s "$tmp/err" ]'
+check "expandable_segments:False beside backend:native: the native allocator's warning" \
+  '[ "$(pt PYTORCH_CUDA_ALLOC_CONF=expandable_segments:False,backend:native)" = "cuda=expandable_segments:False,backend:native alloc=unset" ] &&
+  grep -q "gmlake serves its segments" "$tmp/err" && ! grep -q "will not reach gmlake" "$tmp/err"'
 # said once per process tree, as the settings' warnings are: a shell script's every command
 # (each a process that loads gmlake) repeated it
 env PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True LD_PRELOAD="$lib" sh -c 'sh -c true; sh -c true' 2>"$tmp/err"
