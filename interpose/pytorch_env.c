@@ -232,8 +232,12 @@ __attribute__((constructor)) static void pytorch_route(void)
         setenv(GML_TORCH_WARNED_ENV, said, 1);
         gml_enabled();
         bool expandable;
-        conf_asks(getenv(var), &expandable);
-        if (expandable)
+        if (conf_asks(getenv(var), &expandable) == GML_TORCH_SET) /* kept for its length */
+            gml_log(GML_LOG_WARN, "%s (%zu bytes) is too long for gmlake to append "
+                    "backend:cudaMallocAsync: PyTorch keeps its own caching allocator, with no "
+                    "saving from gmlake.  Add backend:cudaMallocAsync to it yourself",
+                    var, strlen(getenv(var)));
+        else if (expandable)
             gml_log(GML_LOG_WARN, "%s=%s keeps PyTorch's own caching allocator: PyTorch's "
                     "allocations will not reach gmlake (it maps its own memory).  Use "
                     "backend:cudaMallocAsync, or unset %s and let gmlake set it",

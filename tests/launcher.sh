@@ -71,6 +71,11 @@ check "one variable names cudaMallocAsync: the other gets it too, silently" \
 check "expandable_segments:False beside backend:native: the native allocator's warning" \
   '[ "$(pt PYTORCH_CUDA_ALLOC_CONF=expandable_segments:False,backend:native)" = "cuda=expandable_segments:False,backend:native alloc=unset" ] &&
   grep -q "gmlake serves its segments" "$tmp/err" && ! grep -q "will not reach gmlake" "$tmp/err"'
+# a setting too long to extend is left as it is, and the warning says so (it said the setting
+# keeps PyTorch's own allocator, as for backend:native)
+long="$(printf ' %.0s' {1..5000})max_split_size_mb:128"
+check "a setting too long to extend: kept, the warning says why" \
+  '[ "$(pt PYTORCH_CUDA_ALLOC_CONF="$long")" = "cuda=$long alloc=unset" ] && grep -q "too long for gmlake to append backend:cudaMallocAsync" "$tmp/err"'
 # said once per process tree, as the settings' warnings are: a shell script's every command
 # (each a process that loads gmlake) repeated it
 env PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True LD_PRELOAD="$lib" sh -c 'sh -c true; sh -c true' 2>"$tmp/err"
