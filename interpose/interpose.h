@@ -424,17 +424,25 @@ int gml_free_served(gml_pool *p, uintptr_t ptr, gml_stream stream);
 void gml_oom_report(int device, gml_pool *p, size_t size);
 void gml_oom_summary(void);
 extern atomic_bool gml_oom_pending;
-/* PyTorch's allocator route (pytorch_env.c): what to do with its environment.  alloc_conf and
- * cuda_conf are PYTORCH_ALLOC_CONF and PYTORCH_CUDA_ALLOC_CONF (NULL: unset).
- *  GML_TORCH_KEEP    a backend is named and it is cudaMallocAsync: nothing to do;
- *  GML_TORCH_SET     set *var to value: backend:cudaMallocAsync when neither names anything, or
- *                    the user's options with ",backend:cudaMallocAsync" appended when they name
- *                    no backend and do not ask for expandable_segments;
- *  GML_TORCH_BYPASS  the user keeps PyTorch's own allocator (backend:native, expandable_segments):
- *                    its allocations will not reach gmlake; *var names the variable in effect. */
+/* PyTorch's allocator route (pytorch_env.c): what to do with its environment.  conf[i] is the
+ * value of gml_torch_vars[i], PYTORCH_ALLOC_CONF and PYTORCH_CUDA_ALLOC_CONF (NULL: unset; an empty
+ * one is set, as for PyTorch, which reads the first one set and whose versions differ on which
+ * that is: the plan holds whichever it reads).  Each is read as PyTorch reads it (blanks dropped
+ * anywhere, every entry):
+ *  GML_TORCH_KEEP    every set variable names a backend, and it is cudaMallocAsync: nothing to do;
+ *  GML_TORCH_SET     value[i], where not empty, is gml_torch_vars[i]'s new value: neither set, the
+ *                    older variable backend:cudaMallocAsync; else each set one that names no
+ *                    backend gets ",backend:cudaMallocAsync" appended (its trailing blanks and
+ *                    commas dropped first: PyTorch refuses the empty entry they would make);
+ *  GML_TORCH_BYPASS  the user keeps PyTorch's own allocator (a backend other than cudaMallocAsync,
+ *                    or expandable_segments, in either variable; or one too long to extend): its
+ *                    allocations will not reach gmlake.
+ * *var: the variable that names the route (PYTORCH_ALLOC_CONF where set), or that keeps PyTorch's
+ * allocator. */
 enum gml_torch_action { GML_TORCH_KEEP, GML_TORCH_SET, GML_TORCH_BYPASS };
-int gml_torch_plan(const char *alloc_conf, const char *cuda_conf, const char **var, char *value,
-                   size_t len);
+#define GML_TORCH_VALUE 4096
+extern const char *const gml_torch_vars[2];
+int gml_torch_plan(const char *const conf[2], const char **var, char value[2][GML_TORCH_VALUE]);
 /* CUDA IPC of gmlake memory (ipc.c; how it works at the top of that file).  Codes are CUresult.
  * gml_ipc_export: a handle (64 bytes) for the live allocation of pool p (device `device`) that
  * holds ptr; CUDA_ERROR_INVALID_VALUE when ptr lies in no live allocation, CUDA_ERROR_NOT_SUPPORTED

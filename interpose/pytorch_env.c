@@ -4,9 +4,9 @@
  *
  * Under its default caching allocator PyTorch asks CUDA only for large segments and carves them
  * itself; with backend:cudaMallocAsync every tensor is one cudaMallocAsync / cudaFreeAsync pair,
- * which gmlake serves.  PyTorch reads PYTORCH_ALLOC_CONF and, when that is unset, the older
- * PYTORCH_CUDA_ALLOC_CONF; the variable in effect decides (gml_torch_plan, rules in
- * interpose.h).  The constructor applies the plan before the program's main runs (PyTorch reads
+ * which gmlake serves.  PyTorch reads PYTORCH_ALLOC_CONF or the older PYTORCH_CUDA_ALLOC_CONF, the
+ * first of them that is set (even empty), and its versions differ on which comes first: so the
+ * plan reads both (gml_torch_plan, rules in interpose.h).  The constructor applies the plan before the program's main runs (PyTorch reads
  * the variable when its allocator starts); `pytorch_backend = off` (GMLAKE_PYTORCH_BACKEND=0),
  * GMLAKE_ENABLE=0 or settings that turn gmlake off (config/check.c) leave the environment alone.  `gmlake run` relies on this too: one rule.
  *
@@ -16,6 +16,7 @@
  * torch.multiprocessing share CUDA tensors through gmlake's IPC, what that backend refuses
  * (_gmlake_torch.py says how).
  */
+#include <ctype.h>
 #include <dlfcn.h>
 #include <libgen.h>
 #include <limits.h>
@@ -27,52 +28,88 @@
 
 #include "interpose.h"
 
-/* Whether the comma-separated `key:value` list conf names `key`; its value into val. */
-static bool conf_get(const char *conf, const char *key, char *val, size_t len)
+/* The next entry of the comma-separated `key:value` list at *c, read as PyTorch's tokenizer reads
+ * it (c10 ConfigTokenizer): every blank dropped, wherever it is (tabs and newlines too), key and
+ * value split at the first colon.  Each is cut to its buffer, which a name PyTorch knows fits
+ * whole.  False at the end of the list. */
+static bool conf_next(const char **c, char *key, size_t klen, char *val, size_t vlen)
 {
-    size_t klen = strlen(key);
-    for (const char *c = conf; c && *c;) {
-        while (*c == ' ' || *c == ',')
-            c++;
-        const char *end = strchr(c, ',');
-        size_t n = end ? (size_t)(end - c) : strlen(c);
-        if (n > klen && strncmp(c, key, klen) == 0 && (c[klen] == ':' || c[klen] == ' ')) {
-            const char *v = c + klen;
-            while (*v == ' ' || *v == ':')
-                v++;
-            size_t vn = (size_t)(c + n - v);
-            while (vn && v[vn - 1] == ' ')
-                vn--;
-            snprintf(val, len, "%.*s", (int)vn, v);
-            return true;
-        }
-        c += n;
+    while (**c == ',' || isspace((unsigned char)**c))
+        (*c)++;
+    if (!**c)
+        return false;
+    char *out = key;
+    size_t n = 0, len = klen;
+    for (; **c && **c != ','; (*c)++) {
+        if (isspace((unsigned char)**c))
+            continue;
+        if (**c == ':' && out == key) {
+            out[n] = '\0';
+            out = val, n = 0, len = vlen;
+        } else if (n + 1 < len)
+            out[n++] = **c;
     }
-    return false;
+    out[n] = '\0';
+    if (out == key)
+        *val = '\0';
+    return true;
 }
 
-int gml_torch_plan(const char *alloc_conf, const char *cuda_conf, const char **var, char *value,
-                   size_t len)
+/* What a user's PyTorch allocator setting asks for: a backend other than cudaMallocAsync in any
+ * of its entries (PyTorch versions differ on which of two wins) or, naming no backend,
+ * expandable_segments (GML_TORCH_BYPASS); only cudaMallocAsync (GML_TORCH_KEEP); neither
+ * (GML_TORCH_SET).  *expandable: whether it turns expandable_segments on (PyTorch's allocator
+ * then maps its own memory). */
+static int conf_asks(const char *conf, bool *expandable)
 {
-    const char *conf = cuda_conf;
-    *var = "PYTORCH_CUDA_ALLOC_CONF";
-    if (alloc_conf && *alloc_conf) {
-        conf = alloc_conf;
-        *var = "PYTORCH_ALLOC_CONF";
+    char key[32], v[64];
+    bool async = false, other = false;
+    *expandable = false;
+    for (const char *c = conf; conf_next(&c, key, sizeof key, v, sizeof v);) {
+        bool backend = strcmp(key, "backend") == 0;
+        other |= backend && strcmp(v, "cudaMallocAsync") != 0;
+        async |= backend;
+        *expandable |= strcmp(key, "expandable_segments") == 0 &&
+                       (strcasecmp(v, "true") == 0 || strcmp(v, "1") == 0);
     }
-    if (!conf || !*conf) {
-        snprintf(value, len, "backend:cudaMallocAsync");
-        return GML_TORCH_SET;
+    return other ? GML_TORCH_BYPASS : async ? GML_TORCH_KEEP
+                                            : *expandable ? GML_TORCH_BYPASS : GML_TORCH_SET;
+}
+
+const char *const gml_torch_vars[2] = {"PYTORCH_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF"};
+
+int gml_torch_plan(const char *const conf[2], const char **var, char value[2][GML_TORCH_VALUE])
+{
+    int asks[2];
+    *var = gml_torch_vars[conf[0] ? 0 : 1];
+    for (int i = 0; i < 2; i++) {
+        value[i][0] = '\0';
+        bool expandable;
+        asks[i] = conf[i] ? conf_asks(conf[i], &expandable) : GML_TORCH_SET;
+        if (asks[i] == GML_TORCH_BYPASS) { /* kept, whichever variable PyTorch reads first */
+            *var = gml_torch_vars[i];
+            return GML_TORCH_BYPASS;
+        }
     }
-    char v[64];
-    if (conf_get(conf, "backend", v, sizeof v))
-        return strcmp(v, "cudaMallocAsync") == 0 ? GML_TORCH_KEEP : GML_TORCH_BYPASS;
-    if (conf_get(conf, "expandable_segments", v, sizeof v) &&
-        (strcasecmp(v, "true") == 0 || strcmp(v, "1") == 0))
-        return GML_TORCH_BYPASS;
-    if ((size_t)snprintf(value, len, "%s,backend:cudaMallocAsync", conf) >= len)
-        return GML_TORCH_BYPASS; /* too long to extend: leave the user's setting as it is */
-    return GML_TORCH_SET;
+    int action = GML_TORCH_KEEP;
+    for (int i = 0; i < 2; i++) {
+        /* unset (the older variable gets it where neither is set), or naming the backend already */
+        if ((!conf[i] && (i == 0 || conf[0])) || asks[i] == GML_TORCH_KEEP)
+            continue;
+        /* what PyTorch ignores at the end (blanks, a trailing comma) goes: an entry appended after
+         * a comma already there, or after nothing but blanks, is an empty entry, which it refuses */
+        const char *c = conf[i] ? conf[i] : "";
+        size_t keep = strlen(c);
+        while (keep && (isspace((unsigned char)c[keep - 1]) || c[keep - 1] == ','))
+            keep--;
+        if ((size_t)snprintf(value[i], GML_TORCH_VALUE, "%.*s%sbackend:cudaMallocAsync", (int)keep,
+                             c, keep ? "," : "") >= GML_TORCH_VALUE) {
+            *var = gml_torch_vars[i]; /* too long to extend: leave the user's settings as they are */
+            return GML_TORCH_BYPASS;
+        }
+        action = GML_TORCH_SET;
+    }
+    return action;
 }
 
 /* Reads the settings into a private copy, quietly: the shared settings (and their messages, log
@@ -167,29 +204,40 @@ __attribute__((constructor)) static void pytorch_route(void)
     if (!c.enable || !c.pytorch_backend || gml_config_check(&c, 0, (char[8]){0}, 8) != 0)
         return;
     const char *var;
-    char value[4096];
-    const char *alloc_conf = getenv("PYTORCH_ALLOC_CONF"), *cuda_conf = getenv("PYTORCH_CUDA_ALLOC_CONF");
-    switch (gml_torch_plan(alloc_conf, cuda_conf, &var, value, sizeof value)) {
+    char value[2][GML_TORCH_VALUE];
+    const char *conf[2] = {getenv(gml_torch_vars[0]), getenv(gml_torch_vars[1])};
+    switch (gml_torch_plan(conf, &var, value)) {
     case GML_TORCH_SET:
-        setenv(var, value, 1);
+        for (int i = 0; i < 2; i++)
+            if (*value[i])
+                setenv(gml_torch_vars[i], value[i], 1);
         torch_route_python(var);
         if (c.log_level >= GML_LOG_DEBUG) {
             gml_enabled();
-            gml_log(GML_LOG_DEBUG, "%s=%s (PyTorch hands every tensor to gmlake)", var, value);
+            for (int i = 0; i < 2; i++)
+                if (*value[i])
+                    gml_log(GML_LOG_DEBUG, "%s=%s (PyTorch hands every tensor to gmlake)",
+                            gml_torch_vars[i], value[i]);
         }
         break;
     case GML_TORCH_BYPASS: {
         /* said once per process tree (a shell script's every command loads gmlake): a process
          * whose parent warned about the same setting stays quiet.  Still one thread here: setenv
          * is safe. */
-        char said[4096 + 64];
+        char said[GML_TORCH_VALUE + 64];
         snprintf(said, sizeof said, "%s=%s", var, getenv(var));
         const char *before = getenv(GML_TORCH_WARNED_ENV);
         if (before && strcmp(before, said) == 0)
             break;
         setenv(GML_TORCH_WARNED_ENV, said, 1);
         gml_enabled();
-        if (strstr(getenv(var), "expandable_segments"))
+        bool expandable;
+        if (conf_asks(getenv(var), &expandable) == GML_TORCH_SET) /* kept for its length */
+            gml_log(GML_LOG_WARN, "%s (%zu bytes) is too long for gmlake to append "
+                    "backend:cudaMallocAsync: PyTorch keeps its own caching allocator, with no "
+                    "saving from gmlake.  Add backend:cudaMallocAsync to it yourself",
+                    var, strlen(getenv(var)));
+        else if (expandable)
             gml_log(GML_LOG_WARN, "%s=%s keeps PyTorch's own caching allocator: PyTorch's "
                     "allocations will not reach gmlake (it maps its own memory).  Use "
                     "backend:cudaMallocAsync, or unset %s and let gmlake set it",

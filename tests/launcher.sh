@@ -37,6 +37,45 @@ check "expandable_segments is kept, with one warning" \
 check "backend:native is kept, with a warning naming the variable" \
   '[ "$(pt PYTORCH_ALLOC_CONF=backend:native)" = "cuda=unset alloc=backend:native" ] && grep -q "PYTORCH_ALLOC_CONF=backend:native keeps PyTorch" "$tmp/err" &&
   grep -q "gmlake serves its segments" "$tmp/err" && ! grep -q "will not reach gmlake" "$tmp/err"'
+# PyTorch's parser accepts a trailing comma but refuses an empty entry ("Unrecognized key ','"),
+# and reads a value of blanks as nothing: appending ",backend:..." to either made PyTorch refuse
+# the whole setting at its first CUDA call
+check "a trailing comma is not doubled" \
+  '[ "$(pt PYTORCH_CUDA_ALLOC_CONF="max_split_size_mb:128, ")" = "cuda=max_split_size_mb:128,backend:cudaMallocAsync alloc=unset" ]'
+check "a value of blanks gets the backend alone" \
+  '[ "$(pt PYTORCH_CUDA_ALLOC_CONF=" ")" = "cuda=backend:cudaMallocAsync alloc=unset" ]'
+# PyTorch's tokenizer drops every blank (tabs and newlines too, as a YAML block leaves them), and
+# every backend entry counts: a backend:native after a newline, or after a backend:cudaMallocAsync,
+# was not seen and the user's native allocator lost to an appended (or kept) cudaMallocAsync
+multi=$'max_split_size_mb:256,\n\tbackend:native'
+check "a backend after a newline and a tab is the user's, kept" \
+  '[ "$(pt PYTORCH_CUDA_ALLOC_CONF="$multi")" = "cuda=$multi alloc=unset" ] && grep -q "gmlake serves its segments" "$tmp/err"'
+check "a backend named twice: native kept whichever comes first" \
+  '[ "$(pt PYTORCH_ALLOC_CONF=backend:cudaMallocAsync,backend:native)" = "cuda=unset alloc=backend:cudaMallocAsync,backend:native" ] &&
+  grep -q "gmlake serves its segments" "$tmp/err"'
+check "blanks inside a value are PyTorch's nothing" \
+  '[ "$(pt PYTORCH_ALLOC_CONF="backend : cuda MallocAsync")" = "cuda=unset alloc=backend : cuda MallocAsync" ] && [ ! -s "$tmp/err" ]'
+# both variables, or an empty one: PyTorch takes a variable that is set, even empty (c10's get_env),
+# and its versions differ on which of the two comes first (PYTORCH_ALLOC_CONF in some,
+# PYTORCH_CUDA_ALLOC_CONF in others): the route must not hang on that order
+check "an empty PYTORCH_ALLOC_CONF is the one that gets the backend" \
+  '[ "$(pt PYTORCH_ALLOC_CONF=)" = "cuda=unset alloc=backend:cudaMallocAsync" ]'
+check "both variables without a backend: both get it" \
+  '[ "$(pt PYTORCH_ALLOC_CONF=max_split_size_mb:64 PYTORCH_CUDA_ALLOC_CONF=garbage_collection_threshold:0.6)" = "cuda=garbage_collection_threshold:0.6,backend:cudaMallocAsync alloc=max_split_size_mb:64,backend:cudaMallocAsync" ]'
+check "backend:native in either variable keeps both as they are, the warning naming it" \
+  '[ "$(pt PYTORCH_ALLOC_CONF=max_split_size_mb:64 PYTORCH_CUDA_ALLOC_CONF=backend:native)" = "cuda=backend:native alloc=max_split_size_mb:64" ] &&
+  grep -q "PYTORCH_CUDA_ALLOC_CONF=backend:native keeps PyTorch" "$tmp/err" &&
+  [ "$(pt PYTORCH_ALLOC_CONF= PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True)" = "cuda=expandable_segments:True alloc=" ]'
+check "one variable names cudaMallocAsync: the other gets it too, silently" \
+  '[ "$(pt PYTORCH_ALLOC_CONF=backend:cudaMallocAsync PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:64)" = "cuda=max_split_size_mb:64,backend:cudaMallocAsync alloc=backend:cudaMallocAsync" ] && [ ! -s "$tmp/err" ]'
+check "expandable_segments:False beside backend:native: the native allocator's warning" \
+  '[ "$(pt PYTORCH_CUDA_ALLOC_CONF=expandable_segments:False,backend:native)" = "cuda=expandable_segments:False,backend:native alloc=unset" ] &&
+  grep -q "gmlake serves its segments" "$tmp/err" && ! grep -q "will not reach gmlake" "$tmp/err"'
+# a setting too long to extend is left as it is, and the warning says so (it said the setting
+# keeps PyTorch's own allocator, as for backend:native)
+long="$(printf ' %.0s' {1..5000})max_split_size_mb:128"
+check "a setting too long to extend: kept, the warning says why" \
+  '[ "$(pt PYTORCH_CUDA_ALLOC_CONF="$long")" = "cuda=$long alloc=unset" ] && grep -q "too long for gmlake to append backend:cudaMallocAsync" "$tmp/err"'
 # said once per process tree, as the settings' warnings are: a shell script's every command
 # (each a process that loads gmlake) repeated it
 env PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True LD_PRELOAD="$lib" sh -c 'sh -c true; sh -c true' 2>"$tmp/err"

@@ -49,7 +49,8 @@ class _Stats(ctypes.Structure):
 
 
 class GmlakeError(RuntimeError):
-    """A gmlake call failed; the message is gmlake_strerror's."""
+    """A gmlake call failed; the message starts "gmlake: CALL(device D): " and gives
+    gmlake_strerror's words (and, in a forked child, why), or why the library cannot be read."""
 
 
 _api = None
@@ -112,9 +113,18 @@ def _check_layout(lib):
                               kinds if kinds < _DEVCALL_COUNT else "more", _DEVCALL_COUNT))
 
 
-def _raise(status):
+_FORKED = ("this process is a child forked after gmlake started, where CUDA cannot be used "
+           "(gmlake serves nothing here; the pool it inherited is the parent's, left alone)")
+
+
+def _raise(status, name, device):
+    """GmlakeError for gmlake_<name>(device)'s status: the call and gmlake_strerror's words, and
+    why where it is a forked child's refusal (a pool, yet gmlake off: only a fork does that)."""
     lib = _lib()
-    raise GmlakeError(lib.gmlake_strerror(status).decode() if lib else "gmlake is not loaded")
+    why = lib.gmlake_strerror(status).decode() if lib else "gmlake is not loaded"
+    if lib and not enabled():
+        why += ": " + _FORKED
+    raise GmlakeError("gmlake: %s(device %d): %s" % (name, device, why))
 
 
 def _device(device):
@@ -171,7 +181,7 @@ def stats(device=0):
     if rc == GMLAKE_ERR_NO_POOL:
         return None
     if rc != GMLAKE_OK:
-        _raise(rc)
+        _raise(rc, "stats", device)
     out = {n: int(getattr(s, n)) for n in _U64_BEFORE + _U64_AFTER}
     out["utilization"] = float(s.utilization)
     names = [lib.gmlake_devcall_name(i).decode() for i in range(_DEVCALL_COUNT)]
@@ -230,6 +240,8 @@ def memory_summary(device=0):
     if "host_seconds_alloc" in s:
         lines.append(" time in the pool: allocating %.1f ms, freeing %.1f ms (driver time included)" % (
             1e3 * s["host_seconds_alloc"], 1e3 * s["host_seconds_free"]))
+    if not enabled():  # a pool, yet gmlake off: a forked child
+        lines.append(" these figures are the parent's at the fork: " + _FORKED)
     lines.append("=" * width)
     return "\n".join(lines) + "\n"
 
@@ -243,7 +255,7 @@ def _call(name, device):
         return
     rc = getattr(lib, "gmlake_" + name)(device)
     if rc not in (GMLAKE_OK, GMLAKE_ERR_NO_POOL):
-        _raise(rc)
+        _raise(rc, name, device)
 
 
 def empty_cache(device=0):

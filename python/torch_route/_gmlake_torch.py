@@ -64,13 +64,32 @@ class _Handle(ctypes.Structure):
     _fields_ = [("reserved", ctypes.c_char * _HANDLE_BYTES)]
 
 
+_CONF_VARS = ("PYTORCH_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF")
+
+
+def _asks(conf):
+    """What a PyTorch allocator setting asks for, read as PyTorch and libgmlake read it (every
+    blank dropped, every entry; interpose/pytorch_env.c conf_asks): "other" (a backend other than
+    cudaMallocAsync, or expandable_segments without a backend), "async" or None."""
+    entries = ["".join(e.split()).partition(":") for e in conf.split(",")]
+    backends = {v for k, _, v in entries if k == "backend"}
+    if backends - {"cudaMallocAsync"}:
+        return "other"
+    if backends:
+        return "async"
+    return "other" if any(k == "expandable_segments" and (v.lower() == "true" or v == "1")
+                          for k, _, v in entries) else None
+
+
 def _route():
     """The variable that names PyTorch's cudaMallocAsync backend, through which gmlake serves
-    PyTorch (libgmlake set it, or found it set), or None (or it no longer names it)."""
+    PyTorch (libgmlake set it, or found it set), or None: it no longer names it, or the other
+    variable keeps PyTorch's own allocator (PyTorch versions differ on which of the two they
+    read first)."""
     var = os.environ.get(_ROUTE_ENV)
-    if var not in ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF"):
+    if var not in _CONF_VARS or _asks(os.environ.get(var, "")) != "async":
         return None
-    return var if "backend:cudaMallocAsync" in os.environ.get(var, "").replace(" ", "") else None
+    return None if any(_asks(os.environ.get(v, "")) == "other" for v in _CONF_VARS) else var
 
 
 def way_out(alternative="or send the tensor on the CPU"):

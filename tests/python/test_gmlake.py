@@ -169,6 +169,41 @@ def preloaded(cudart_path):
     check(gmlake.stats(0)["peak_active_bytes"] == 0, "peaks reset")
     check(gmlake.stats(3) is None, "a device with no pool")
     bad_devices(rt)
+    forked_child()
+
+
+def forked_child():
+    """A child forked after gmlake started gets no gmlake service: its empty_cache is refused
+    with an error that names gmlake, the call and why (it said only "CUDA driver error", though no
+    driver call was made), and its memory summary says that its figures are the parent's at the
+    fork (it showed them as this process's)."""
+    import gmlake
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(r)
+        out = []
+        try:
+            gmlake.empty_cache(0)
+            out.append("no error")
+        except gmlake.GmlakeError as e:
+            out.append(str(e))
+        out.append(gmlake.memory_summary(0))
+        os.write(w, "\0".join(out).encode())
+        os._exit(0)
+    os.close(w)
+    data = b""
+    while True:
+        chunk = os.read(r, 65536)
+        if not chunk:
+            break
+        data += chunk
+    os.close(r)
+    os.waitpid(pid, 0)
+    err, summary = (data.decode().split("\0") + ["", ""])[:2]
+    check(err.startswith("gmlake: empty_cache(device 0): ") and "forked" in err, "forked child: " + err)
+    check("gmlake memory summary, device 0" in summary and "the parent's at the fork" in summary,
+          "forked child's summary: " + summary)
 
 
 def refused(f, dev, exc):

@@ -160,6 +160,21 @@ def release(route_dir):
     check(g._route() == "PYTORCH_CUDA_ALLOC_CONF", "route seen")
     os.environ["PYTORCH_CUDA_ALLOC_CONF"] = "backend:native"
     check(g._route() is None, "the user changed the backend: no route")
+    # read as libgmlake reads it (interpose/pytorch_env.c), as PyTorch does: every blank dropped,
+    # every backend entry counts
+    os.environ["PYTORCH_CUDA_ALLOC_CONF"] = "max_split_size_mb:64,\n\tbackend:\tcudaMallocAsync"
+    check(g._route() == "PYTORCH_CUDA_ALLOC_CONF", "a backend after a newline and tabs: route seen")
+    os.environ["PYTORCH_CUDA_ALLOC_CONF"] = "backend:cudaMallocAsync,backend:native"
+    check(g._route() is None, "a second backend, native: no route")
+    # the other variable keeps PyTorch's allocator (a child changed it): PyTorch versions that
+    # read PYTORCH_CUDA_ALLOC_CONF first use it, and libgmlake left both alone
+    os.environ.update(GMLAKE_PYTORCH_ROUTE="PYTORCH_ALLOC_CONF", PYTORCH_ALLOC_CONF="backend:cudaMallocAsync")
+    for other in ("backend:native", "expandable_segments:True"):
+        os.environ["PYTORCH_CUDA_ALLOC_CONF"] = other
+        check(g._route() is None, "PYTORCH_CUDA_ALLOC_CONF=%s beside the route: no route" % other)
+    os.environ["PYTORCH_CUDA_ALLOC_CONF"] = "max_split_size_mb:64,backend:cudaMallocAsync"
+    check(g._route() == "PYTORCH_ALLOC_CONF", "both variables name the backend: route seen")
+    del os.environ["PYTORCH_ALLOC_CONF"], os.environ["PYTORCH_CUDA_ALLOC_CONF"]
 
 
 def refusals(route_dir):
