@@ -630,10 +630,14 @@ GML_HOOK cudaError_t cudaMemPoolGetAttribute(cudaMemPool_t pool, enum cudaMemPoo
 GML_HOOK cudaError_t cudaMemPoolSetAttribute(cudaMemPool_t pool, enum cudaMemPoolAttr attr, void *value)
 {
     GML_RT_ENTRY();
-    int d = default_pool_device(pool);
-    if (d >= 0 && (attr == cudaMemPoolAttrReservedMemHigh || attr == cudaMemPoolAttrUsedMemHigh))
-        gml_pool_reset_peaks(gml_registry_get(d)); /* resets both highs, as PyTorch does */
-    return PASS(rt_pool_set_attribute, NO_RT, pool, attr, value);
+    cudaError_t r = PASS(rt_pool_set_attribute, NO_RT, pool, attr, value);
+    /* once CUDA took it (a high resets only to 0): both highs reset, as PyTorch does */
+    int d = r == cudaSuccess && (attr == cudaMemPoolAttrReservedMemHigh || attr == cudaMemPoolAttrUsedMemHigh)
+                ? default_pool_device(pool)
+                : -1;
+    if (d >= 0)
+        gml_pool_reset_peaks(gml_registry_get(d));
+    return r;
 }
 
 GML_HOOK cudaError_t cudaMemPoolTrimTo(cudaMemPool_t pool, size_t minBytesToKeep)

@@ -195,9 +195,13 @@ EXPORT cudaError_t cudaMemPoolGetAttribute(cudaMemPool_t p, enum cudaMemPoolAttr
     *(uint64_t *)v = 777;
     return leave(cudaSuccess);
 }
+/* As CUDA's: a high watermark can only be reset to zero. */
 EXPORT cudaError_t cudaMemPoolSetAttribute(cudaMemPool_t p, enum cudaMemPoolAttr a, void *v)
 {
     ENTER();
+    bool high = a == cudaMemPoolAttrReservedMemHigh || a == cudaMemPoolAttrUsedMemHigh;
+    if (!v || (high && *(uint64_t *)v != 0))
+        return leave(cudaErrorInvalidValue);
     return leave(cudaSuccess);
 }
 EXPORT cudaError_t cudaMemPoolTrimTo(cudaMemPool_t p, size_t keep)

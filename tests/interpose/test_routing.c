@@ -210,6 +210,27 @@ Test(routing, memory_pool_attributes_speak_of_gmlake)
     cr_assert_eq(tot, 256 * MiB);
 }
 
+/* CUDA refuses to set a high watermark to anything but 0 (and a NULL value): the pool's peaks stay
+ * as they were, as CUDA's own do. */
+Test(routing, a_refused_reset_of_a_high_keeps_the_peaks)
+{
+    void *p;
+    cr_assert_eq(cudaMallocAsync(&p, 3 * MiB, 0), cudaSuccess);
+    cr_assert_eq(cudaFreeAsync(p, 0), cudaSuccess);
+    gmlake_stats s = stats();
+    cr_assert_eq(s.peak_active_bytes, 3 * MiB);
+    uint64_t five = 5;
+    cr_assert_eq(cudaMemPoolSetAttribute((cudaMemPool_t)0x9001, cudaMemPoolAttrUsedMemHigh, &five), cudaErrorInvalidValue);
+    cr_assert_eq(cudaGetLastError(), cudaErrorInvalidValue);
+    cr_assert_eq(cudaMemPoolSetAttribute((cudaMemPool_t)0x9001, cudaMemPoolAttrReservedMemHigh, NULL), cudaErrorInvalidValue);
+    cr_assert_eq(cudaGetLastError(), cudaErrorInvalidValue);
+    cr_assert_eq(stats().peak_active_bytes, 3 * MiB, "a refused reset changes no peak");
+    cr_assert_eq(stats().peak_reserved_bytes, s.peak_reserved_bytes);
+    uint64_t v = 0;
+    cr_assert_eq(cudaMemPoolGetAttribute((cudaMemPool_t)0x9001, cudaMemPoolAttrUsedMemHigh, &v), cudaSuccess);
+    cr_assert_eq(v, 3 * MiB);
+}
+
 Test(routing, trace_file_records_a_replayable_trace)
 {
     char path[] = "/tmp/gmlake-trace-XXXXXX";
