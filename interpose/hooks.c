@@ -198,13 +198,17 @@ static cudaError_t rt_error(cudaError_t e)
     return e;
 }
 
+/* The errors driver_types.h documents as leaving the process unusable ("any further CUDA work
+ * will return the same error", "the process must be terminated and relaunched").  721 is
+ * cudaErrorTensorMemoryLeak, named only by CUDA 12.8's headers and later. */
 static bool is_sticky(cudaError_t e)
 {
     switch (e) {
     case cudaErrorContained: case cudaErrorIllegalAddress: case cudaErrorLaunchTimeout:
     case cudaErrorHardwareStackError: case cudaErrorIllegalInstruction:
     case cudaErrorMisalignedAddress: case cudaErrorInvalidAddressSpace: case cudaErrorInvalidPc:
-    case cudaErrorLaunchFailure: case cudaErrorExternalDevice:
+    case cudaErrorLaunchFailure: case cudaErrorExternalDevice: case cudaErrorAssert:
+    case (cudaError_t)721: case cudaErrorMpsClientTerminated:
         return true;
     default:
         return false;
