@@ -443,7 +443,8 @@ int gml_torch_plan(const char *alloc_conf, const char *cuda_conf, const char **v
  * gml_ipc_forget_device: device's pool is about to be reset: every export of it ends.
  * gml_ipc_is_ours: whether a handle is one gml_ipc_export made (in any process).
  * gml_ipc_open: maps the allocation a handle of another process names on `device` (the caller's
- * current one); the same handle opened again gives the same pointer and counts a reference.
+ * current one); the same handle opened again on the same device gives the same pointer and
+ * counts a reference (on another device: a mapping of its own, as CUDA's).
  * gml_ipc_close: drops a reference of a pointer gml_ipc_open gave (unmapped at the last);
  * -1 when ptr is not one (the real function answers). */
 int gml_ipc_export(gml_pool *p, int device, uintptr_t ptr, void *handle);
