@@ -106,9 +106,10 @@ int main(int argc, char **argv)
         cudaGetLastError();
     } else if (strcmp(mode, "devices") == 0) {
         void *again = NULL;
-        if (cudaSetDevice(0) != cudaSuccess || (e = cudaIpcOpenMemHandle(&p, h, cudaIpcMemLazyEnablePeerAccess)) != cudaSuccess)
+        unsigned lazy = cudaIpcMemLazyEnablePeerAccess;
+        if (cudaSetDevice(0) != cudaSuccess || (e = cudaIpcOpenMemHandle(&p, h, lazy)) != cudaSuccess)
             return fail("open on device 0", e);
-        if (cudaSetDevice(1) != cudaSuccess || (e = cudaIpcOpenMemHandle(&q, h, cudaIpcMemLazyEnablePeerAccess)) != cudaSuccess)
+        if (cudaSetDevice(1) != cudaSuccess || (e = cudaIpcOpenMemHandle(&q, h, lazy)) != cudaSuccess)
             return fail("open on device 1", e);
         if (p == q)
             return fail("device 1 got device 0's mapping", 0);
@@ -116,7 +117,7 @@ int main(int argc, char **argv)
             return fail("a mapping its device cannot access", (int)fake_cuda_access((uintptr_t)q));
         if (check_bytes((unsigned char *)q + off, len, byte))
             return 1;
-        if ((e = cudaIpcOpenMemHandle(&again, h, cudaIpcMemLazyEnablePeerAccess)) != cudaSuccess || again != q)
+        if ((e = cudaIpcOpenMemHandle(&again, h, lazy)) != cudaSuccess || again != q)
             return fail("opened again on device 1: not its pointer", e);
         if (cudaIpcCloseMemHandle(again) != cudaSuccess || cudaIpcCloseMemHandle(q) != cudaSuccess ||
             cudaSetDevice(0) != cudaSuccess || cudaIpcCloseMemHandle(p) != cudaSuccess)

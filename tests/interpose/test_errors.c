@@ -92,7 +92,8 @@ static void a_sticky_fault_fails_what_gmlake_serves(CUresult fault)
 
 Test(errors, a_device_side_assert_is_sticky) { a_sticky_fault_fails_what_gmlake_serves(CUDA_ERROR_ASSERT); }
 
-Test(errors, a_tensor_memory_leak_is_sticky) { a_sticky_fault_fails_what_gmlake_serves((CUresult)721); } /* CUDA_ERROR_TENSOR_MEMORY_LEAK */
+/* 721: CUDA_ERROR_TENSOR_MEMORY_LEAK, named only by CUDA 12.8's headers and later */
+Test(errors, a_tensor_memory_leak_is_sticky) { a_sticky_fault_fails_what_gmlake_serves((CUresult)721); }
 
 Test(errors, a_terminated_mps_client_is_sticky)
 {

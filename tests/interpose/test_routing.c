@@ -220,14 +220,15 @@ Test(routing, a_refused_reset_of_a_high_keeps_the_peaks)
     gmlake_stats s = stats();
     cr_assert_eq(s.peak_active_bytes, 3 * MiB);
     uint64_t five = 5;
-    cr_assert_eq(cudaMemPoolSetAttribute((cudaMemPool_t)0x9001, cudaMemPoolAttrUsedMemHigh, &five), cudaErrorInvalidValue);
+    cudaMemPool_t pool = (cudaMemPool_t)0x9001;
+    cr_assert_eq(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrUsedMemHigh, &five), cudaErrorInvalidValue);
     cr_assert_eq(cudaGetLastError(), cudaErrorInvalidValue);
-    cr_assert_eq(cudaMemPoolSetAttribute((cudaMemPool_t)0x9001, cudaMemPoolAttrReservedMemHigh, NULL), cudaErrorInvalidValue);
+    cr_assert_eq(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReservedMemHigh, NULL), cudaErrorInvalidValue);
     cr_assert_eq(cudaGetLastError(), cudaErrorInvalidValue);
     cr_assert_eq(stats().peak_active_bytes, 3 * MiB, "a refused reset changes no peak");
     cr_assert_eq(stats().peak_reserved_bytes, s.peak_reserved_bytes);
     uint64_t v = 0;
-    cr_assert_eq(cudaMemPoolGetAttribute((cudaMemPool_t)0x9001, cudaMemPoolAttrUsedMemHigh, &v), cudaSuccess);
+    cr_assert_eq(cudaMemPoolGetAttribute(pool, cudaMemPoolAttrUsedMemHigh, &v), cudaSuccess);
     cr_assert_eq(v, 3 * MiB);
 }
 
