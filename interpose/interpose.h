@@ -61,7 +61,8 @@
  *
  * Files, top to bottom, each calling only files below it (tests/calls.py fails on a circle;
  * docs/ARCHITECTURE.md says who owns what):
- *   hooktable.c   the hook table; dlsym, cuGetProcAddress, cudaGetDriverEntryPoint hand hooks out
+ *   hooktable.c   the hook table; dlsym, cuGetProcAddress, cudaGetDriverEntryPoint[ByVersion][_ptsz]
+ *                 hand hooks out
  *   hooks.c       the hooks of allocation, free, memory info, pools, streams, peers, IPC
  *   pointer.c     the pointer queries (address range, range attributes, retain) about gmlake memory
  *   reset.c       the device resets (cudaDeviceReset, cuDevicePrimaryCtxReset): the pool first;
@@ -127,6 +128,11 @@ cudaError_t cudaStreamBeginCaptureToGraph_ptsz(cudaStream_t stream, cudaGraph_t 
                                                const cudaGraphEdgeData *edgeData, size_t numDependencies,
                                                enum cudaStreamCaptureMode mode);
 cudaError_t cudaStreamEndCapture_ptsz(cudaStream_t stream, cudaGraph_t *pGraph);
+cudaError_t cudaGetDriverEntryPoint_ptsz(const char *symbol, void **funcPtr, unsigned long long flags,
+                                         enum cudaDriverEntryPointQueryResult *driverStatus);
+cudaError_t cudaGetDriverEntryPointByVersion_ptsz(const char *symbol, void **funcPtr, unsigned int cudaVersion,
+                                                  unsigned long long flags,
+                                                  enum cudaDriverEntryPointQueryResult *driverStatus);
 
 #include <cudaTypedefs.h>
 
@@ -158,6 +164,9 @@ cudaError_t cudaStreamEndCapture_ptsz(cudaStream_t stream, cudaGraph_t *pGraph);
     X(rt_get_driver_entry_point, cudaGetDriverEntryPoint, RT_T(cudaGetDriverEntryPoint))          \
     X(rt_get_driver_entry_point_by_version, cudaGetDriverEntryPointByVersion,                     \
       RT_T(cudaGetDriverEntryPointByVersion))                                                     \
+    X(rt_get_driver_entry_point_ptsz, cudaGetDriverEntryPoint_ptsz, RT_T(cudaGetDriverEntryPoint_ptsz)) \
+    X(rt_get_driver_entry_point_by_version_ptsz, cudaGetDriverEntryPointByVersion_ptsz,           \
+      RT_T(cudaGetDriverEntryPointByVersion_ptsz))                                                \
     X(rt_get_device, cudaGetDevice, RT_T(cudaGetDevice))                                          \
     X(rt_stream_is_capturing, cudaStreamIsCapturing, RT_T(cudaStreamIsCapturing))                \
     X(rt_stream_begin_capture, cudaStreamBeginCapture, RT_T(cudaStreamBeginCapture))             \

@@ -18,6 +18,13 @@
 
 /* Exported by libgmlake for this test: the names of its hook table, in order. */
 const char *gmlake_hook_name(size_t i);
+/* What cuda_runtime_api.h names cudaGetDriverEntryPoint[ByVersion] in a program built with
+ * --default-stream per-thread (CUDA_API_PER_THREAD_DEFAULT_STREAM). */
+cudaError_t cudaGetDriverEntryPoint_ptsz(const char *symbol, void **funcPtr, unsigned long long flags,
+                                         enum cudaDriverEntryPointQueryResult *driverStatus);
+cudaError_t cudaGetDriverEntryPointByVersion_ptsz(const char *symbol, void **funcPtr, unsigned int cudaVersion,
+                                                  unsigned long long flags,
+                                                  enum cudaDriverEntryPointQueryResult *driverStatus);
 
 static gmlake_stats stats(void)
 {
@@ -119,6 +126,34 @@ Test(routing, resolvers_return_the_hooks)
     cr_assert_null(dlsym(libcuda, "cuNoSuchFunction"));
     for (size_t i = 1; gmlake_hook_name(i); i++)
         cr_assert_lt(strcmp(gmlake_hook_name(i - 1), gmlake_hook_name(i)), 0, "the hook table is sorted");
+}
+
+/* A program built with --default-stream per-thread resolves driver functions through the runtime's
+ * _ptsz resolvers: they hand out the hooks too (by default the per-thread stream's), so that a
+ * driver free of memory gmlake served is gmlake's, not CUDA's (which refuses it, and the block is
+ * lost). */
+Test(routing, the_per_thread_resolvers_of_the_runtime_return_the_hooks)
+{
+    void *fn = NULL, *free_fn = NULL;
+    enum cudaDriverEntryPointQueryResult st = cudaDriverEntryPointSymbolNotFound;
+    cr_assert_eq(cudaGetDriverEntryPoint_ptsz("cuMemAllocAsync", &fn, cudaEnableDefault, &st), cudaSuccess);
+    cr_assert_eq(st, cudaDriverEntryPointSuccess);
+    cr_assert_eq(fn, dlsym(RTLD_DEFAULT, "cuMemAllocAsync_ptsz"), "the per-thread hook by default");
+    cr_assert_eq(cudaGetDriverEntryPoint_ptsz("cuMemFreeAsync", &fn, cudaEnableLegacyStream, NULL), cudaSuccess);
+    cr_assert_eq(fn, dlsym(RTLD_DEFAULT, "cuMemFreeAsync"), "the legacy stream's when asked");
+    cr_assert_eq(cudaGetDriverEntryPointByVersion_ptsz("cuMemFree", &free_fn, 13000, cudaEnableDefault, NULL),
+                 cudaSuccess);
+    cr_assert_eq(free_fn, dlsym(RTLD_DEFAULT, "cuMemFree_v2"));
+    cr_assert_eq(cudaGetDriverEntryPoint_ptsz("cuNoSuchFunction", &fn, cudaEnableDefault, &st),
+                 cudaErrorSymbolNotFound, "the runtime's own error");
+    cr_assert_eq(st, cudaDriverEntryPointSymbolNotFound);
+    cr_assert_eq(cudaGetLastError(), cudaErrorSymbolNotFound);
+    void *p;
+    cr_assert_eq(cudaMalloc(&p, 3 * MiB), cudaSuccess);
+    cr_assert_eq(((CUresult(*)(CUdeviceptr))free_fn)((CUdeviceptr)p), CUDA_SUCCESS, "gmlake frees its block");
+    cr_assert_eq(stats().frees, 1);
+    cr_assert_eq(stats().active_bytes, 0);
+    cr_assert_eq(fake_cuda_counts()->mem_free, 0, "CUDA saw no free");
 }
 
 Test(routing, errors_come_back_as_cuda_codes)
