@@ -644,11 +644,17 @@ GML_HOOK cudaError_t cudaMemPoolSetAttribute(cudaMemPool_t pool, enum cudaMemPoo
     return r;
 }
 
+/* CUDA releases memory until the pool holds fewer than minBytesToKeep reserved bytes: gmlake gives
+ * its whole cache back where its pool holds that many or more (PyTorch's empty_cache: 0), else
+ * nothing. */
 GML_HOOK cudaError_t cudaMemPoolTrimTo(cudaMemPool_t pool, size_t minBytesToKeep)
 {
     GML_RT_ENTRY();
     int d = default_pool_device(pool);
+    gmlake_stats s = {0};
     if (d >= 0)
+        gml_pool_stats(gml_registry_get(d), &s);
+    if (d >= 0 && s.reserved_bytes >= minBytesToKeep)
         gml_give_back(d, !gml_capture_under_way()); /* and an E event in the trace */
     return PASS(rt_pool_trim_to, NO_RT, pool, minBytesToKeep);
 }

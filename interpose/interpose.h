@@ -364,8 +364,8 @@ void gml_pools_hold_creation(bool hold); /* fork handlers: the pool-creation loc
  * out-of-range ordinals and owner == accessor. */
 void gml_peer_grant(int owner, int accessor);
 /* The program gives the cache of `device` back (gmlake_empty_cache and PyTorch's
- * cudaMemPoolTrimTo of the default pool, hooks.c): its pool releases every cached chunk after
- * waiting for the device, or, unless may_wait (a capture may be under way, where a device wait
+ * cudaMemPoolTrimTo of the default pool holding no fewer bytes than it keeps, hooks.c): its pool releases
+ * every cached chunk after waiting for the device, or, unless may_wait (a capture may be under way, where a device wait
  * is an unsafe call), only what is known idle; the trace records an E event, where the replay
  * gives the cache back too.  GMLAKE_ERR_NO_POOL (and no event) where the device has no pool; GMLAKE_ERR_DEVICE (and
  * nothing done) in a forked child, whose pools and trace file are the parent's. */

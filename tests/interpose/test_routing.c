@@ -267,6 +267,27 @@ Test(routing, a_refused_reset_of_a_high_keeps_the_peaks)
     cr_assert_eq(v, 3 * MiB);
 }
 
+/* cudaMemPoolTrimTo releases memory until the pool holds fewer than minBytesToKeep reserved bytes:
+ * a pool that holds fewer keeps its cache; one that holds that many or more gives it back. */
+Test(routing, a_trim_keeps_the_cache_while_the_pool_holds_fewer_bytes_than_asked_to_keep)
+{
+    void *p, *q;
+    cr_assert_eq(cudaMalloc(&p, 4 * MiB), cudaSuccess);
+    cr_assert_eq(cudaMalloc(&q, 20 * MiB), cudaSuccess);
+    cr_assert_eq(cudaFree(q), cudaSuccess);
+    gmlake_stats s = stats();
+    cr_assert_eq(s.reserved_bytes - s.active_bytes, 20 * MiB, "20 MiB cached");
+    cudaMemPool_t pool = (cudaMemPool_t)0x9001;
+    cr_assert_eq(cudaMemPoolTrimTo(pool, s.reserved_bytes + 1), cudaSuccess);
+    cr_assert_eq(stats().reserved_bytes, s.reserved_bytes, "the pool holds fewer bytes than it may keep");
+    cr_assert_eq(cudaMemPoolTrimTo(pool, 1024 * MiB), cudaSuccess);
+    cr_assert_eq(stats().reserved_bytes, s.reserved_bytes);
+    cr_assert_eq(cudaMemPoolTrimTo(pool, s.reserved_bytes), cudaSuccess);
+    cr_assert_eq(stats().reserved_bytes, 4 * MiB, "not fewer than it may keep: the cache goes back");
+    cr_assert_eq(fake_cuda_counts()->rt_trim, 3, "CUDA's own pool is trimmed each time");
+    cr_assert_eq(cudaFree(p), cudaSuccess);
+}
+
 Test(routing, trace_file_records_a_replayable_trace)
 {
     char path[] = "/tmp/gmlake-trace-XXXXXX";
