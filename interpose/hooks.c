@@ -198,13 +198,17 @@ static cudaError_t rt_error(cudaError_t e)
     return e;
 }
 
+/* The errors driver_types.h documents as leaving the process unusable ("any further CUDA work
+ * will return the same error", "the process must be terminated and relaunched").  721 is
+ * cudaErrorTensorMemoryLeak, named only by CUDA 12.8's headers and later. */
 static bool is_sticky(cudaError_t e)
 {
     switch (e) {
     case cudaErrorContained: case cudaErrorIllegalAddress: case cudaErrorLaunchTimeout:
     case cudaErrorHardwareStackError: case cudaErrorIllegalInstruction:
     case cudaErrorMisalignedAddress: case cudaErrorInvalidAddressSpace: case cudaErrorInvalidPc:
-    case cudaErrorLaunchFailure: case cudaErrorExternalDevice:
+    case cudaErrorLaunchFailure: case cudaErrorExternalDevice: case cudaErrorAssert:
+    case (cudaError_t)721: case cudaErrorMpsClientTerminated:
         return true;
     default:
         return false;
@@ -630,17 +634,27 @@ GML_HOOK cudaError_t cudaMemPoolGetAttribute(cudaMemPool_t pool, enum cudaMemPoo
 GML_HOOK cudaError_t cudaMemPoolSetAttribute(cudaMemPool_t pool, enum cudaMemPoolAttr attr, void *value)
 {
     GML_RT_ENTRY();
-    int d = default_pool_device(pool);
-    if (d >= 0 && (attr == cudaMemPoolAttrReservedMemHigh || attr == cudaMemPoolAttrUsedMemHigh))
-        gml_pool_reset_peaks(gml_registry_get(d)); /* resets both highs, as PyTorch does */
-    return PASS(rt_pool_set_attribute, NO_RT, pool, attr, value);
+    cudaError_t r = PASS(rt_pool_set_attribute, NO_RT, pool, attr, value);
+    /* once CUDA took it (a high resets only to 0): both highs reset, as PyTorch does */
+    int d = r == cudaSuccess && (attr == cudaMemPoolAttrReservedMemHigh || attr == cudaMemPoolAttrUsedMemHigh)
+                ? default_pool_device(pool)
+                : -1;
+    if (d >= 0)
+        gml_pool_reset_peaks(gml_registry_get(d));
+    return r;
 }
 
+/* CUDA releases memory until the pool holds fewer than minBytesToKeep reserved bytes: gmlake gives
+ * its whole cache back where its pool holds that many or more (PyTorch's empty_cache: 0), else
+ * nothing. */
 GML_HOOK cudaError_t cudaMemPoolTrimTo(cudaMemPool_t pool, size_t minBytesToKeep)
 {
     GML_RT_ENTRY();
     int d = default_pool_device(pool);
+    gmlake_stats s = {0};
     if (d >= 0)
+        gml_pool_stats(gml_registry_get(d), &s);
+    if (d >= 0 && s.reserved_bytes >= minBytesToKeep)
         gml_give_back(d, !gml_capture_under_way()); /* and an E event in the trace */
     return PASS(rt_pool_trim_to, NO_RT, pool, minBytesToKeep);
 }

@@ -1,7 +1,7 @@
 /*
  * hooktable.c — gmlake's hooks handed out to programs that look functions up at run time: dlsym
  * (XLA on a libcuda handle), cuGetProcAddress (libcudart itself, CuPy's static cudart),
- * cudaGetDriverEntryPoint(ByVersion).  The hooks are one table sorted by name (dlsym: a binary
+ * cudaGetDriverEntryPoint(ByVersion) and their _ptsz twins.  The hooks are one table sorted by name (dlsym: a binary
  * search); entry-point resolvers map by the real pointer they got, so the versioned and
  * per-thread-stream variants each get their own hook.  Above the hooks it takes the addresses of (hooks.c,
  * capture.c, pointer.c, reset.c) and the real functions (resolve.c); nothing calls it.
@@ -64,6 +64,8 @@ static const hook_entry table[] = {
     {"cudaFreeAsync_ptsz", (void *)&cudaFreeAsync_ptsz, NULL},
     E(cudaGetDriverEntryPoint, rt_get_driver_entry_point),
     E(cudaGetDriverEntryPointByVersion, rt_get_driver_entry_point_by_version),
+    E(cudaGetDriverEntryPointByVersion_ptsz, rt_get_driver_entry_point_by_version_ptsz),
+    E(cudaGetDriverEntryPoint_ptsz, rt_get_driver_entry_point_ptsz),
     E(cudaGetLastError, rt_get_last_error),
     E(cudaIpcCloseMemHandle, rt_ipc_close_mem_handle),
     E(cudaIpcGetMemHandle, rt_ipc_get_mem_handle),
@@ -250,34 +252,62 @@ GML_HOOK CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVe
     return r;
 }
 
-GML_HOOK cudaError_t cudaGetDriverEntryPoint(const char *symbol, void **funcPtr,
-                                             unsigned long long flags,
-                                             enum cudaDriverEntryPointQueryResult *status)
+/* The runtime's resolvers and their per-thread-default-stream twins (what a program built with
+ * --default-stream per-thread calls; their default is the _ptsz driver functions): the real
+ * resolver's answer, on success with the hook that stands for the pointer it resolved. */
+static cudaError_t handed_out(cudaError_t r, const char *symbol, void **funcPtr)
 {
-    GML_RT_ENTRY();
-    __typeof__(gml_real.rt_get_driver_entry_point) real = GML_REAL(rt_get_driver_entry_point);
-    if (!real)
-        return cudaErrorSymbolNotFound;
-    cudaError_t r = real(symbol, funcPtr, flags, status);
     if (r == cudaSuccess && funcPtr)
         *funcPtr = gml_hook_for(symbol, *funcPtr);
     return r;
 }
 
-GML_HOOK cudaError_t cudaGetDriverEntryPointByVersion(const char *symbol, void **funcPtr,
-                                                      unsigned int cudaVersion,
+static cudaError_t entry_point(__typeof__(gml_real.rt_get_driver_entry_point) real, const char *symbol,
+                               void **funcPtr, unsigned long long flags,
+                               enum cudaDriverEntryPointQueryResult *status)
+{
+    return real ? handed_out(real(symbol, funcPtr, flags, status), symbol, funcPtr) : cudaErrorSymbolNotFound;
+}
+
+static cudaError_t entry_point_by_version(__typeof__(gml_real.rt_get_driver_entry_point_by_version) real,
+                                          const char *symbol, void **funcPtr, unsigned int cudaVersion,
+                                          unsigned long long flags,
+                                          enum cudaDriverEntryPointQueryResult *status)
+{
+    return real ? handed_out(real(symbol, funcPtr, cudaVersion, flags, status), symbol, funcPtr)
+                : cudaErrorSymbolNotFound;
+}
+
+GML_HOOK cudaError_t cudaGetDriverEntryPoint(const char *symbol, void **funcPtr, unsigned long long flags,
+                                             enum cudaDriverEntryPointQueryResult *status)
+{
+    GML_RT_ENTRY();
+    return entry_point(GML_REAL(rt_get_driver_entry_point), symbol, funcPtr, flags, status);
+}
+
+GML_HOOK cudaError_t cudaGetDriverEntryPoint_ptsz(const char *symbol, void **funcPtr, unsigned long long flags,
+                                                  enum cudaDriverEntryPointQueryResult *status)
+{
+    GML_RT_ENTRY();
+    return entry_point(GML_REAL(rt_get_driver_entry_point_ptsz), symbol, funcPtr, flags, status);
+}
+
+GML_HOOK cudaError_t cudaGetDriverEntryPointByVersion(const char *symbol, void **funcPtr, unsigned int cudaVersion,
                                                       unsigned long long flags,
                                                       enum cudaDriverEntryPointQueryResult *status)
 {
     GML_RT_ENTRY();
-    __typeof__(gml_real.rt_get_driver_entry_point_by_version) real =
-        GML_REAL(rt_get_driver_entry_point_by_version);
-    if (!real)
-        return cudaErrorSymbolNotFound;
-    cudaError_t r = real(symbol, funcPtr, cudaVersion, flags, status);
-    if (r == cudaSuccess && funcPtr)
-        *funcPtr = gml_hook_for(symbol, *funcPtr);
-    return r;
+    return entry_point_by_version(GML_REAL(rt_get_driver_entry_point_by_version), symbol, funcPtr, cudaVersion,
+                                  flags, status);
+}
+
+GML_HOOK cudaError_t cudaGetDriverEntryPointByVersion_ptsz(const char *symbol, void **funcPtr,
+                                                           unsigned int cudaVersion, unsigned long long flags,
+                                                           enum cudaDriverEntryPointQueryResult *status)
+{
+    GML_RT_ENTRY();
+    return entry_point_by_version(GML_REAL(rt_get_driver_entry_point_by_version_ptsz), symbol, funcPtr,
+                                  cudaVersion, flags, status);
 }
 
 /* Each hook's type is the CUDA prototype's (the runtime hooks are also checked by the

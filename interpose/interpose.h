@@ -61,7 +61,8 @@
  *
  * Files, top to bottom, each calling only files below it (tests/calls.py fails on a circle;
  * docs/ARCHITECTURE.md says who owns what):
- *   hooktable.c   the hook table; dlsym, cuGetProcAddress, cudaGetDriverEntryPoint hand hooks out
+ *   hooktable.c   the hook table; dlsym, cuGetProcAddress, cudaGetDriverEntryPoint[ByVersion][_ptsz]
+ *                 hand hooks out
  *   hooks.c       the hooks of allocation, free, memory info, pools, streams, peers, IPC
  *   pointer.c     the pointer queries (address range, range attributes, retain) about gmlake memory
  *   reset.c       the device resets (cudaDeviceReset, cuDevicePrimaryCtxReset): the pool first;
@@ -127,6 +128,11 @@ cudaError_t cudaStreamBeginCaptureToGraph_ptsz(cudaStream_t stream, cudaGraph_t 
                                                const cudaGraphEdgeData *edgeData, size_t numDependencies,
                                                enum cudaStreamCaptureMode mode);
 cudaError_t cudaStreamEndCapture_ptsz(cudaStream_t stream, cudaGraph_t *pGraph);
+cudaError_t cudaGetDriverEntryPoint_ptsz(const char *symbol, void **funcPtr, unsigned long long flags,
+                                         enum cudaDriverEntryPointQueryResult *driverStatus);
+cudaError_t cudaGetDriverEntryPointByVersion_ptsz(const char *symbol, void **funcPtr, unsigned int cudaVersion,
+                                                  unsigned long long flags,
+                                                  enum cudaDriverEntryPointQueryResult *driverStatus);
 
 #include <cudaTypedefs.h>
 
@@ -158,6 +164,9 @@ cudaError_t cudaStreamEndCapture_ptsz(cudaStream_t stream, cudaGraph_t *pGraph);
     X(rt_get_driver_entry_point, cudaGetDriverEntryPoint, RT_T(cudaGetDriverEntryPoint))          \
     X(rt_get_driver_entry_point_by_version, cudaGetDriverEntryPointByVersion,                     \
       RT_T(cudaGetDriverEntryPointByVersion))                                                     \
+    X(rt_get_driver_entry_point_ptsz, cudaGetDriverEntryPoint_ptsz, RT_T(cudaGetDriverEntryPoint_ptsz)) \
+    X(rt_get_driver_entry_point_by_version_ptsz, cudaGetDriverEntryPointByVersion_ptsz,           \
+      RT_T(cudaGetDriverEntryPointByVersion_ptsz))                                                \
     X(rt_get_device, cudaGetDevice, RT_T(cudaGetDevice))                                          \
     X(rt_stream_is_capturing, cudaStreamIsCapturing, RT_T(cudaStreamIsCapturing))                \
     X(rt_stream_begin_capture, cudaStreamBeginCapture, RT_T(cudaStreamBeginCapture))             \
@@ -355,8 +364,8 @@ void gml_pools_hold_creation(bool hold); /* fork handlers: the pool-creation loc
  * out-of-range ordinals and owner == accessor. */
 void gml_peer_grant(int owner, int accessor);
 /* The program gives the cache of `device` back (gmlake_empty_cache and PyTorch's
- * cudaMemPoolTrimTo of the default pool, hooks.c): its pool releases every cached chunk after
- * waiting for the device, or, unless may_wait (a capture may be under way, where a device wait
+ * cudaMemPoolTrimTo of the default pool holding no fewer bytes than it keeps, hooks.c): its pool releases
+ * every cached chunk after waiting for the device, or, unless may_wait (a capture may be under way, where a device wait
  * is an unsafe call), only what is known idle; the trace records an E event, where the replay
  * gives the cache back too.  GMLAKE_ERR_NO_POOL (and no event) where the device has no pool; GMLAKE_ERR_DEVICE (and
  * nothing done) in a forked child, whose pools and trace file are the parent's. */
@@ -451,7 +460,8 @@ int gml_torch_plan(const char *const conf[2], const char **var, char value[2][GM
  * gml_ipc_forget_device: device's pool is about to be reset: every export of it ends.
  * gml_ipc_is_ours: whether a handle is one gml_ipc_export made (in any process).
  * gml_ipc_open: maps the allocation a handle of another process names on `device` (the caller's
- * current one); the same handle opened again gives the same pointer and counts a reference.
+ * current one); the same handle opened again on the same device gives the same pointer and
+ * counts a reference (on another device: a mapping of its own, as CUDA's).
  * gml_ipc_close: drops a reference of a pointer gml_ipc_open gave (unmapped at the last);
  * -1 when ptr is not one (the real function answers). */
 int gml_ipc_export(gml_pool *p, int device, uintptr_t ptr, void *handle);

@@ -8,8 +8,10 @@
  * extents behind the allocation as POSIX file descriptors (SCM_RIGHTS), imports them, and maps
  * them whole and in order into a fresh virtual range: the pointer it returns is the allocation's
  * first byte, as CUDA's is (CUDA's handle names the whole allocation, whatever pointer inside it
- * was given).  Opening a handle again in the same process returns the same pointer and counts
- * a reference; cudaIpcCloseMemHandle drops one and unmaps at the last.
+ * was given).  Opening a handle again in the same process on the same device returns the same
+ * pointer and counts a reference; cudaIpcCloseMemHandle drops one and unmaps at the last.  On
+ * another device it is a mapping of its own, that device's, as CUDA maps a handle once per
+ * device.
  *
  * The handle (64 bytes, cudaIpcMemHandle_t's size): magic, version, the exporter's pid and a
  * random key that names its socket ("\0gmlake-ipc-<pid>-<key>", an abstract socket) and must
@@ -289,7 +291,9 @@ void gml_ipc_forget_device(int device)
 /* ---- the opener's side ---- */
 
 typedef struct opened {
-    struct { int32_t pid; uint64_t key, id; } who; /* key */
+    struct { int32_t pid, device; uint64_t key, id; } who; /* key: the export, and the device
+                                                              * it is mapped for (CUDA maps a
+                                                              * handle once per device) */
     uintptr_t va, ptr;
     size_t size;        /* the allocation's bytes from ptr (the exporter's size) */
     size_t span, n;
@@ -439,9 +443,9 @@ int gml_ipc_open(int device, const void *handle, uintptr_t *out)
         return CUDA_ERROR_INVALID_CONTEXT;
     pthread_mutex_lock(&op_mu); /* held throughout: one open of a handle maps it once */
     opened *o = NULL;
-    struct { int32_t pid; uint64_t key, id; } who;
+    struct { int32_t pid, device; uint64_t key, id; } who;
     memset(&who, 0, sizeof who);
-    who.pid = w.pid, who.key = w.key, who.id = w.id;
+    who.pid = w.pid, who.device = device, who.key = w.key, who.id = w.id;
     HASH_FIND(by_who, op_by_who, &who, sizeof who, o);
     if (o) {
         o->refs++;

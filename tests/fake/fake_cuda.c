@@ -431,7 +431,9 @@ static void drop_access(uintptr_t p, size_t n)
     pthread_mutex_unlock(&mu);
 }
 
-/* cuGetProcAddress: the fake's own functions by base name, versioned as the real driver does. */
+/* cuGetProcAddress: the fake's own functions by base name, versioned as the real driver does.
+ * Their addresses are the fake's own, not the interposer's (the library is linked
+ * -Bsymbolic-functions, tests/meson.build), as the real driver's are. */
 typedef struct { const char *name; void *fn; } proc;
 static const proc procs[] = {
     {"cuGetProcAddress", NULL}, /* filled below */

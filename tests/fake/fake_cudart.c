@@ -8,6 +8,7 @@
  * cudaErrorInitializationError, as CUDA's do. */
 #include <cuda.h>
 #include <cuda_runtime_api.h>
+#include <dlfcn.h>
 #include <string.h>
 
 #include "fake_cuda.h"
@@ -195,9 +196,13 @@ EXPORT cudaError_t cudaMemPoolGetAttribute(cudaMemPool_t p, enum cudaMemPoolAttr
     *(uint64_t *)v = 777;
     return leave(cudaSuccess);
 }
+/* As CUDA's: a high watermark can only be reset to zero. */
 EXPORT cudaError_t cudaMemPoolSetAttribute(cudaMemPool_t p, enum cudaMemPoolAttr a, void *v)
 {
     ENTER();
+    bool high = a == cudaMemPoolAttrReservedMemHigh || a == cudaMemPoolAttrUsedMemHigh;
+    if (!v || (high && *(uint64_t *)v != 0))
+        return leave(cudaErrorInvalidValue);
     return leave(cudaSuccess);
 }
 EXPORT cudaError_t cudaMemPoolTrimTo(cudaMemPool_t p, size_t keep)
@@ -226,15 +231,50 @@ EXPORT cudaError_t cudaIpcCloseMemHandle(void *p)
     __atomic_fetch_add(&fake_cuda_counts()->rt_ipc, 1, __ATOMIC_RELAXED);
     return leave(cudaErrorInvalidValue);
 }
-EXPORT cudaError_t cudaGetDriverEntryPoint(const char *sym, void **fn, unsigned long long flags, enum cudaDriverEntryPointQueryResult *st)
+/* The driver's resolver as the runtime reaches it: through a pointer of its own (the real runtime
+ * keeps a table of the driver's functions; one resolved where no hook of an interposer saw it, as
+ * when libcudart starts inside an interposer's call, is the driver's own), so that what it hands
+ * out is the driver's pointer, which an interposer's hook of these resolvers must map. */
+typedef CUresult (*get_proc_fn)(const char *, void **, int, cuuint64_t, CUdriverProcAddressQueryResult *);
+
+static cudaError_t entry_point(const char *sym, void **fn, unsigned long long flags,
+                               enum cudaDriverEntryPointQueryResult *st)
 {
     ENTER();
-    CUresult r = cuGetProcAddress_v2(sym, fn, 13000, flags, NULL);
+    get_proc_fn get_proc = (get_proc_fn)dlsym(RTLD_NEXT, "cuGetProcAddress_v2");
+    CUresult r = get_proc ? get_proc(sym, fn, 13000, flags, NULL) : CUDA_ERROR_NOT_FOUND;
     if (st)
         *st = r == CUDA_SUCCESS ? cudaDriverEntryPointSuccess : cudaDriverEntryPointSymbolNotFound;
     return leave(r == CUDA_SUCCESS ? cudaSuccess : cudaErrorSymbolNotFound);
 }
-EXPORT cudaError_t cudaGetDriverEntryPointByVersion(const char *sym, void **fn, unsigned int v, unsigned long long flags, enum cudaDriverEntryPointQueryResult *st)
+
+/* cudaEnableDefault: the legacy stream's functions, or in the _ptsz twins (a program built with
+ * --default-stream per-thread) the per-thread stream's; the flags are the driver's numbers. */
+_Static_assert(cudaEnablePerThreadDefaultStream == CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, "flags");
+static unsigned long long per_thread(unsigned long long flags)
 {
-    return cudaGetDriverEntryPoint(sym, fn, flags, st);
+    return flags == cudaEnableDefault ? cudaEnablePerThreadDefaultStream : flags;
+}
+
+EXPORT cudaError_t cudaGetDriverEntryPoint(const char *sym, void **fn, unsigned long long flags,
+                                           enum cudaDriverEntryPointQueryResult *st)
+{
+    return entry_point(sym, fn, flags, st);
+}
+EXPORT cudaError_t cudaGetDriverEntryPointByVersion(const char *sym, void **fn, unsigned int v,
+                                                    unsigned long long flags,
+                                                    enum cudaDriverEntryPointQueryResult *st)
+{
+    return entry_point(sym, fn, flags, st);
+}
+EXPORT cudaError_t cudaGetDriverEntryPoint_ptsz(const char *sym, void **fn, unsigned long long flags,
+                                                enum cudaDriverEntryPointQueryResult *st)
+{
+    return entry_point(sym, fn, per_thread(flags), st);
+}
+EXPORT cudaError_t cudaGetDriverEntryPointByVersion_ptsz(const char *sym, void **fn, unsigned int v,
+                                                         unsigned long long flags,
+                                                         enum cudaDriverEntryPointQueryResult *st)
+{
+    return entry_point(sym, fn, per_thread(flags), st);
 }

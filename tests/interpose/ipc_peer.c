@@ -6,6 +6,9 @@
  *       drv    the same through cuIpcOpenMemHandle / cuIpcCloseMemHandle
  *       twice  opened twice: the same pointer; closed twice; a third close is CUDA's error
  *       freed  the open fails with cudaErrorInvalidResourceHandle, and the process goes on
+ *       devices  opened on device 0, then on device 1: two mappings, each its device's (as CUDA
+ *              maps a handle once per device); device 1's holds BYTE at [OFFSET, OFFSET+LEN) and
+ *              gets BYTE+1 there; opened again on device 1, its pointer again; every open closed
  *       range  LEN is the allocation's size: the opened pointer plus OFFSET answers the range
  *              queries with [opened pointer, +LEN); the byte at OFFSET holds BYTE; writes BYTE+1
  *              there
@@ -17,6 +20,7 @@
 #include <string.h>
 
 #include "gmlake.h"
+#include "tests/fake/fake_cuda.h"
 
 static int fail(const char *what, int code)
 {
@@ -100,6 +104,24 @@ int main(int argc, char **argv)
         if ((e = cudaIpcCloseMemHandle(p)) != cudaErrorInvalidValue)
             return fail("a third close is not CUDA's cudaErrorInvalidValue", e);
         cudaGetLastError();
+    } else if (strcmp(mode, "devices") == 0) {
+        void *again = NULL;
+        unsigned lazy = cudaIpcMemLazyEnablePeerAccess;
+        if (cudaSetDevice(0) != cudaSuccess || (e = cudaIpcOpenMemHandle(&p, h, lazy)) != cudaSuccess)
+            return fail("open on device 0", e);
+        if (cudaSetDevice(1) != cudaSuccess || (e = cudaIpcOpenMemHandle(&q, h, lazy)) != cudaSuccess)
+            return fail("open on device 1", e);
+        if (p == q)
+            return fail("device 1 got device 0's mapping", 0);
+        if (!(fake_cuda_access((uintptr_t)q) & 2) || !(fake_cuda_access((uintptr_t)p) & 1))
+            return fail("a mapping its device cannot access", (int)fake_cuda_access((uintptr_t)q));
+        if (check_bytes((unsigned char *)q + off, len, byte))
+            return 1;
+        if ((e = cudaIpcOpenMemHandle(&again, h, lazy)) != cudaSuccess || again != q)
+            return fail("opened again on device 1: not its pointer", e);
+        if (cudaIpcCloseMemHandle(again) != cudaSuccess || cudaIpcCloseMemHandle(q) != cudaSuccess ||
+            cudaSetDevice(0) != cudaSuccess || cudaIpcCloseMemHandle(p) != cudaSuccess)
+            return fail("close", 0);
     } else if (strcmp(mode, "freed") == 0) {
         if ((e = cudaIpcOpenMemHandle(&p, h, cudaIpcMemLazyEnablePeerAccess)) != cudaErrorInvalidResourceHandle)
             return fail("the handle of a freed allocation did not give cudaErrorInvalidResourceHandle", e);

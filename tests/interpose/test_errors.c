@@ -68,6 +68,38 @@ Test(errors, sticky_errors_are_not_hidden)
     cr_assert_eq(cudaGetLastError(), cudaErrorIllegalAddress, "sticky: it cannot be cleared");
 }
 
+/* Every error CUDA documents as leaving the process unusable ("any further CUDA work will return
+ * the same error") is sticky for gmlake too: a device-side assert (PyTorch's "device-side assert
+ * triggered"), tensor memory not deallocated at a kernel's exit, an MPS client the server ended.
+ * A cached block is not handed out after it, nor a block freed. */
+static void a_sticky_fault_fails_what_gmlake_serves(CUresult fault)
+{
+    void *p, *q;
+    cr_assert_eq(cudaMalloc(&p, MiB), cudaSuccess);
+    cr_assert_eq(cudaFree(p), cudaSuccess); /* cached: the next cudaMalloc is a hit */
+    cr_assert_eq(cudaMallocAsync(&p, MiB, (cudaStream_t)0x10), cudaSuccess);
+    cr_assert_eq(cudaFreeAsync(p, (cudaStream_t)0x10), cudaSuccess);
+    cr_assert_eq(cudaMalloc(&p, MiB), cudaSuccess);
+    fake_cuda_fault(fault);
+    cudaError_t e = (cudaError_t)fault;
+    cr_assert_eq(cudaDeviceSynchronize(), e, "the fault is seen");
+    cr_assert_eq(cudaMalloc(&q, MiB), e, "a cached block is not handed out");
+    cr_assert_eq(cudaMallocAsync(&q, MiB, (cudaStream_t)0x10), e);
+    cr_assert_eq(cudaFreeAsync(p, (cudaStream_t)0x10), e);
+    cr_assert_eq(cudaGetLastError(), e);
+    cr_assert_eq(cudaGetLastError(), e, "sticky: it cannot be cleared");
+}
+
+Test(errors, a_device_side_assert_is_sticky) { a_sticky_fault_fails_what_gmlake_serves(CUDA_ERROR_ASSERT); }
+
+/* 721: CUDA_ERROR_TENSOR_MEMORY_LEAK, named only by CUDA 12.8's headers and later */
+Test(errors, a_tensor_memory_leak_is_sticky) { a_sticky_fault_fails_what_gmlake_serves((CUresult)721); }
+
+Test(errors, a_terminated_mps_client_is_sticky)
+{
+    a_sticky_fault_fails_what_gmlake_serves(CUDA_ERROR_MPS_CLIENT_TERMINATED);
+}
+
 Test(errors, mem_get_info_counts_the_cache_once)
 {
     void *live, *cached;

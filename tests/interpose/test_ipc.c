@@ -125,6 +125,20 @@ Test(ipc, a_handle_opened_twice_and_closed_twice)
     cr_assert_eq(cudaFree(p), cudaSuccess);
 }
 
+/* CUDA maps a handle once per device of the opening process: a handle opened on a second device
+ * is a second mapping, that device's, not the first device's pointer again. */
+Test(ipc, a_handle_opened_on_two_devices_is_mapped_for_each)
+{
+    void *p;
+    cr_assert_eq(cudaMalloc(&p, 3 * MiB), cudaSuccess);
+    memset(p, 0x24, 3 * MiB);
+    cudaIpcMemHandle_t h;
+    cr_assert_eq(cudaIpcGetMemHandle(&h, p), cudaSuccess);
+    cr_assert_eq(peer("devices", &h, 0, 3 * MiB, 0x24), 0);
+    cr_assert(all(p, 3 * MiB, 0x25), "device 1's mapping shows the same memory");
+    cr_assert_eq(cudaFree(p), cudaSuccess);
+}
+
 Test(ipc, the_handle_of_a_freed_allocation)
 {
     void *p, *q;

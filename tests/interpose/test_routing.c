@@ -18,6 +18,13 @@
 
 /* Exported by libgmlake for this test: the names of its hook table, in order. */
 const char *gmlake_hook_name(size_t i);
+/* What cuda_runtime_api.h names cudaGetDriverEntryPoint[ByVersion] in a program built with
+ * --default-stream per-thread (CUDA_API_PER_THREAD_DEFAULT_STREAM). */
+cudaError_t cudaGetDriverEntryPoint_ptsz(const char *symbol, void **funcPtr, unsigned long long flags,
+                                         enum cudaDriverEntryPointQueryResult *driverStatus);
+cudaError_t cudaGetDriverEntryPointByVersion_ptsz(const char *symbol, void **funcPtr, unsigned int cudaVersion,
+                                                  unsigned long long flags,
+                                                  enum cudaDriverEntryPointQueryResult *driverStatus);
 
 static gmlake_stats stats(void)
 {
@@ -121,6 +128,34 @@ Test(routing, resolvers_return_the_hooks)
         cr_assert_lt(strcmp(gmlake_hook_name(i - 1), gmlake_hook_name(i)), 0, "the hook table is sorted");
 }
 
+/* A program built with --default-stream per-thread resolves driver functions through the runtime's
+ * _ptsz resolvers: they hand out the hooks too (by default the per-thread stream's), so that a
+ * driver free of memory gmlake served is gmlake's, not CUDA's (which refuses it, and the block is
+ * lost). */
+Test(routing, the_per_thread_resolvers_of_the_runtime_return_the_hooks)
+{
+    void *fn = NULL, *free_fn = NULL;
+    enum cudaDriverEntryPointQueryResult st = cudaDriverEntryPointSymbolNotFound;
+    cr_assert_eq(cudaGetDriverEntryPoint_ptsz("cuMemAllocAsync", &fn, cudaEnableDefault, &st), cudaSuccess);
+    cr_assert_eq(st, cudaDriverEntryPointSuccess);
+    cr_assert_eq(fn, dlsym(RTLD_DEFAULT, "cuMemAllocAsync_ptsz"), "the per-thread hook by default");
+    cr_assert_eq(cudaGetDriverEntryPoint_ptsz("cuMemFreeAsync", &fn, cudaEnableLegacyStream, NULL), cudaSuccess);
+    cr_assert_eq(fn, dlsym(RTLD_DEFAULT, "cuMemFreeAsync"), "the legacy stream's when asked");
+    cr_assert_eq(cudaGetDriverEntryPointByVersion_ptsz("cuMemFree", &free_fn, 13000, cudaEnableDefault, NULL),
+                 cudaSuccess);
+    cr_assert_eq(free_fn, dlsym(RTLD_DEFAULT, "cuMemFree_v2"));
+    cr_assert_eq(cudaGetDriverEntryPoint_ptsz("cuNoSuchFunction", &fn, cudaEnableDefault, &st),
+                 cudaErrorSymbolNotFound, "the runtime's own error");
+    cr_assert_eq(st, cudaDriverEntryPointSymbolNotFound);
+    cr_assert_eq(cudaGetLastError(), cudaErrorSymbolNotFound);
+    void *p;
+    cr_assert_eq(cudaMalloc(&p, 3 * MiB), cudaSuccess);
+    cr_assert_eq(((CUresult(*)(CUdeviceptr))free_fn)((CUdeviceptr)p), CUDA_SUCCESS, "gmlake frees its block");
+    cr_assert_eq(stats().frees, 1);
+    cr_assert_eq(stats().active_bytes, 0);
+    cr_assert_eq(fake_cuda_counts()->mem_free, 0, "CUDA saw no free");
+}
+
 Test(routing, errors_come_back_as_cuda_codes)
 {
     void *p;
@@ -208,6 +243,49 @@ Test(routing, memory_pool_attributes_speak_of_gmlake)
     size_t fr, tot;
     cr_assert_eq(cudaMemGetInfo(&fr, &tot), cudaSuccess);
     cr_assert_eq(tot, 256 * MiB);
+}
+
+/* CUDA refuses to set a high watermark to anything but 0 (and a NULL value): the pool's peaks stay
+ * as they were, as CUDA's own do. */
+Test(routing, a_refused_reset_of_a_high_keeps_the_peaks)
+{
+    void *p;
+    cr_assert_eq(cudaMallocAsync(&p, 3 * MiB, 0), cudaSuccess);
+    cr_assert_eq(cudaFreeAsync(p, 0), cudaSuccess);
+    gmlake_stats s = stats();
+    cr_assert_eq(s.peak_active_bytes, 3 * MiB);
+    uint64_t five = 5;
+    cudaMemPool_t pool = (cudaMemPool_t)0x9001;
+    cr_assert_eq(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrUsedMemHigh, &five), cudaErrorInvalidValue);
+    cr_assert_eq(cudaGetLastError(), cudaErrorInvalidValue);
+    cr_assert_eq(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReservedMemHigh, NULL), cudaErrorInvalidValue);
+    cr_assert_eq(cudaGetLastError(), cudaErrorInvalidValue);
+    cr_assert_eq(stats().peak_active_bytes, 3 * MiB, "a refused reset changes no peak");
+    cr_assert_eq(stats().peak_reserved_bytes, s.peak_reserved_bytes);
+    uint64_t v = 0;
+    cr_assert_eq(cudaMemPoolGetAttribute(pool, cudaMemPoolAttrUsedMemHigh, &v), cudaSuccess);
+    cr_assert_eq(v, 3 * MiB);
+}
+
+/* cudaMemPoolTrimTo releases memory until the pool holds fewer than minBytesToKeep reserved bytes:
+ * a pool that holds fewer keeps its cache; one that holds that many or more gives it back. */
+Test(routing, a_trim_keeps_the_cache_while_the_pool_holds_fewer_bytes_than_asked_to_keep)
+{
+    void *p, *q;
+    cr_assert_eq(cudaMalloc(&p, 4 * MiB), cudaSuccess);
+    cr_assert_eq(cudaMalloc(&q, 20 * MiB), cudaSuccess);
+    cr_assert_eq(cudaFree(q), cudaSuccess);
+    gmlake_stats s = stats();
+    cr_assert_eq(s.reserved_bytes - s.active_bytes, 20 * MiB, "20 MiB cached");
+    cudaMemPool_t pool = (cudaMemPool_t)0x9001;
+    cr_assert_eq(cudaMemPoolTrimTo(pool, s.reserved_bytes + 1), cudaSuccess);
+    cr_assert_eq(stats().reserved_bytes, s.reserved_bytes, "the pool holds fewer bytes than it may keep");
+    cr_assert_eq(cudaMemPoolTrimTo(pool, 1024 * MiB), cudaSuccess);
+    cr_assert_eq(stats().reserved_bytes, s.reserved_bytes);
+    cr_assert_eq(cudaMemPoolTrimTo(pool, s.reserved_bytes), cudaSuccess);
+    cr_assert_eq(stats().reserved_bytes, 4 * MiB, "not fewer than it may keep: the cache goes back");
+    cr_assert_eq(fake_cuda_counts()->rt_trim, 3, "CUDA's own pool is trimmed each time");
+    cr_assert_eq(cudaFree(p), cudaSuccess);
 }
 
 Test(routing, trace_file_records_a_replayable_trace)
