@@ -465,6 +465,9 @@ void gml_trace_event(char op, uintptr_t ptr, size_t size, uintptr_t stream);
  * of ptr before its free. */
 bool gml_trace_free_begin(void);
 void gml_trace_free_end(bool tracing, bool freed, uintptr_t ptr, uintptr_t stream);
+/* Between a begin that returned true and its end: appends an event (a device reset's, reset.c: an
+ * `F` for each allocation it destroyed, then an `E`, under one hold of the lock). */
+void gml_trace_held(char op, uintptr_t ptr, size_t size, uintptr_t stream);
 /* Sets the trace file from trace_file (trace.c; "": none). */
 void gml_trace_setup(const char *pattern);
 void gml_trace_flush(void);

@@ -14,7 +14,9 @@
  * depth raised, so a pool is reset once per call.  Other devices' pools are not touched.  What
  * the preload layer remembers of the pool's blocks ends with them: graph captures' blocks
  * (graphmem.c; else a graph's end would free whatever the fresh pool put at their addresses) and
- * IPC exports (ipc.c; else an old handle would open a new allocation).
+ * IPC exports (ipc.c; else an old handle would open a new allocation).  The trace (trace_file)
+ * ends each allocation the reset destroyed (an `F`, with no stream) and records the memory given
+ * back (an `E`), so that it replays past the reset.
  *
  * A context may also end without a reset: the program destroys a context of its own
  * (cuCtxDestroy[_v2]), or releases a primary context (cuDevicePrimaryCtxRelease[_v2]; the last
@@ -33,6 +35,13 @@
 #include "stitch/registry.h"
 #include "interpose.h"
 
+/* An allocation the reset destroys: as a free once the device is done with it. */
+static void trace_gone(uintptr_t ptr, void *arg)
+{
+    (void)arg;
+    gml_trace_held('F', ptr, 0, GML_STREAM_NONE);
+}
+
 static void reset_pool(int device)
 {
     if (!gml_serving() || device < 0 || device >= GML_MAX_DEVICES)
@@ -44,9 +53,16 @@ static void reset_pool(int device)
     /* what other files remember of the pool's blocks ends first: graphs' memory, IPC exports */
     gml_graph_forget_pool(p);
     gml_ipc_forget_device(device);
+    /* the trace ends what the reset destroys and records the memory given back (an `E`), under
+     * one hold of its lock: else the fresh pool's allocations at the same addresses would be
+     * allocations of live pointers, which the replay refuses */
+    bool tracing = gml_trace_free_begin();
     gml_depth++;
-    int rc = gml_pool_reset(p);
+    int rc = gml_pool_reset(p, tracing ? trace_gone : NULL, NULL);
     gml_depth--;
+    if (tracing)
+        gml_trace_held('E', 0, 0, GML_STREAM_NONE);
+    gml_trace_free_end(tracing, false, 0, 0);
     if (rc == GMLAKE_OK)
         gml_log(GML_LOG_INFO, "device %d: reset by the program; the pool gave its memory back and "
                 "starts again", device);

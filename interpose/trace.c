@@ -4,7 +4,8 @@
  * job runs).  The file is created on the first event, so a process that served nothing leaves no
  * trace file.  A write that fails (a full disk) is said once and ends the recording (trace_broken).
  * A free holds the trace lock across the pool free (gml_trace_free_begin/end), so a
- * recorded `A X` never precedes the `F X` that freed X, whatever the threads.
+ * recorded `A X` never precedes the `F X` that freed X, whatever the threads; so does a device
+ * reset, which ends every allocation it destroyed (gml_trace_held) and gives the memory back.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -102,6 +103,11 @@ void gml_trace_free_end(bool tracing, bool freed, uintptr_t ptr, uintptr_t strea
     if (freed)
         trace_line('F', ptr, 0, stream);
     pthread_mutex_unlock(&trace_mu);
+}
+
+void gml_trace_held(char op, uintptr_t ptr, size_t size, uintptr_t stream)
+{
+    trace_line(op, ptr, size, stream);
 }
 
 void gml_trace_flush(void)

@@ -589,7 +589,7 @@ void gml_pool_hold(gml_pool *p, bool hold)
         pthread_mutex_unlock(&p->mu);
 }
 
-int gml_pool_reset(gml_pool *p)
+int gml_pool_reset(gml_pool *p, void (*gone)(uintptr_t ptr, void *arg), void *arg)
 {
     int synced = gml_dev_synchronize(p->dev);
     pthread_mutex_lock(&p->mu);
@@ -598,6 +598,9 @@ int gml_pool_reset(gml_pool *p)
     int rc = GMLAKE_OK;
     if (!p->dead) {
         const char *why;
+        for (size_t i = 0; gone && i < p->live.cap; i++)
+            if (p->live.slot[i].key)
+                gone(p->live.slot[i].key, arg);
         gml_addrmap_free(&p->live);
         gml_stitch_destroy(&p->st);
         rc = gml_heap_reset(&p->heap);

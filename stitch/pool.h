@@ -109,11 +109,13 @@ void gml_pool_trim(gml_pool *p);
  * allocation and event of it: waits for the device, then returns every chunk (those of live
  * allocations too) and destroys every stitched range and event, and forgets every allocation and
  * stream; the pool is as gml_pool_create made it, over the same arena (its peaks and counters of
- * calls kept).  No other thread may use the pool meanwhile (CUDA asks the same of the program).
+ * calls kept).  `gone` (NULL: none) is called with the pool lock held on the start of each live
+ * allocation the reset destroys, before the reset (the trace ends them).  No other thread may use
+ * the pool meanwhile (CUDA asks the same of the program).
  * GMLAKE_OK, or GMLAKE_ERR_NOMEM where host memory ran out re-making the books: the pool then
  * serves nothing (every allocation answers GMLAKE_ERR_DEVICE, which the preload layer passes to
  * CUDA). */
-int gml_pool_reset(gml_pool *p);
+int gml_pool_reset(gml_pool *p, void (*gone)(uintptr_t ptr, void *arg), void *arg);
 /* Waits for every stream of the pool's device (not holding the pool lock): every block freed
  * before the call may then serve any stream.  GMLAKE_ERR_DEVICE if the synchronisation failed. */
 int gml_pool_sync(gml_pool *p);

@@ -115,3 +115,45 @@ Test(trace, gmlakes_own_empty_cache_is_recorded)
               tr.ev[0].op, tr.ev[1].op, tr.ev[2].op);
     gml_trace_free(&tr);
 }
+
+/* A device reset (cudaDeviceReset) destroys the allocations still live: the trace ends each with
+ * an `F` and records the memory given back (`E`), so that the fresh pool's allocations, at the
+ * same addresses, replay, and the replay's peak active is the one gmlake reported.  Before, the
+ * trace had no end for them: the next allocation at their address was "allocated while still
+ * live" and the replay refused the trace. */
+Test(trace, a_device_reset_ends_the_allocations_it_destroyed)
+{
+    char path[] = "/tmp/gmlake-trace-XXXXXX";
+    trace_to(path);
+    void *live, *gone, *again;
+    cudaStream_t s;
+    cr_assert_eq(cudaStreamCreate(&s), cudaSuccess);
+    cr_assert_eq(cudaMalloc(&live, 8 << 20), cudaSuccess);
+    cr_assert_eq(cudaMallocAsync(&gone, 3 << 20, s), cudaSuccess);
+    cr_assert_eq(cudaFreeAsync(gone, s), cudaSuccess);
+    cr_assert_eq(cudaMallocAsync(&gone, 1 << 20, s), cudaSuccess); /* live too */
+    cr_assert_eq(cudaDeviceReset(), cudaSuccess); /* and the stream with it */
+    cr_assert_eq(cudaMalloc(&again, 8 << 20), cudaSuccess);
+    cr_assert_eq(again, live, "the fresh pool hands out the same address (else the test proves nothing)");
+    cr_assert_eq(cudaFree(again), cudaSuccess);
+    gmlake_stats st;
+    cr_assert_eq(gmlake_get_stats(0, &st), GMLAKE_OK);
+
+    gml_trace tr;
+    char err[256];
+    cr_assert_eq(gml_trace_load(path, &tr, err, sizeof err), 0, "%s", err);
+    unlink(path);
+    const char want[] = "AAFAFFEAF"; /* the reset's two ends (either order), then E */
+    cr_assert_eq(tr.n, sizeof want - 1);
+    for (size_t i = 0; i < tr.n; i++)
+        cr_expect_eq(tr.ev[i].op, want[i], "event %zu", i);
+    cr_expect_eq(tr.ev[6].ptr, 0);
+    gml_pool *sim = gml_sim_pool_create((size_t)1 << 30, false, NULL, NULL);
+    cr_assert_not_null(sim);
+    gml_replay_result res;
+    cr_assert_eq(gml_replay(sim, &tr, 1, &res, err, sizeof err), 0, "%s", err);
+    cr_expect_eq(res.stats.peak_active_bytes, st.peak_active_bytes);
+    cr_expect_eq(res.stats.active_bytes, 0);
+    gml_sim_pool_destroy(sim);
+    gml_trace_free(&tr);
+}

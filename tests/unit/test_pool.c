@@ -439,7 +439,7 @@ Test(pool, a_reset_forgets_the_releases)
 {
     fixture f = fx_make(4096 * MiB, false, NULL);
     released_steps(f.pool, 1920, 4);
-    cr_assert_eq(gml_pool_reset(f.pool), GMLAKE_OK);
+    cr_assert_eq(gml_pool_reset(f.pool, NULL, NULL), GMLAKE_OK);
     cr_assert(miss_stitched(f.pool), "stitched as in a fresh pool");
     /* two releases after the reset make a loop of 40 MiB steps: the four of before (in the ring
      * beyond the two new ones) do not raise its mark back to 1,920 MiB */
@@ -796,7 +796,7 @@ Test(pool, a_reset_gives_everything_back_and_the_pool_serves_again)
     uintptr_t a = must_alloc(p, 2 * MiB, s);
     must_free(p, a, s); /* a stream bin with an event and pending work */
     cr_assert_gt(stats_of(p).device_calls[GMLAKE_DC_EVENT_CREATE], 0);
-    cr_assert_eq(gml_pool_reset(p), GMLAKE_OK);
+    cr_assert_eq(gml_pool_reset(p, NULL, NULL), GMLAKE_OK);
     gmlake_stats r = stats_of(p);
     cr_assert_eq(r.active_bytes, 0);
     cr_assert_eq(r.reserved_bytes, 0);
@@ -820,7 +820,7 @@ Test(pool, a_reset_gives_everything_back_and_the_pool_serves_again)
         must_free(p, y, 0);
         cr_assert_eq(stats_of(p).active_bytes, 40 * MiB);
         CHECK_POOL(p);
-        cr_assert_eq(gml_pool_reset(p), GMLAKE_OK);
+        cr_assert_eq(gml_pool_reset(p, NULL, NULL), GMLAKE_OK);
         cr_assert_eq(gml_sim_bytes_in_use(f.dev), 0);
         CHECK_POOL(p);
     }
