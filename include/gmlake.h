@@ -69,7 +69,7 @@ typedef struct gmlake_stats {
     uint64_t stitches;              /* stitched blocks created (device calls made) */
     uint64_t stitch_reuses;         /* requests served by a cached stitched block */
     uint64_t stitch_evictions;      /* stitched mappings torn down (StitchFree, GC, release, a
-                                       failed patch) */
+                                       failed patch, a device reset) */
     uint64_t stitched_blocks;       /* stitched blocks mapped now (live + cached) */
     uint64_t stitched_bytes;        /* virtual bytes mapped by those blocks */
     uint64_t cache_releases;        /* times cached chunks were returned to the device */

@@ -602,9 +602,16 @@ int gml_pool_reset(gml_pool *p, void (*gone)(uintptr_t ptr, void *arg), void *ar
             if (p->live.slot[i].key)
                 gone(p->live.slot[i].key, arg);
         gml_addrmap_free(&p->live);
+        gml_stitch kept = p->st;
         gml_stitch_destroy(&p->st);
         rc = gml_heap_reset(&p->heap);
         gml_stitch_init(&p->st, &p->heap, &p->set, &why); /* its settings passed at creation */
+        /* the counters go on: every stitched range torn down, every allocation ended */
+        p->st.stitches = kept.stitches;
+        p->st.reuses = kept.reuses;
+        p->st.patches = kept.patches;
+        p->st.evictions = kept.evictions + kept.count;
+        p->frees += p->nlive;
         p->active = p->nlive = 0;
         p->seen_churns = p->churn_until = p->no_growth_until = 0;
         memset(p->emptied, 0, sizeof p->emptied);
@@ -746,9 +753,11 @@ static int check_locked(gml_pool *p, char *why, size_t whylen)
         if (!gml_vec_push(&used, b))
             goto oom;
     }
-    if (nlive != p->nlive || nlive != p->live.n || active != p->active) {
-        snprintf(why, whylen, "counters say %lu live / %lu active bytes, records say %lu / %lu",
-                 (unsigned long)p->nlive, (unsigned long)p->active, (unsigned long)nlive,
+    if (nlive != p->nlive || nlive != p->live.n || active != p->active ||
+        p->allocations != p->frees + p->nlive) {
+        snprintf(why, whylen, "counters say %lu live / %lu active bytes (%lu allocations, %lu "
+                 "frees), records say %lu / %lu", (unsigned long)p->nlive, (unsigned long)p->active,
+                 (unsigned long)p->allocations, (unsigned long)p->frees, (unsigned long)nlive,
                  (unsigned long)active);
         rc = GMLAKE_ERR_CORRUPT;
         goto out;

@@ -108,10 +108,11 @@ void gml_pool_trim(gml_pool *p);
 /* The device's primary context is about to be reset (cudaDeviceReset), which destroys every
  * allocation and event of it: waits for the device, then returns every chunk (those of live
  * allocations too) and destroys every stitched range and event, and forgets every allocation and
- * stream; the pool is as gml_pool_create made it, over the same arena (its peaks and counters of
- * calls kept).  `gone` (NULL: none) is called with the pool lock held on the start of each live
- * allocation the reset destroys, before the reset (the trace ends them).  No other thread may use
- * the pool meanwhile (CUDA asks the same of the program).
+ * stream; the pool is as gml_pool_create made it, over the same arena (its peaks and counters
+ * kept: what it destroyed counted as freed, its stitched ranges as torn down).  `gone` (NULL:
+ * none) is called with the pool lock held on the start of each live allocation the reset
+ * destroys, before the reset (the trace ends them).  No other thread may use the pool meanwhile
+ * (CUDA asks the same of the program).
  * GMLAKE_OK, or GMLAKE_ERR_NOMEM where host memory ran out re-making the books: the pool then
  * serves nothing (every allocation answers GMLAKE_ERR_DEVICE, which the preload layer passes to
  * CUDA). */

@@ -827,6 +827,56 @@ Test(pool, a_reset_gives_everything_back_and_the_pool_serves_again)
     fx_free(&f);
 }
 
+typedef struct destroyed {
+    uintptr_t ptr[8];
+    int n;
+} destroyed;
+
+static void note_destroyed(uintptr_t ptr, void *arg)
+{
+    destroyed *d = arg;
+    cr_assert_lt(d->n, 8);
+    d->ptr[d->n++] = ptr;
+}
+
+/* What a reset destroys is named to its caller (the preload layer ends it in the trace) and
+ * counted as freed; the counters of what the pool did before it are kept, its stitched range
+ * counted as torn down.  Before, the stitching counters started again from zero (stitches 0 after
+ * a stitch, while allocations went on counting) and the destroyed allocations were neither
+ * freed nor live (allocations != frees + live). */
+Test(pool, a_reset_keeps_the_counters_and_names_what_it_destroyed)
+{
+    fixture f = fx_make(64 * MiB, true, NULL);
+    gml_pool *p = f.pool;
+    uintptr_t v[6];
+    for (int i = 0; i < 6; i++)
+        v[i] = must_alloc(p, 6 * MiB, 0);
+    for (int i = 0; i < 6; i += 2)
+        must_free(p, v[i], 0);
+    uintptr_t st = must_alloc(p, 16 * MiB, 0); /* only a stitch of the three holes fits */
+    gmlake_stats b = stats_of(p);
+    cr_assert_eq(b.stitches, 1);
+    destroyed d = {0};
+    cr_assert_eq(gml_pool_reset(p, note_destroyed, &d), GMLAKE_OK);
+    cr_assert_eq(d.n, 4, "the live allocations: three home blocks and the stitched one");
+    uintptr_t want[4] = {v[1], v[3], v[5], st};
+    for (int i = 0; i < 4; i++) {
+        bool named = false;
+        for (int j = 0; j < d.n; j++)
+            named = named || d.ptr[j] == want[i];
+        cr_assert(named, "%#lx named", (unsigned long)want[i]);
+    }
+    gmlake_stats r = stats_of(p);
+    cr_assert_eq(r.allocations, b.allocations);
+    cr_assert_eq(r.frees, b.frees + 4, "what the reset destroyed ended");
+    cr_assert_eq(r.allocations, r.frees + r.live_allocations);
+    cr_assert_eq(r.stitches, 1, "the stitch made before the reset still counts");
+    cr_assert_eq(r.stitch_evictions, 1, "and its range was torn down");
+    cr_assert_eq(r.stitched_blocks, 0);
+    CHECK_POOL(p);
+    fx_free(&f);
+}
+
 /* A context ends (gml_pool_context_ends: the preload layer's cuCtxDestroy, or a primary context's
  * last release).  The sim makes every event in its one context, 0.  The pool destroys its events
  * there, ends the streams it knows to be of it, and lets their blocks serve others only once the
