@@ -2,7 +2,8 @@
  * trace.c — the trace recorder: with trace_file set, every allocation and free gmlake serves is
  * appended as one gmlake-trace v1 line (core/trace_format.h), whole lines (readable while the
  * job runs).  The file is created on the first event, so a process that served nothing leaves no
- * trace file.  A write that fails (a full disk) is said once and ends the recording (trace_broken).
+ * trace file; another process recording into the same file (the same environment) records none
+ * and says so (trace_taken).  A write that fails (a full disk) is said once and ends the recording (trace_broken).
  * A free holds the trace lock across the pool free (gml_trace_free_begin/end), so a
  * recorded `A X` never precedes the `F X` that freed X, whatever the threads; so does a device
  * reset, which ends every allocation it destroyed (gml_trace_held) and gives the memory back.
@@ -11,7 +12,10 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "core/trace_format.h"
 #include "interpose.h"
@@ -44,16 +48,45 @@ static bool trace_broken(void)
     return true;
 }
 
-/* Opens the trace file on the first event (trace_mu held); false when it cannot be written. */
+/* Whether another process holds the trace file open for its own trace (a program started with
+ * the same environment: a subprocess, a spawned worker that allocates): it holds an exclusive
+ * lock on it (flock, which a forked child shares and an exec'ed one, the descriptor being
+ * close-on-exec, does not); else this process takes the lock.  A file system without such locks
+ * is taken as free. */
+static bool trace_taken(FILE *f)
+{
+    return flock(fileno(f), LOCK_EX | LOCK_NB) != 0 && errno == EWOULDBLOCK;
+}
+
+/* Opens the trace file on the first event (trace_mu held); false when it cannot be written.  It
+ * is cut to nothing only once locked: opened "w", a second process cut the first one's trace
+ * and both wrote over each other. */
 static bool trace_open(void)
 {
     static bool failed;
     if (trace_out || failed)
         return trace_out != NULL;
-    trace_out = gml_fopen(trace_path, "w");
+    trace_out = gml_fopen(trace_path, "a");
+    if (trace_out && trace_taken(trace_out)) {
+        fclose(trace_out);
+        trace_out = NULL;
+        failed = true;
+        gml_log(GML_LOG_ERROR, "trace_file %s is being recorded by another process; this one "
+                "records no trace (%%p in trace_file names one file per process)", trace_path);
+        return false;
+    }
+    struct stat st; /* a regular file starts again; a device or a FIFO is written as it is */
+    if (trace_out && fstat(fileno(trace_out), &st) == 0 && S_ISREG(st.st_mode) &&
+        ftruncate(fileno(trace_out), 0) != 0) {
+        int e = errno;
+        fclose(trace_out);
+        trace_out = NULL;
+        errno = e;
+    }
     if (!trace_out) {
         failed = true;
-        gml_log(GML_LOG_ERROR, "cannot open trace_file %s; no trace is recorded", trace_path);
+        gml_log(GML_LOG_ERROR, "cannot open trace_file %s (%s); no trace is recorded", trace_path,
+                strerror(errno));
         return false;
     }
     setvbuf(trace_out, NULL, _IOLBF, 0); /* whole lines, readable while the job runs */

@@ -157,3 +157,59 @@ Test(trace, a_device_reset_ends_the_allocations_it_destroyed)
     gml_sim_pool_destroy(sim);
     gml_trace_free(&tr);
 }
+
+/* What the next test starts in a process of its own, with the same environment (and so the same
+ * trace_file); run alone it passes too. */
+Test(trace, an_allocation_and_its_free)
+{
+    void *p;
+    cr_assert_eq(cudaMalloc(&p, 4 << 20), cudaSuccess);
+    cr_assert_eq(cudaFree(p), cudaSuccess);
+}
+
+/* A program started with the same environment while the trace is recorded (a subprocess, a
+ * spawned worker that allocates) has the same trace_file: it records nothing into it and says
+ * so, and the trace is whole.  Before, its first event opened the file again ("w"), cutting it,
+ * and both processes wrote over each other: the parent's trace began with the child's lines, and
+ * frees of pointers it never had. */
+Test(trace, another_process_with_the_same_trace_file_leaves_it_whole)
+{
+    char path[] = "/tmp/gmlake-trace-XXXXXX", errs[] = "/tmp/gmlake-trace-err-XXXXXX";
+    trace_to(path);
+    int efd = mkstemp(errs);
+    cr_assert_geq(efd, 0);
+    void *p, *q;
+    cr_assert_eq(cudaMalloc(&p, 8 << 20), cudaSuccess); /* the trace is open */
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_adddup2(&fa, efd, 2);
+    char *argv[] = {"/proc/self/exe", "trace::an_allocation_and_its_free", NULL};
+    extern char **environ;
+    pid_t pid;
+    cr_assert_eq(posix_spawn(&pid, "/proc/self/exe", &fa, NULL, argv, environ), 0);
+    int st = 0;
+    cr_assert_eq(waitpid(pid, &st, 0), pid);
+    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the other process allocated and freed");
+    posix_spawn_file_actions_destroy(&fa);
+    cr_assert_eq(cudaMalloc(&q, 2 << 20), cudaSuccess);
+    cr_assert_eq(cudaFree(q), cudaSuccess);
+    cr_assert_eq(cudaFree(p), cudaSuccess);
+
+    gml_trace tr;
+    char err[256];
+    cr_assert_eq(gml_trace_load(path, &tr, err, sizeof err), 0, "%s", err);
+    unlink(path);
+    cr_assert_eq(tr.n, 4, "this process's four events only");
+    cr_expect(tr.ev[0].op == 'A' && tr.ev[0].ptr == (uintptr_t)p, "A p first");
+    cr_expect(tr.ev[1].op == 'A' && tr.ev[1].ptr == (uintptr_t)q);
+    cr_expect(tr.ev[2].op == 'F' && tr.ev[2].ptr == (uintptr_t)q);
+    cr_expect(tr.ev[3].op == 'F' && tr.ev[3].ptr == (uintptr_t)p);
+    gml_trace_free(&tr);
+    char said[1024] = "";
+    ssize_t n = pread(efd, said, sizeof said - 1, 0);
+    close(efd);
+    unlink(errs);
+    said[n > 0 ? n : 0] = 0;
+    cr_expect(strstr(said, "is being recorded by another process") && strstr(said, path),
+              "the other process said why it records no trace: %s", said);
+}
