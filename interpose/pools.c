@@ -93,7 +93,7 @@ int gml_give_back(int device, bool may_wait)
     else
         gml_pool_trim(p);
     gml_depth--;
-    gml_trace_event('E', 0, 0, GML_STREAM_NONE);
+    gml_trace_event(device, 'E', 0, 0, GML_STREAM_NONE);
     return rc;
 }
 

@@ -36,10 +36,9 @@
 #include "interpose.h"
 
 /* An allocation the reset destroys: as a free once the device is done with it. */
-static void trace_gone(uintptr_t ptr, void *arg)
+static void trace_gone(uintptr_t ptr, void *device)
 {
-    (void)arg;
-    gml_trace_held('F', ptr, 0, GML_STREAM_NONE);
+    gml_trace_held(*(int *)device, 'F', ptr, 0, GML_STREAM_NONE);
 }
 
 static void reset_pool(int device)
@@ -56,13 +55,13 @@ static void reset_pool(int device)
     /* the trace ends what the reset destroys and records the memory given back (an `E`), under
      * one hold of its lock: else the fresh pool's allocations at the same addresses would be
      * allocations of live pointers, which the replay refuses */
-    bool tracing = gml_trace_free_begin();
+    bool tracing = gml_trace_free_begin(device);
     gml_depth++;
-    int rc = gml_pool_reset(p, tracing ? trace_gone : NULL, NULL);
+    int rc = gml_pool_reset(p, tracing ? trace_gone : NULL, &device);
     gml_depth--;
     if (tracing)
-        gml_trace_held('E', 0, 0, GML_STREAM_NONE);
-    gml_trace_free_end(tracing, false, 0, 0);
+        gml_trace_held(device, 'E', 0, 0, GML_STREAM_NONE);
+    gml_trace_free_end(tracing, device, false, 0, 0);
     if (rc == GMLAKE_OK)
         gml_log(GML_LOG_INFO, "device %d: reset by the program; the pool gave its memory back and "
                 "starts again", device);

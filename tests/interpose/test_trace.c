@@ -213,3 +213,58 @@ Test(trace, another_process_with_the_same_trace_file_leaves_it_whole)
     cr_expect(strstr(said, "is being recorded by another process") && strstr(said, path),
               "the other process said why it records no trace: %s", said);
 }
+
+/* Loads trace `path` and replays it on a sim device: its events' ops into ops (NUL-ended), its
+ * replayed peak active into *peak. */
+static void load_and_replay(const char *path, char *ops, size_t len, uint64_t *peak)
+{
+    gml_trace tr;
+    char err[256];
+    cr_assert_eq(gml_trace_load(path, &tr, err, sizeof err), 0, "%s", err);
+    cr_assert_lt(tr.n, len);
+    for (size_t i = 0; i < tr.n; i++)
+        ops[i] = tr.ev[i].op;
+    ops[tr.n] = 0;
+    gml_pool *sim = gml_sim_pool_create((size_t)1 << 30, false, NULL, NULL);
+    cr_assert_not_null(sim);
+    gml_replay_result res;
+    cr_assert_eq(gml_replay(sim, &tr, 1, &res, err, sizeof err), 0, "%s", err);
+    *peak = res.stats.peak_active_bytes;
+    gml_sim_pool_destroy(sim);
+    gml_trace_free(&tr);
+}
+
+/* One process on two devices: each device's events go to a trace of their own (the first
+ * device's under the name given, another's with .devN before the extension), since a trace is
+ * one device: each replays to its device's peak active.  Before, both devices' events went into
+ * one trace, which the replay took for one device (their memory stitched together). */
+Test(trace, each_device_has_a_trace_of_its_own)
+{
+    char path[] = "/tmp/gmlake-trace-XXXXXX", dev1[64];
+    trace_to(path);
+    snprintf(dev1, sizeof dev1, "%s.dev1", path);
+    void *a, *b, *c;
+    cr_assert_eq(cudaSetDevice(0), cudaSuccess);
+    cr_assert_eq(cudaMalloc(&a, 8 << 20), cudaSuccess);
+    cr_assert_eq(cudaSetDevice(1), cudaSuccess);
+    cr_assert_eq(cudaMalloc(&b, 4 << 20), cudaSuccess);
+    cr_assert_eq(cudaMalloc(&c, 2 << 20), cudaSuccess);
+    cr_assert_eq(cudaFree(c), cudaSuccess);
+    cr_assert_eq(cudaFree(b), cudaSuccess);
+    cr_assert_eq(gmlake_empty_cache(1), GMLAKE_OK);
+    cr_assert_eq(cudaSetDevice(0), cudaSuccess);
+    cr_assert_eq(cudaFree(a), cudaSuccess);
+    gmlake_stats s0, s1;
+    cr_assert_eq(gmlake_get_stats(0, &s0), GMLAKE_OK);
+    cr_assert_eq(gmlake_get_stats(1, &s1), GMLAKE_OK);
+    char ops[16];
+    uint64_t peak = 0;
+    load_and_replay(path, ops, sizeof ops, &peak);
+    unlink(path);
+    cr_expect(strcmp(ops, "AF") == 0, "device 0's events only: %s", ops);
+    cr_expect_eq(peak, s0.peak_active_bytes);
+    load_and_replay(dev1, ops, sizeof ops, &peak);
+    unlink(dev1);
+    cr_expect(strcmp(ops, "AAFFE") == 0, "device 1's: %s", ops);
+    cr_expect_eq(peak, s1.peak_active_bytes);
+}
