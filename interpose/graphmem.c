@@ -214,15 +214,11 @@ static gblock *best_fit(gcap *c, uint64_t share, int device, gml_stream s, size_
     return b && b->slab->device == device && b->freed_on == s ? b : NULL;
 }
 
-int gml_free_served(gml_pool *p, int device, uintptr_t ptr, gml_stream stream)
+int gml_free_served(gml_pool *p, uintptr_t ptr, gml_stream stream)
 {
-    /* The free is logged before the block can serve another thread (gml_trace_free_begin holds
-     * the trace lock across it), so a recorded `A X` never precedes the `F X` that freed X. */
-    bool tracing = gml_trace_free_begin(device);
     gml_depth++;
     int rc = gml_pool_free(p, ptr, stream);
     gml_depth--;
-    gml_trace_free_end(tracing, device, rc == GMLAKE_OK, ptr, stream);
     if (rc == GMLAKE_OK)
         gml_ipc_forget(ptr);
     return rc;
@@ -552,7 +548,7 @@ static void slab_give(gslab *s, bool may_wait)
         }
         on = GML_STREAM_NONE;
     }
-    gml_free_served(s->pool, s->device, s->ptr, on);
+    gml_free_served(s->pool, s->ptr, on);
     free(s);
 }
 

@@ -340,7 +340,6 @@ static int serve_alloc(int device, size_t size, gml_stream stream, uintptr_t *ou
     int rc = gml_pool_alloc(p, size, stream, out);
     gml_depth--;
     if (rc == GMLAKE_OK) {
-        gml_trace_event(device, 'A', *out, size, stream);
         if (__builtin_expect(atomic_load_explicit(&gml_oom_pending, memory_order_relaxed), 0))
             atomic_store_explicit(&gml_oom_pending, false, memory_order_relaxed);
         return 0;
@@ -385,7 +384,7 @@ static outcome alloc_op(api a, uintptr_t *out, size_t size, CUstream s, bool asy
     case 0:
         if (capture && !gml_graph_note(capture, gml_registry_get(device), device, (uintptr_t)named(s, ptsz),
                                        *out, size)) {
-            gml_free_served(gml_registry_get(device), device, *out, GML_STREAM_NONE);
+            gml_free_served(gml_registry_get(device), *out, GML_STREAM_NONE);
             return answer(CUDA_ERROR_OUT_OF_MEMORY);
         }
         return answer(CUDA_SUCCESS);
@@ -472,7 +471,7 @@ static int serve_free(api a, uintptr_t ptr, CUstream s, bool ptsz, const char *n
             gml_log(GML_LOG_WARN, "%s during graph capture: gmlake keeps such blocks allocated", name);
         return CUDA_SUCCESS;
     }
-    int rc = gml_free_served(p, device, ptr, stream);
+    int rc = gml_free_served(p, ptr, stream);
     return rc == GMLAKE_OK || live_known ? drv_code(rc) : invalid_free(name, ptr);
 }
 

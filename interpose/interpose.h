@@ -402,9 +402,8 @@ bool gml_capture_under_way(void);
  *   thread's per-thread stream at its exit): a later stream with its key is another one.
  * gml_graph_forget_pool: pool p is about to be reset (reset.c): every record of its blocks ends,
  *   so that no later free or reap acts on what the fresh pool puts at their addresses.
- * gml_free_served: the last step of every free of a live gmlake block of pool p (device's): the
- *   trace, the pool's
- *   free, the end of its IPC export (a gmlake status). */
+ * gml_free_served: the last step of every free of a live gmlake block: the pool's free (which
+ *   the trace records), the end of its IPC export (a gmlake status). */
 enum { GML_GRAPH_NOT_MINE = -1 };
 int gml_graph_capture_id(CUstream s, uint64_t *id, bool *active);
 bool gml_graph_reuse(uint64_t id, int device, gml_stream s, uintptr_t stream, size_t size, uintptr_t *out);
@@ -417,7 +416,7 @@ bool gml_graph_tracking(void);
 void gml_graph_reap(bool may_wait);
 void gml_graph_stream_retired(gml_stream s);
 void gml_graph_forget_pool(gml_pool *p);
-int gml_free_served(gml_pool *p, int device, uintptr_t ptr, gml_stream stream);
+int gml_free_served(gml_pool *p, uintptr_t ptr, gml_stream stream);
 /* Logs why `size` bytes could not be served on `device`: the process's first report at warn
  * level, later ones at info (report.c); sets gml_oom_pending, which the next allocation gmlake
  * serves clears.  gml_oom_summary (at exit) repeats the last report at warn level if the last
@@ -455,22 +454,19 @@ int gml_ipc_open(int device, const void *handle, uintptr_t *out);
 int gml_ipc_close(uintptr_t ptr);
 /* Whether ptr lies in an allocation this process opened (gml_ipc_open): its first byte and size. */
 bool gml_ipc_opened_range(uintptr_t ptr, uintptr_t *base, size_t *size);
-/* Trace (trace.c).  Appends an event of `device` to the trace file, if one is configured: a trace
- * is one device (the first device recorded under trace_file, others with .devN before its
- * extension).  The stream column is gmlake's key of
+/* Trace (trace.c).  A trace is one device (the first device recorded under trace_file, others
+ * with .devN before its extension).  gml_trace_record is the recorder of every pool (set by
+ * pools.c where a trace is recorded, gml_trace_on; arg: the device as a pointer-sized number): the
+ * pool calls it under its lock on each allocation and free it serves, so the trace is in the
+ * pool's order.  gml_trace_event appends what the pool does not see (an `E`, where the program
+ * gave the cache back).  The stream column is gmlake's key of
  * the stream (core/device.h: a created stream's handle, or the key of a thread's per-thread
  * default stream or of a context's legacy stream), so that replay tells the streams apart as the
  * pool did.  Calls with no stream (cudaMalloc, cudaFree, cuMemAlloc, cuMemFree) are recorded with
  * stream 0xffffffffffffffff (GML_STREAM_NONE), which replay treats as they were served. */
+bool gml_trace_on(void);
+void gml_trace_record(void *device, char op, uintptr_t ptr, size_t size, gml_stream stream);
 void gml_trace_event(int device, char op, uintptr_t ptr, size_t size, uintptr_t stream);
-/* Around a pool free: begin takes the trace lock (if device's trace is recorded; returns
- * whether), end appends `F ptr` if `freed` and releases it, so that no other thread can record an
- * allocation of ptr before its free. */
-bool gml_trace_free_begin(int device);
-void gml_trace_free_end(bool tracing, int device, bool freed, uintptr_t ptr, uintptr_t stream);
-/* Between a begin that returned true and its end: appends an event (a device reset's, reset.c: an
- * `F` for each allocation it destroyed, then an `E`, under one hold of the lock). */
-void gml_trace_held(int device, char op, uintptr_t ptr, size_t size, uintptr_t stream);
 /* Sets the trace file from trace_file (trace.c; "": none). */
 void gml_trace_setup(const char *pattern);
 void gml_trace_flush(void);

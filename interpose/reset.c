@@ -35,12 +35,6 @@
 #include "stitch/registry.h"
 #include "interpose.h"
 
-/* An allocation the reset destroys: as a free once the device is done with it. */
-static void trace_gone(uintptr_t ptr, void *device)
-{
-    gml_trace_held(*(int *)device, 'F', ptr, 0, GML_STREAM_NONE);
-}
-
 static void reset_pool(int device)
 {
     if (!gml_serving() || device < 0 || device >= GML_MAX_DEVICES)
@@ -52,16 +46,13 @@ static void reset_pool(int device)
     /* what other files remember of the pool's blocks ends first: graphs' memory, IPC exports */
     gml_graph_forget_pool(p);
     gml_ipc_forget_device(device);
-    /* the trace ends what the reset destroys and records the memory given back (an `E`), under
-     * one hold of its lock: else the fresh pool's allocations at the same addresses would be
-     * allocations of live pointers, which the replay refuses */
-    bool tracing = gml_trace_free_begin(device);
+    /* the trace ends what the reset destroys (the pool records those frees) and records the
+     * memory given back (an `E`): else the fresh pool's allocations at the same addresses would
+     * be allocations of live pointers, which the replay refuses */
     gml_depth++;
-    int rc = gml_pool_reset(p, tracing ? trace_gone : NULL, &device);
+    int rc = gml_pool_reset(p);
     gml_depth--;
-    if (tracing)
-        gml_trace_held(device, 'E', 0, 0, GML_STREAM_NONE);
-    gml_trace_free_end(tracing, device, false, 0, 0);
+    gml_trace_event(device, 'E', 0, 0, GML_STREAM_NONE);
     if (rc == GMLAKE_OK)
         gml_log(GML_LOG_INFO, "device %d: reset by the program; the pool gave its memory back and "
                 "starts again", device);

@@ -7,9 +7,11 @@
  * file; another process recording into the same file (the same environment) records none there
  * and says so (trace_taken).  A write that fails (a full disk) is said once and ends that file's
  * recording (trace_broken).
- * A free holds the trace lock across the pool free (gml_trace_free_begin/end), so a
- * recorded `A X` never precedes the `F X` that freed X, whatever the threads; so does a device
- * reset, which ends every allocation it destroyed (gml_trace_held) and gives the memory back.
+ * The pool records its allocations and frees itself, under its lock (gml_trace_record is each
+ * pool's recorder, stitch/pool.h), so the trace is in the order the pool served them, whatever
+ * the threads and however long a write takes: an `A X` never precedes the `F X` that freed X,
+ * and the replay meets the same live memory at every step; a device reset's destroyed
+ * allocations are frees there too.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -140,6 +142,8 @@ static void trace_line(int d, char op, uintptr_t ptr, size_t size, uintptr_t str
     trace_broken(t);
 }
 
+bool gml_trace_on(void) { return trace_path[0] != 0; }
+
 void gml_trace_event(int device, char op, uintptr_t ptr, size_t size, uintptr_t stream)
 {
     if (!trace_path[0])
@@ -150,30 +154,9 @@ void gml_trace_event(int device, char op, uintptr_t ptr, size_t size, uintptr_t 
     pthread_mutex_unlock(&trace_mu);
 }
 
-bool gml_trace_free_begin(int device)
+void gml_trace_record(void *device, char op, uintptr_t ptr, size_t size, gml_stream stream)
 {
-    if (!trace_path[0])
-        return false;
-    pthread_mutex_lock(&trace_mu);
-    if (!trace_open(device)) {
-        pthread_mutex_unlock(&trace_mu);
-        return false;
-    }
-    return true;
-}
-
-void gml_trace_free_end(bool tracing, int device, bool freed, uintptr_t ptr, uintptr_t stream)
-{
-    if (!tracing)
-        return;
-    if (freed)
-        trace_line(device, 'F', ptr, 0, stream);
-    pthread_mutex_unlock(&trace_mu);
-}
-
-void gml_trace_held(int device, char op, uintptr_t ptr, size_t size, uintptr_t stream)
-{
-    trace_line(device, op, ptr, size, stream);
+    gml_trace_event((int)(intptr_t)device, op, ptr, size, stream);
 }
 
 void gml_trace_flush(void)

@@ -2,7 +2,11 @@
  * before the `F X` that freed X (gmlake logs a free before another thread can get its address). */
 #include "harness.h"
 #include <cuda_runtime_api.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
+#include <stdatomic.h>
+#include <sys/stat.h>
 #include <uthash.h>
 
 #include "gmlake.h"
@@ -267,4 +271,116 @@ Test(trace, each_device_has_a_trace_of_its_own)
     unlink(dev1);
     cr_expect(strcmp(ops, "AAFFE") == 0, "device 1's: %s", ops);
     cr_expect_eq(peak, s1.peak_active_bytes);
+}
+
+/* The reader of a trace written into a FIFO: it opens it, reads nothing until told to drain
+ * (the writer blocks once the pipe is full, as on a stalled disk), then keeps everything. */
+typedef struct fifo_reader {
+    const char *path;
+    atomic_bool drain, done;
+    char *buf;
+    size_t n;
+} fifo_reader;
+
+static void *read_fifo(void *arg)
+{
+    fifo_reader *r = arg;
+    int fd = open(r->path, O_RDONLY);
+    if (fd < 0)
+        return (void *)1;
+    while (!atomic_load(&r->drain))
+        usleep(1000);
+    fcntl(fd, F_SETFL, O_NONBLOCK);
+    size_t cap = 1 << 20;
+    r->buf = malloc(cap);
+    for (;;) {
+        if (r->n == cap)
+            r->buf = realloc(r->buf, cap *= 2);
+        ssize_t k = read(fd, r->buf + r->n, cap - r->n);
+        if (k > 0)
+            r->n += (size_t)k;
+        else if (k == 0 || errno != EAGAIN || atomic_load(&r->done))
+            break;
+        else
+            usleep(1000);
+    }
+    close(fd);
+    return NULL;
+}
+
+static atomic_bool filler_stop;
+static atomic_long filled;
+
+static void *fill(void *arg)
+{
+    (void)arg;
+    while (!atomic_load(&filler_stop)) {
+        void *p;
+        if (cudaMallocAsync(&p, 4096, 0) != cudaSuccess || cudaFreeAsync(p, 0) != cudaSuccess)
+            return (void *)1;
+        atomic_fetch_add(&filled, 1);
+    }
+    return NULL;
+}
+
+static void *free_y(void *y) { return cudaFreeAsync(y, 0) == cudaSuccess ? NULL : (void *)1; }
+
+static void *alloc_x(void *x) { return cudaMallocAsync((void **)x, 4 << 20, 0) == cudaSuccess ? NULL : (void *)1; }
+
+/* The trace's order is the pool's, whatever delays its writes (a stalled disk, here a FIFO whose
+ * reader pauses): an allocation made while another thread waits to free is recorded before that
+ * free, so the replay's peak active is the one gmlake reported.  Before, an allocation was
+ * recorded only after the pool had served it, and a free only once it had the trace lock, before
+ * it reached the pool: a free waiting for the lock while the allocation was served was recorded
+ * first, and the replay (8 MiB live at most) missed the moment both blocks were live (12 MiB). */
+Test(trace, the_trace_is_in_the_order_the_pool_served)
+{
+    char path[] = "/tmp/gmlake-trace-fifo-XXXXXX";
+    cr_assert_not_null(mkdtemp(path));
+    char fifo[64];
+    snprintf(fifo, sizeof fifo, "%s/t", path);
+    cr_assert_eq(mkfifo(fifo, 0600), 0);
+    setenv("GMLAKE_TRACE_FILE", fifo, 1);
+    fifo_reader r = {.path = fifo};
+    pthread_t reader, filler, t_free, t_alloc;
+    cr_assert_eq(pthread_create(&reader, NULL, read_fifo, &r), 0);
+    void *y, *x = NULL;
+    cr_assert_eq(cudaMallocAsync(&y, 8 << 20, 0), cudaSuccess); /* the trace is open */
+    cr_assert_eq(pthread_create(&filler, NULL, fill, NULL), 0);
+    for (long last = -1; last != atomic_load(&filled);) { /* until the pipe is full */
+        last = atomic_load(&filled);
+        usleep(300000);
+    }
+    cr_assert_eq(pthread_create(&t_free, NULL, free_y, y), 0); /* waits behind the stalled write */
+    usleep(200000);
+    cr_assert_eq(pthread_create(&t_alloc, NULL, alloc_x, &x), 0); /* then this one */
+    usleep(200000);
+    atomic_store(&filler_stop, true);
+    atomic_store(&r.drain, true);
+    void *rc[3];
+    pthread_join(filler, &rc[0]);
+    pthread_join(t_free, &rc[1]);
+    pthread_join(t_alloc, &rc[2]);
+    cr_assert(!rc[0] && !rc[1] && !rc[2], "a call failed");
+    cr_assert_eq(cudaFreeAsync(x, 0), cudaSuccess);
+    gmlake_stats st;
+    cr_assert_eq(gmlake_get_stats(0, &st), GMLAKE_OK);
+    atomic_store(&r.done, true);
+    pthread_join(reader, NULL);
+    unlink(fifo);
+    rmdir(path);
+
+    gml_trace tr;
+    char err[256];
+    cr_assert_eq(gml_trace_load_mem("fifo", r.buf, r.n, &tr, err, sizeof err), 0, "%s", err);
+    free(r.buf);
+    cr_assert_eq(tr.n, 4 + 2 * (size_t)atomic_load(&filled), "every event");
+    gml_pool *sim = gml_sim_pool_create((size_t)1 << 30, false, NULL, NULL);
+    cr_assert_not_null(sim);
+    gml_replay_result res;
+    cr_assert_eq(gml_replay(sim, &tr, 0, &res, err, sizeof err), 0, "%s", err);
+    cr_expect_eq(res.stats.peak_active_bytes, st.peak_active_bytes, "replayed %lu, gmlake said %lu",
+                 (unsigned long)res.stats.peak_active_bytes, (unsigned long)st.peak_active_bytes);
+    gml_sim_pool_destroy(sim);
+    gml_trace_free(&tr);
 }

@@ -439,7 +439,7 @@ Test(pool, a_reset_forgets_the_releases)
 {
     fixture f = fx_make(4096 * MiB, false, NULL);
     released_steps(f.pool, 1920, 4);
-    cr_assert_eq(gml_pool_reset(f.pool, NULL, NULL), GMLAKE_OK);
+    cr_assert_eq(gml_pool_reset(f.pool), GMLAKE_OK);
     cr_assert(miss_stitched(f.pool), "stitched as in a fresh pool");
     /* two releases after the reset make a loop of 40 MiB steps: the four of before (in the ring
      * beyond the two new ones) do not raise its mark back to 1,920 MiB */
@@ -796,7 +796,7 @@ Test(pool, a_reset_gives_everything_back_and_the_pool_serves_again)
     uintptr_t a = must_alloc(p, 2 * MiB, s);
     must_free(p, a, s); /* a stream bin with an event and pending work */
     cr_assert_gt(stats_of(p).device_calls[GMLAKE_DC_EVENT_CREATE], 0);
-    cr_assert_eq(gml_pool_reset(p, NULL, NULL), GMLAKE_OK);
+    cr_assert_eq(gml_pool_reset(p), GMLAKE_OK);
     gmlake_stats r = stats_of(p);
     cr_assert_eq(r.active_bytes, 0);
     cr_assert_eq(r.reserved_bytes, 0);
@@ -820,7 +820,7 @@ Test(pool, a_reset_gives_everything_back_and_the_pool_serves_again)
         must_free(p, y, 0);
         cr_assert_eq(stats_of(p).active_bytes, 40 * MiB);
         CHECK_POOL(p);
-        cr_assert_eq(gml_pool_reset(p, NULL, NULL), GMLAKE_OK);
+        cr_assert_eq(gml_pool_reset(p), GMLAKE_OK);
         cr_assert_eq(gml_sim_bytes_in_use(f.dev), 0);
         CHECK_POOL(p);
     }
@@ -832,15 +832,17 @@ typedef struct destroyed {
     int n;
 } destroyed;
 
-static void note_destroyed(uintptr_t ptr, void *arg)
+static void note_destroyed(void *arg, char op, uintptr_t ptr, size_t size, gml_stream stream)
 {
     destroyed *d = arg;
+    cr_assert(op == 'F' && size == 0 && stream == GML_STREAM_NONE, "%c %zu %#lx", op, size,
+              (unsigned long)stream);
     cr_assert_lt(d->n, 8);
     d->ptr[d->n++] = ptr;
 }
 
-/* What a reset destroys is named to its caller (the preload layer ends it in the trace) and
- * counted as freed; the counters of what the pool did before it are kept, its stitched range
+/* What a reset destroys is given to the recorder as freed (the preload layer ends it in the
+ * trace) and counted as freed; the counters of what the pool did before it are kept, its stitched range
  * counted as torn down.  Before, the stitching counters started again from zero (stitches 0 after
  * a stitch, while allocations went on counting) and the destroyed allocations were neither
  * freed nor live (allocations != frees + live). */
@@ -857,7 +859,8 @@ Test(pool, a_reset_keeps_the_counters_and_names_what_it_destroyed)
     gmlake_stats b = stats_of(p);
     cr_assert_eq(b.stitches, 1);
     destroyed d = {0};
-    cr_assert_eq(gml_pool_reset(p, note_destroyed, &d), GMLAKE_OK);
+    gml_pool_set_recorder(p, note_destroyed, &d);
+    cr_assert_eq(gml_pool_reset(p), GMLAKE_OK);
     cr_assert_eq(d.n, 4, "the live allocations: three home blocks and the stitched one");
     uintptr_t want[4] = {v[1], v[3], v[5], st};
     for (int i = 0; i < 4; i++) {
