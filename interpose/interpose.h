@@ -473,5 +473,8 @@ void gml_trace_flush(void);
 void gml_trace_hold(bool hold); /* fork handlers: the trace lock */
 /* Registers the exit summary and the stats file (summary.c; pattern "": no stats file). */
 void gml_summary_setup(const char *stats_pattern);
+/* The first pool is made (pools.c, under the creation lock): the stats file is claimed for this
+ * process (opened and locked; another process's: said, and none is written here). */
+void gml_summary_claim(void);
 
 #endif /* GML_INTERPOSE_H */

@@ -40,6 +40,7 @@ gml_pool *gml_pool_of(int device)
             for (int a = 0; a < GML_MAX_DEVICES; a++)
                 if (peers >> a & 1)
                     gml_cuda_device_grant(gml_pool_device(p), a);
+            gml_summary_claim();
             if (gml_trace_on()) /* the pool records its allocations and frees, in its order */
                 gml_pool_set_recorder(p, gml_trace_record, (void *)(intptr_t)device);
             gml_arena_note(device, p);
