@@ -47,13 +47,20 @@ static void write_stats(FILE *f, int d, gml_pool *p, const gmlake_stats *s)
 {
     fprintf(f, "{\"device\":%d,\"peak_active_bytes\":%lu,\"peak_reserved_bytes\":%lu,"
                "\"active_bytes\":%lu,\"reserved_bytes\":%lu,\"utilization\":%.6f,"
-               "\"allocations\":%lu,\"frees\":%lu,\"failed_allocations\":%lu,\"stitches\":%lu,"
-               "\"stitch_reuses\":%lu,\"stitch_evictions\":%lu,\"device_calls\":{",
+               "\"allocations\":%lu,\"frees\":%lu,\"live_allocations\":%lu,"
+               "\"failed_allocations\":%lu,\"stitches\":%lu,\"stitch_reuses\":%lu,"
+               "\"stitch_evictions\":%lu,\"stitched_blocks\":%lu,\"stitched_bytes\":%lu,"
+               "\"cache_releases\":%lu,\"chunk_size\":%lu,\"free_bytes\":%lu,"
+               "\"largest_free_bytes\":%lu,\"stitchable_bytes\":%lu,\"device_calls\":{",
             d, (unsigned long)s->peak_active_bytes, (unsigned long)s->peak_reserved_bytes,
             (unsigned long)s->active_bytes, (unsigned long)s->reserved_bytes, s->utilization,
             (unsigned long)s->allocations, (unsigned long)s->frees,
-            (unsigned long)s->failed_allocations, (unsigned long)s->stitches,
-            (unsigned long)s->stitch_reuses, (unsigned long)s->stitch_evictions);
+            (unsigned long)s->live_allocations, (unsigned long)s->failed_allocations,
+            (unsigned long)s->stitches, (unsigned long)s->stitch_reuses,
+            (unsigned long)s->stitch_evictions, (unsigned long)s->stitched_blocks,
+            (unsigned long)s->stitched_bytes, (unsigned long)s->cache_releases,
+            (unsigned long)s->chunk_size, (unsigned long)s->free_bytes,
+            (unsigned long)s->largest_free_bytes, (unsigned long)s->stitchable_bytes);
     for (int i = 0; i < GMLAKE_DC_COUNT; i++)
         fprintf(f, "%s\"%s\":%lu", i ? "," : "", gmlake_devcall_name(i),
                 (unsigned long)s->device_calls[i]);
