@@ -630,9 +630,11 @@ GML_HOOK cudaError_t cudaMemPoolSetAttribute(cudaMemPool_t pool, enum cudaMemPoo
 {
     GML_RT_ENTRY();
     int d = default_pool_device(pool);
-    if (d >= 0 && (attr == cudaMemPoolAttrReservedMemHigh || attr == cudaMemPoolAttrUsedMemHigh))
+    cudaError_t r = PASS(rt_pool_set_attribute, NO_RT, pool, attr, value);
+    /* a high watermark is reset (to zero: CUDA refuses another value) */
+    if (r == cudaSuccess && d >= 0 && (attr == cudaMemPoolAttrReservedMemHigh || attr == cudaMemPoolAttrUsedMemHigh))
         gml_pool_reset_peaks(gml_registry_get(d)); /* resets both highs, as PyTorch does */
-    return PASS(rt_pool_set_attribute, NO_RT, pool, attr, value);
+    return r;
 }
 
 GML_HOOK cudaError_t cudaMemPoolTrimTo(cudaMemPool_t pool, size_t minBytesToKeep)

@@ -192,7 +192,17 @@ Test(routing, memory_pool_attributes_speak_of_gmlake)
     cr_assert_eq(cudaMemPoolGetAttribute((cudaMemPool_t)0x4242, cudaMemPoolAttrUsedMemCurrent, &v), cudaSuccess);
     cr_assert_eq(v, 777, "another pool's attributes come from CUDA");
     cr_assert_eq(cudaFreeAsync(p, 0), cudaSuccess);
-    uint64_t zero = 0;
+    uint64_t zero = 0, five = 5;
+    /* a high set to anything but zero is CUDA's invalid value, and resets nothing (before, gmlake
+     * reset its peaks before CUDA refused the call) */
+    cr_assert_eq(cudaMemPoolSetAttribute((cudaMemPool_t)0x9001, cudaMemPoolAttrReservedMemHigh, &five),
+                 cudaErrorInvalidValue);
+    cr_assert_eq(cudaMemPoolSetAttribute((cudaMemPool_t)0x9001, cudaMemPoolAttrUsedMemHigh, NULL),
+                 cudaErrorInvalidValue);
+    cr_assert_eq(cudaGetLastError(), cudaErrorInvalidValue);
+    gmlake_stats kept = stats();
+    cr_assert(kept.peak_active_bytes == s.peak_active_bytes && kept.peak_reserved_bytes == s.peak_reserved_bytes,
+              "peaks kept");
     /* either high resets both, as PyTorch does */
     cr_assert_eq(cudaMemPoolSetAttribute((cudaMemPool_t)0x9001, cudaMemPoolAttrReservedMemHigh, &zero), cudaSuccess);
     s = stats();
