@@ -72,15 +72,21 @@ static bool trace_taken(FILE *f)
 }
 
 /* The name of device d's trace (trace_mu held): trace_path for the first device to record, else
- * with ".devN" before its extension; false where that does not fit. */
-static bool trace_name(int d, char *out, size_t len)
+ * with ".devN" before its extension; NULL, or why there is none: a trace_file that is no regular
+ * file (a FIFO, /dev/stdout) takes the first device's trace only, and a name must fit. */
+static const char *trace_name(int d, char *out, size_t len)
 {
     if (first_device < 0)
         first_device = d;
     if (d == first_device)
-        return (size_t)snprintf(out, len, "%s", trace_path) < len;
+        return (size_t)snprintf(out, len, "%s", trace_path) < len ? NULL : "its name is too long";
+    struct stat st;
+    if (stat(trace_path, &st) == 0 && !S_ISREG(st.st_mode))
+        return "trace_file is no regular file, and takes the first device's trace only";
     const char *ext = gml_file_name_ext(trace_path);
-    return (size_t)snprintf(out, len, "%.*s.dev%d%s", (int)(ext - trace_path), trace_path, d, ext) < len;
+    if ((size_t)snprintf(out, len, "%.*s.dev%d%s", (int)(ext - trace_path), trace_path, d, ext) >= len)
+        return "its name (.devN added) is too long";
+    return NULL;
 }
 
 /* Opens device d's trace file on its first event (trace_mu held); NULL when it cannot be
@@ -94,9 +100,10 @@ static trace_file *trace_open(int d)
     if (t->out || t->failed)
         return t->out ? t : NULL;
     t->failed = true;
-    if (!trace_name(d, t->path, sizeof t->path)) {
-        gml_log(GML_LOG_ERROR, "trace_file %s: the name of device %d's trace (.dev%d added) is too "
-                "long; that device's trace is not recorded", trace_path, d, d);
+    const char *why = trace_name(d, t->path, sizeof t->path);
+    if (why) {
+        gml_log(GML_LOG_ERROR, "trace_file %s: device %d's trace is not recorded (%s)", trace_path,
+                d, why);
         return NULL;
     }
     t->out = gml_fopen(t->path, "a");

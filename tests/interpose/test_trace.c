@@ -384,3 +384,50 @@ Test(trace, the_trace_is_in_the_order_the_pool_served)
     gml_sim_pool_destroy(sim);
     gml_trace_free(&tr);
 }
+
+/* A trace_file that is no regular file (a FIFO, /dev/stdout) takes the first device's trace; no
+ * file is made beside it for another device (as root, /dev/stdout.dev1 would be a new file in
+ * /dev): that device's trace is not recorded, and that is said. */
+Test(trace, a_second_device_gets_no_file_beside_a_fifo)
+{
+    char dir[] = "/tmp/gmlake-trace-fifo-XXXXXX", fifo[64], dev1[80], errs[] = "/tmp/gmlake-trace-err-XXXXXX";
+    cr_assert_not_null(mkdtemp(dir));
+    snprintf(fifo, sizeof fifo, "%s/t", dir);
+    snprintf(dev1, sizeof dev1, "%s.dev1", fifo);
+    cr_assert_eq(mkfifo(fifo, 0600), 0);
+    setenv("GMLAKE_TRACE_FILE", fifo, 1);
+    int efd = mkstemp(errs), saved = dup(2);
+    cr_assert(efd >= 0 && saved >= 0);
+    fifo_reader r = {.path = fifo};
+    pthread_t reader;
+    cr_assert_eq(pthread_create(&reader, NULL, read_fifo, &r), 0);
+    atomic_store(&r.drain, true);
+    void *a, *b;
+    dup2(efd, 2);
+    cr_assert_eq(cudaMalloc(&a, 2 << 20), cudaSuccess); /* device 0: into the FIFO */
+    cr_assert_eq(cudaSetDevice(1), cudaSuccess);
+    cr_assert_eq(cudaMalloc(&b, 2 << 20), cudaSuccess);
+    cr_assert_eq(cudaFree(b), cudaSuccess);
+    cr_assert_eq(cudaSetDevice(0), cudaSuccess);
+    cr_assert_eq(cudaFree(a), cudaSuccess);
+    dup2(saved, 2);
+    atomic_store(&r.done, true);
+    pthread_join(reader, NULL);
+    bool beside = access(dev1, F_OK) == 0;
+    unlink(dev1);
+    unlink(fifo);
+    rmdir(dir);
+    char said[1024] = "";
+    ssize_t n = pread(efd, said, sizeof said - 1, 0);
+    close(efd);
+    unlink(errs);
+    said[n > 0 ? n : 0] = 0;
+    cr_expect(!beside, "no file made beside the FIFO");
+    cr_expect(strstr(said, "device 1's trace is not recorded") != NULL, "said: %s", said);
+    gml_trace tr;
+    char err[256];
+    cr_assert_eq(gml_trace_load_mem("fifo", r.buf, r.n, &tr, err, sizeof err), 0, "%s", err);
+    free(r.buf);
+    cr_expect_eq(tr.n, 2, "device 0's allocation and free");
+    gml_trace_free(&tr);
+}
