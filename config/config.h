@@ -154,6 +154,9 @@ void gml_env_closest(const char *name, char *buf, size_t len);
 #define GML_RANK_MAX 23
 size_t gml_file_name_expand(const char *pattern, bool add_rank, const char *pid, const char *rank,
                             char *out, size_t len);
+/* Where a name's suffix goes (".rank3", a trace's ".dev1"): at the extension of the file's name
+ * (its last dot, unless the name starts with its only dot), else at its end. */
+const char *gml_file_name_ext(const char *name);
 /* The longest a pattern can expand to (a 10-digit pid, a GML_RANK_MAX-character rank, ".rank%r"
  * added where add_rank: stats_file and trace_file, not log_file, which every process shares): a
  * path setting is refused when this is GML_PATH_MAX or more (options.c). */

@@ -16,19 +16,23 @@ static size_t put(char *out, size_t len, size_t n, const char *s, size_t k)
     return n + k;
 }
 
+const char *gml_file_name_ext(const char *name)
+{
+    /* before the extension of the file's name, else at its end (a name that starts with its only
+     * dot, ".trace", has no extension) */
+    const char *base = strrchr(name, '/');
+    base = base ? base + 1 : name;
+    const char *ins = strrchr(base, '.');
+    return ins && ins != base ? ins : name + strlen(name);
+}
+
 size_t gml_file_name_expand(const char *pattern, bool add_rank, const char *pid, const char *rank,
                             char *out, size_t len)
 {
-    /* where ".rank%r" goes: before the extension of the file's name, else at its end (a name
-     * that starts with its only dot, ".trace", has no extension) */
-    const char *ins = NULL;
-    if (add_rank && !strstr(pattern, "%p") && !strstr(pattern, "%r")) {
-        const char *base = strrchr(pattern, '/');
-        base = base ? base + 1 : pattern;
-        ins = strrchr(base, '.');
-        if (!ins || ins == base)
-            ins = pattern + strlen(pattern);
-    }
+    /* where ".rank%r" goes */
+    const char *ins = add_rank && !strstr(pattern, "%p") && !strstr(pattern, "%r")
+                          ? gml_file_name_ext(pattern)
+                          : NULL;
     size_t n = 0;
     for (const char *c = pattern;; c++) {
         if (c == ins) {

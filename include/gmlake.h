@@ -65,10 +65,12 @@ typedef struct gmlake_stats {
     uint64_t allocations;           /* successful allocations since the pool was created */
     uint64_t frees;
     uint64_t live_allocations;
-    uint64_t failed_allocations;    /* requests answered with out-of-memory */
+    uint64_t failed_allocations;    /* requests the pool could not serve: out of memory, or the
+                                       driver failed (the preload layer passes those to CUDA) */
     uint64_t stitches;              /* stitched blocks created (device calls made) */
     uint64_t stitch_reuses;         /* requests served by a cached stitched block */
-    uint64_t stitch_evictions;      /* stitched mappings torn down (StitchFree, GC, release) */
+    uint64_t stitch_evictions;      /* stitched mappings torn down (StitchFree, GC, release, a
+                                       failed patch, a device reset) */
     uint64_t stitched_blocks;       /* stitched blocks mapped now (live + cached) */
     uint64_t stitched_bytes;        /* virtual bytes mapped by those blocks */
     uint64_t cache_releases;        /* times cached chunks were returned to the device */

@@ -216,13 +216,9 @@ static gblock *best_fit(gcap *c, uint64_t share, int device, gml_stream s, size_
 
 int gml_free_served(gml_pool *p, uintptr_t ptr, gml_stream stream)
 {
-    /* The free is logged before the block can serve another thread (gml_trace_free_begin holds
-     * the trace lock across it), so a recorded `A X` never precedes the `F X` that freed X. */
-    bool tracing = gml_trace_free_begin();
     gml_depth++;
     int rc = gml_pool_free(p, ptr, stream);
     gml_depth--;
-    gml_trace_free_end(tracing, rc == GMLAKE_OK, ptr, stream);
     if (rc == GMLAKE_OK)
         gml_ipc_forget(ptr);
     return rc;

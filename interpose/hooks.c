@@ -344,7 +344,6 @@ static int serve_alloc(int device, size_t size, gml_stream stream, uintptr_t *ou
     int rc = gml_pool_alloc(p, size, stream, out);
     gml_depth--;
     if (rc == GMLAKE_OK) {
-        gml_trace_event('A', *out, size, stream);
         if (__builtin_expect(atomic_load_explicit(&gml_oom_pending, memory_order_relaxed), 0))
             atomic_store_explicit(&gml_oom_pending, false, memory_order_relaxed);
         return 0;

@@ -411,8 +411,8 @@ bool gml_capture_under_way(void);
  *   thread's per-thread stream at its exit): a later stream with its key is another one.
  * gml_graph_forget_pool: pool p is about to be reset (reset.c): every record of its blocks ends,
  *   so that no later free or reap acts on what the fresh pool puts at their addresses.
- * gml_free_served: the last step of every free of a live gmlake block: the trace, the pool's
- *   free, the end of its IPC export (a gmlake status). */
+ * gml_free_served: the last step of every free of a live gmlake block: the pool's free (which
+ *   the trace records), the end of its IPC export (a gmlake status). */
 enum { GML_GRAPH_NOT_MINE = -1 };
 int gml_graph_capture_id(CUstream s, uint64_t *id, bool *active);
 bool gml_graph_reuse(uint64_t id, int device, gml_stream s, uintptr_t stream, size_t size, uintptr_t *out);
@@ -472,22 +472,27 @@ int gml_ipc_open(int device, const void *handle, uintptr_t *out);
 int gml_ipc_close(uintptr_t ptr);
 /* Whether ptr lies in an allocation this process opened (gml_ipc_open): its first byte and size. */
 bool gml_ipc_opened_range(uintptr_t ptr, uintptr_t *base, size_t *size);
-/* Trace (trace.c).  Appends an event to the trace file, if one is configured.  The stream column is gmlake's key of
+/* Trace (trace.c).  A trace is one device (the first device recorded under trace_file, others
+ * with .devN before its extension).  gml_trace_record is the recorder of every pool (set by
+ * pools.c where a trace is recorded, gml_trace_on; arg: the device as a pointer-sized number): the
+ * pool calls it under its lock on each allocation and free it serves, so the trace is in the
+ * pool's order.  gml_trace_event appends what the pool does not see (an `E`, where the program
+ * gave the cache back).  The stream column is gmlake's key of
  * the stream (core/device.h: a created stream's handle, or the key of a thread's per-thread
  * default stream or of a context's legacy stream), so that replay tells the streams apart as the
  * pool did.  Calls with no stream (cudaMalloc, cudaFree, cuMemAlloc, cuMemFree) are recorded with
  * stream 0xffffffffffffffff (GML_STREAM_NONE), which replay treats as they were served. */
-void gml_trace_event(char op, uintptr_t ptr, size_t size, uintptr_t stream);
-/* Around a pool free: begin takes the trace lock (if a trace is recorded; returns whether), end
- * appends `F ptr` if `freed` and releases it, so that no other thread can record an allocation
- * of ptr before its free. */
-bool gml_trace_free_begin(void);
-void gml_trace_free_end(bool tracing, bool freed, uintptr_t ptr, uintptr_t stream);
+bool gml_trace_on(void);
+void gml_trace_record(void *device, char op, uintptr_t ptr, size_t size, gml_stream stream);
+void gml_trace_event(int device, char op, uintptr_t ptr, size_t size, uintptr_t stream);
 /* Sets the trace file from trace_file (trace.c; "": none). */
 void gml_trace_setup(const char *pattern);
 void gml_trace_flush(void);
 void gml_trace_hold(bool hold); /* fork handlers: the trace lock */
 /* Registers the exit summary and the stats file (summary.c; pattern "": no stats file). */
 void gml_summary_setup(const char *stats_pattern);
+/* The first pool is made (pools.c, under the creation lock): the stats file is claimed for this
+ * process (opened and locked; another process's: said, and none is written here). */
+void gml_summary_claim(void);
 
 #endif /* GML_INTERPOSE_H */

@@ -6,7 +6,7 @@
  * (hooks.c, hooktable.c, pointer.c, reset.c) and pytorch_env.c's constructor call it.
  *
  * Fork: CUDA cannot be used in a forked child (its calls fail there).  The handlers take every
- * gmlake lock around fork (pool creation, trace, each pool, the cuda devices', log, the
+ * gmlake lock around fork (pool creation, each pool, trace, the cuda devices', log, the
  * resolver's: the order in which threads take them), so that no lock is left held by a thread
  * that does not exist in the child; the child then serves nothing (gml_serving is false): its
  * calls reach CUDA, which fails them as it does for any child, and no pointer of the parent's
@@ -21,17 +21,18 @@
 static pthread_once_t start_once = PTHREAD_ONCE_INIT;
 static bool enabled; /* the settings' enable, once started */
 
-/* The locks in the order every thread takes them: pool creation, trace (a free holds it across
- * the pool's lock: gml_trace_free_begin), each pool, the cuda devices' (a pool's driver calls
- * take them under its lock; a pool creation, under the creation lock), log, the resolver's (a
- * device resolves its driver functions under the creation lock; nothing is locked under them). */
+/* The locks in the order every thread takes them: pool creation, each pool, trace (a pool
+ * records its allocations and frees under its lock: gml_trace_record), the cuda devices' (a
+ * pool's driver calls take them under its lock; a pool creation, under the creation lock), log,
+ * the resolver's (a device resolves its driver functions under the creation lock; nothing is
+ * locked under them). */
 static void fork_prepare(void)
 {
     gml_pools_hold_creation(true);
-    gml_trace_hold(true);
     for (int d = 0; d < GML_MAX_DEVICES; d++)
         if (gml_registry_get(d))
             gml_pool_hold(gml_registry_get(d), true);
+    gml_trace_hold(true);
     gml_cuda_fork_hold(true);
     gml_log_hold(true);
     gml_resolve_hold(true);
@@ -42,10 +43,10 @@ static void fork_release(void)
     gml_resolve_hold(false);
     gml_log_hold(false);
     gml_cuda_fork_hold(false);
+    gml_trace_hold(false);
     for (int d = GML_MAX_DEVICES - 1; d >= 0; d--)
         if (gml_registry_get(d))
             gml_pool_hold(gml_registry_get(d), false);
-    gml_trace_hold(false);
     gml_pools_hold_creation(false);
 }
 

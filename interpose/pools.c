@@ -40,6 +40,9 @@ gml_pool *gml_pool_of(int device)
             for (int a = 0; a < GML_MAX_DEVICES; a++)
                 if (peers >> a & 1)
                     gml_cuda_device_grant(gml_pool_device(p), a);
+            gml_summary_claim();
+            if (gml_trace_on()) /* the pool records its allocations and frees, in its order */
+                gml_pool_set_recorder(p, gml_trace_record, (void *)(intptr_t)device);
             gml_arena_note(device, p);
             gml_registry_install(device, p);
             gml_log(GML_LOG_INFO, "device %d: pool ready (chunk %zu bytes, stitching %s)", device,
@@ -93,7 +96,7 @@ int gml_give_back(int device, bool may_wait)
     else
         gml_pool_trim(p);
     gml_depth--;
-    gml_trace_event('E', 0, 0, GML_STREAM_NONE);
+    gml_trace_event(device, 'E', 0, 0, GML_STREAM_NONE);
     return rc;
 }
 

@@ -14,7 +14,9 @@
  * depth raised, so a pool is reset once per call.  Other devices' pools are not touched.  What
  * the preload layer remembers of the pool's blocks ends with them: graph captures' blocks
  * (graphmem.c; else a graph's end would free whatever the fresh pool put at their addresses) and
- * IPC exports (ipc.c; else an old handle would open a new allocation).
+ * IPC exports (ipc.c; else an old handle would open a new allocation).  The trace (trace_file)
+ * ends each allocation the reset destroyed (an `F`, with no stream) and records the memory given
+ * back (an `E`), so that it replays past the reset.
  *
  * A context may also end without a reset: the program destroys a context of its own
  * (cuCtxDestroy[_v2]), or releases a primary context (cuDevicePrimaryCtxRelease[_v2]; the last
@@ -44,9 +46,13 @@ static void reset_pool(int device)
     /* what other files remember of the pool's blocks ends first: graphs' memory, IPC exports */
     gml_graph_forget_pool(p);
     gml_ipc_forget_device(device);
+    /* the trace ends what the reset destroys (the pool records those frees) and records the
+     * memory given back (an `E`): else the fresh pool's allocations at the same addresses would
+     * be allocations of live pointers, which the replay refuses */
     gml_depth++;
     int rc = gml_pool_reset(p);
     gml_depth--;
+    gml_trace_event(device, 'E', 0, 0, GML_STREAM_NONE);
     if (rc == GMLAKE_OK)
         gml_log(GML_LOG_INFO, "device %d: reset by the program; the pool gave its memory back and "
                 "starts again", device);

@@ -6,30 +6,61 @@
  * time of the pool's allocations and frees), the count of log lines not
  * printed, and the trace flushed.  A stats file that cannot be written whole is an error in the
  * log, naming the file and why.  A process that served no allocation writes no stats file; a
- * forked child writes nothing (the summary is the parent's).
+ * forked child writes nothing (the summary is the parent's).  The file is claimed when the
+ * process's first pool is made (gml_summary_claim: opened, locked with flock, never cut yet), so
+ * that a process started with the same environment (a subprocess that allocates) finds it taken
+ * and writes none, saying so, instead of replacing the other one's at whichever exit comes last.
  */
 #include <errno.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "stitch/registry.h"
 #include "interpose.h"
 
 static char stats_path[GML_PATH_MAX];
+static FILE *stats_out; /* claimed: this process writes the stats file at its exit */
+static bool claimed;    /* gml_summary_claim ran (with or without the file) */
+
+void gml_summary_claim(void)
+{
+    if (claimed || !stats_path[0])
+        return;
+    claimed = true;
+    stats_out = gml_fopen(stats_path, "a"); /* not cut: another process may own it */
+    if (!stats_out) {
+        gml_log(GML_LOG_ERROR, "cannot write stats_file %s: %s", stats_path, strerror(errno));
+    } else if (flock(fileno(stats_out), LOCK_EX | LOCK_NB) != 0 && errno == EWOULDBLOCK) {
+        fclose(stats_out);
+        stats_out = NULL;
+        gml_log(GML_LOG_ERROR, "stats_file %s is written by another process; this one writes no "
+                "statistics (%%p in stats_file names one file per process)", stats_path);
+    }
+}
 
 static void write_stats(FILE *f, int d, gml_pool *p, const gmlake_stats *s)
 {
     fprintf(f, "{\"device\":%d,\"peak_active_bytes\":%lu,\"peak_reserved_bytes\":%lu,"
                "\"active_bytes\":%lu,\"reserved_bytes\":%lu,\"utilization\":%.6f,"
-               "\"allocations\":%lu,\"frees\":%lu,\"failed_allocations\":%lu,\"stitches\":%lu,"
-               "\"stitch_reuses\":%lu,\"stitch_evictions\":%lu,\"device_calls\":{",
+               "\"allocations\":%lu,\"frees\":%lu,\"live_allocations\":%lu,"
+               "\"failed_allocations\":%lu,\"stitches\":%lu,\"stitch_reuses\":%lu,"
+               "\"stitch_evictions\":%lu,\"stitched_blocks\":%lu,\"stitched_bytes\":%lu,"
+               "\"cache_releases\":%lu,\"chunk_size\":%lu,\"free_bytes\":%lu,"
+               "\"largest_free_bytes\":%lu,\"stitchable_bytes\":%lu,\"device_calls\":{",
             d, (unsigned long)s->peak_active_bytes, (unsigned long)s->peak_reserved_bytes,
             (unsigned long)s->active_bytes, (unsigned long)s->reserved_bytes, s->utilization,
             (unsigned long)s->allocations, (unsigned long)s->frees,
-            (unsigned long)s->failed_allocations, (unsigned long)s->stitches,
-            (unsigned long)s->stitch_reuses, (unsigned long)s->stitch_evictions);
+            (unsigned long)s->live_allocations, (unsigned long)s->failed_allocations,
+            (unsigned long)s->stitches, (unsigned long)s->stitch_reuses,
+            (unsigned long)s->stitch_evictions, (unsigned long)s->stitched_blocks,
+            (unsigned long)s->stitched_bytes, (unsigned long)s->cache_releases,
+            (unsigned long)s->chunk_size, (unsigned long)s->free_bytes,
+            (unsigned long)s->largest_free_bytes, (unsigned long)s->stitchable_bytes);
     for (int i = 0; i < GMLAKE_DC_COUNT; i++)
         fprintf(f, "%s\"%s\":%lu", i ? "," : "", gmlake_devcall_name(i),
                 (unsigned long)s->device_calls[i]);
@@ -47,12 +78,14 @@ static void at_exit(void)
     if (atomic_load(&gml_forked))
         return; /* the summary and stats file are the parent's */
     gml_depth++;
-    bool served = false;
-    for (int d = 0; d < GML_MAX_DEVICES; d++)
-        served = served || gml_registry_get(d) != NULL;
-    FILE *stats = stats_path[0] && served ? fopen(stats_path, "w") : NULL;
-    if (stats_path[0] && served && !stats)
+    /* claimed with the first pool: a process that served nothing has none */
+    FILE *stats = stats_out;
+    struct stat st; /* a regular file starts again; a device or a FIFO is written as it is */
+    if (stats && fstat(fileno(stats), &st) == 0 && S_ISREG(st.st_mode) && ftruncate(fileno(stats), 0) != 0) {
         gml_log(GML_LOG_ERROR, "cannot write stats_file %s: %s", stats_path, strerror(errno));
+        fclose(stats);
+        stats = NULL;
+    }
     for (int d = 0; d < GML_MAX_DEVICES; d++) {
         gml_pool *p = gml_registry_get(d);
         if (!p)

@@ -1,22 +1,41 @@
 /*
  * trace.c — the trace recorder: with trace_file set, every allocation and free gmlake serves is
  * appended as one gmlake-trace v1 line (core/trace_format.h), whole lines (readable while the
- * job runs).  The file is created on the first event, so a process that served nothing leaves no
- * trace file.  A write that fails (a full disk) is said once and ends the recording (trace_broken).
- * A free holds the trace lock across the pool free (gml_trace_free_begin/end), so a
- * recorded `A X` never precedes the `F X` that freed X, whatever the threads.
+ * job runs).  A trace is one device: the first device that serves an allocation records under
+ * trace_file, any other under trace_file with ".devN" before the extension (trace_name), each
+ * file created on its device's first event, so a process that served nothing leaves no trace
+ * file; another process recording into the same file (the same environment) records none there
+ * and says so (trace_taken).  A write that fails (a full disk) is said once and ends that file's
+ * recording (trace_broken).
+ * The pool records its allocations and frees itself, under its lock (gml_trace_record is each
+ * pool's recorder, stitch/pool.h), so the trace is in the order the pool served them, whatever
+ * the threads and however long a write takes: an `A X` never precedes the `F X` that freed X,
+ * and the replay meets the same live memory at every step; a device reset's destroyed
+ * allocations are frees there too.
  */
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "core/trace_format.h"
+#include "stitch/registry.h"
 #include "interpose.h"
 
-static FILE *trace_out;
-static char trace_path[GML_PATH_MAX];
+typedef struct trace_file {
+    FILE *out;
+    bool failed;                     /* it could not be opened: no trace of this device */
+    bool said;                       /* a write failed, and that was said */
+    char path[GML_PATH_MAX];
+} trace_file;
+
+static char trace_path[GML_PATH_MAX]; /* trace_file expanded: the first device's trace */
+static int first_device = -1;         /* the device recorded under trace_path */
+static trace_file files[GML_MAX_DEVICES];
 static pthread_mutex_t trace_mu = PTHREAD_MUTEX_INITIALIZER;
 
 void gml_trace_setup(const char *pattern)
@@ -27,87 +46,131 @@ void gml_trace_setup(const char *pattern)
     }
 }
 
-/* Whether the trace file has lost a write (a full disk: trace_mu held).  The first loss is said
- * once and ends the recording: a trace with a gap in it would replay to wrong figures. */
-static bool trace_broken(void)
+/* Whether trace file t has lost a write (a full disk: trace_mu held).  The first loss is said
+ * once and ends its recording: a trace with a gap in it would replay to wrong figures. */
+static bool trace_broken(trace_file *t)
 {
-    static bool said;
-    if (!trace_out || !ferror(trace_out))
+    if (!t->out || !ferror(t->out))
         return false;
-    if (!said) {
-        said = true;
+    if (!t->said) {
+        t->said = true;
         gml_log(GML_LOG_ERROR, "trace_file %s: write failed (%s): the trace is incomplete and "
-                "recording stops (replaying it would give wrong figures)", trace_path,
+                "recording stops (replaying it would give wrong figures)", t->path,
                 strerror(errno ? errno : EIO));
     }
     return true;
 }
 
-/* Opens the trace file on the first event (trace_mu held); false when it cannot be written. */
-static bool trace_open(void)
+/* Whether another process holds the trace file open for its own trace (a program started with
+ * the same environment: a subprocess, a spawned worker that allocates): it holds an exclusive
+ * lock on it (flock, which a forked child shares and an exec'ed one, the descriptor being
+ * close-on-exec, does not); else this process takes the lock.  A file system without such locks
+ * is taken as free. */
+static bool trace_taken(FILE *f)
 {
-    static bool failed;
-    if (trace_out || failed)
-        return trace_out != NULL;
-    trace_out = gml_fopen(trace_path, "w");
-    if (!trace_out) {
-        failed = true;
-        gml_log(GML_LOG_ERROR, "cannot open trace_file %s; no trace is recorded", trace_path);
-        return false;
-    }
-    setvbuf(trace_out, NULL, _IOLBF, 0); /* whole lines, readable while the job runs */
-    gml_trace_write_header(trace_out, "recorded by libgmlake");
-    return !trace_broken();
+    return flock(fileno(f), LOCK_EX | LOCK_NB) != 0 && errno == EWOULDBLOCK;
 }
 
-/* One trace line; trace_mu held and the file open. */
-static void trace_line(char op, uintptr_t ptr, size_t size, uintptr_t stream)
+/* The name of device d's trace (trace_mu held): trace_path for the first device to record, else
+ * with ".devN" before its extension; NULL, or why there is none: a trace_file that is no regular
+ * file (a FIFO, /dev/stdout) takes the first device's trace only, and a name must fit. */
+static const char *trace_name(int d, char *out, size_t len)
 {
-    if (trace_broken())
+    if (first_device < 0)
+        first_device = d;
+    if (d == first_device)
+        return (size_t)snprintf(out, len, "%s", trace_path) < len ? NULL : "its name is too long";
+    struct stat st;
+    if (stat(trace_path, &st) == 0 && !S_ISREG(st.st_mode))
+        return "trace_file is no regular file, and takes the first device's trace only";
+    const char *ext = gml_file_name_ext(trace_path);
+    if ((size_t)snprintf(out, len, "%.*s.dev%d%s", (int)(ext - trace_path), trace_path, d, ext) >= len)
+        return "its name (.devN added) is too long";
+    return NULL;
+}
+
+/* Opens device d's trace file on its first event (trace_mu held); NULL when it cannot be
+ * written.  It is cut to nothing only once locked: opened "w", a second process cut the first
+ * one's trace and both wrote over each other. */
+static trace_file *trace_open(int d)
+{
+    if (d < 0 || d >= GML_MAX_DEVICES)
+        return NULL;
+    trace_file *t = &files[d];
+    if (t->out || t->failed)
+        return t->out ? t : NULL;
+    t->failed = true;
+    const char *why = trace_name(d, t->path, sizeof t->path);
+    if (why) {
+        gml_log(GML_LOG_ERROR, "trace_file %s: device %d's trace is not recorded (%s)", trace_path,
+                d, why);
+        return NULL;
+    }
+    t->out = gml_fopen(t->path, "a");
+    if (t->out && trace_taken(t->out)) {
+        fclose(t->out);
+        t->out = NULL;
+        gml_log(GML_LOG_ERROR, "trace_file %s is being recorded by another process; this one "
+                "records no trace there (%%p in trace_file names one file per process)", t->path);
+        return NULL;
+    }
+    struct stat st; /* a regular file starts again; a device or a FIFO is written as it is */
+    if (t->out && fstat(fileno(t->out), &st) == 0 && S_ISREG(st.st_mode) &&
+        ftruncate(fileno(t->out), 0) != 0) {
+        int e = errno;
+        fclose(t->out);
+        t->out = NULL;
+        errno = e;
+    }
+    if (!t->out) {
+        gml_log(GML_LOG_ERROR, "cannot open trace_file %s (%s); no trace is recorded there",
+                t->path, strerror(errno));
+        return NULL;
+    }
+    t->failed = false;
+    setvbuf(t->out, NULL, _IOLBF, 0); /* whole lines, readable while the job runs */
+    char origin[64];
+    snprintf(origin, sizeof origin, "recorded by libgmlake, device %d", d);
+    gml_trace_write_header(t->out, origin);
+    return trace_broken(t) ? NULL : t;
+}
+
+/* One line of device d's trace; trace_mu held and the file open. */
+static void trace_line(int d, char op, uintptr_t ptr, size_t size, uintptr_t stream)
+{
+    trace_file *t = &files[d];
+    if (trace_broken(t))
         return;
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
     gml_trace_rec r = {.op = op, .ptr = ptr, .size = size, .stream = stream,
-                       .t_us = (uint64_t)t.tv_sec * 1000000 + (uint64_t)t.tv_nsec / 1000};
-    gml_trace_write_line(trace_out, &r);
-    trace_broken();
+                       .t_us = (uint64_t)ts.tv_sec * 1000000 + (uint64_t)ts.tv_nsec / 1000};
+    gml_trace_write_line(t->out, &r);
+    trace_broken(t);
 }
 
-void gml_trace_event(char op, uintptr_t ptr, size_t size, uintptr_t stream)
+bool gml_trace_on(void) { return trace_path[0] != 0; }
+
+void gml_trace_event(int device, char op, uintptr_t ptr, size_t size, uintptr_t stream)
 {
     if (!trace_path[0])
         return;
     pthread_mutex_lock(&trace_mu);
-    if (trace_open())
-        trace_line(op, ptr, size, stream);
+    if (trace_open(device))
+        trace_line(device, op, ptr, size, stream);
     pthread_mutex_unlock(&trace_mu);
 }
 
-bool gml_trace_free_begin(void)
+void gml_trace_record(void *device, char op, uintptr_t ptr, size_t size, gml_stream stream)
 {
-    if (!trace_path[0])
-        return false;
-    pthread_mutex_lock(&trace_mu);
-    if (!trace_open()) {
-        pthread_mutex_unlock(&trace_mu);
-        return false;
-    }
-    return true;
-}
-
-void gml_trace_free_end(bool tracing, bool freed, uintptr_t ptr, uintptr_t stream)
-{
-    if (!tracing)
-        return;
-    if (freed)
-        trace_line('F', ptr, 0, stream);
-    pthread_mutex_unlock(&trace_mu);
+    gml_trace_event((int)(intptr_t)device, op, ptr, size, stream);
 }
 
 void gml_trace_flush(void)
 {
-    if (trace_out && fflush(trace_out) != 0) /* at exit, without the lock (stdio locks the file) */
-        trace_broken();
+    for (int d = 0; d < GML_MAX_DEVICES; d++) /* at exit, without the lock (stdio locks the file) */
+        if (files[d].out && fflush(files[d].out) != 0)
+            trace_broken(&files[d]);
 }
 
 void gml_trace_hold(bool hold)

@@ -237,7 +237,11 @@ static void unlink_victim(gml_stitch *st, gml_sblock *sb)
     st->evictions++;
 }
 
-void gml_stitch_unlink_for_patch(gml_stitch *st, gml_sblock *sb) { unlink_cached(st, sb); }
+void gml_stitch_unlink_for_patch(gml_stitch *st, gml_sblock *sb)
+{
+    unlink_cached(st, sb);
+    st->patching++; /* until the patch ends: a patch made, or an eviction */
+}
 
 /* Whether the bytes sb hands out of its extent at chunk i (len chunks) are all free at home and
  * may serve bin (an extent handing out none of them is not: a window keeps what it hands out). */
@@ -605,6 +609,10 @@ int gml_stitch_check(gml_stitch *st, size_t live_views, char *why, size_t whylen
     if (count != st->count || bytes != st->bytes)
         FAIL("stitched counters %zu blocks / %zu bytes, list has %zu / %zu", st->count, st->bytes,
              count, bytes);
+    if (st->stitches != st->count + st->evictions + st->patches + st->patching)
+        FAIL("%lu stitches made, but %zu mapped, %lu torn down, %lu patched and %zu being patched",
+             (unsigned long)st->stitches, st->count, (unsigned long)st->evictions,
+             (unsigned long)st->patches, st->patching);
     if (live != live_views || cached != count - live)
         FAIL("%zu live and %zu cached stitched blocks, but %zu in the live map and %zu indexed",
              live, count - live, live_views, cached);

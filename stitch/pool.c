@@ -66,6 +66,8 @@ struct gml_pool {
     size_t emptied[GML_REGROW_RECENT]; /* slots mapped before each of the last empty_cache
                                         calls that released memory (a ring; 0: none) */
     unsigned empties;                /* such calls so far */
+    gml_pool_recorder recorder;      /* NULL: none (gml_pool_set_recorder) */
+    void *recorder_arg;
 };
 
 static int check_locked(gml_pool *p, char *why, size_t whylen);
@@ -399,6 +401,8 @@ int gml_pool_alloc(gml_pool *p, size_t size, gml_stream stream, uintptr_t *out)
     p->inflight--;
     debug_check(p);
     p->alloc_ticks += gml_dev_ticks_since(t0);
+    if (__builtin_expect(p->recorder != NULL, 0) && rc == GMLAKE_OK) /* not pool time */
+        p->recorder(p->recorder_arg, 'A', *out, size, stream);
     pthread_mutex_unlock(&p->mu);
     return rc;
 }
@@ -426,8 +430,16 @@ int gml_pool_free(gml_pool *p, uintptr_t ptr, gml_stream stream)
         gml_bin_record(&p->heap, bin);
     debug_check(p);
     p->free_ticks += gml_dev_ticks_since(t0);
+    if (__builtin_expect(p->recorder != NULL, 0)) /* not pool time */
+        p->recorder(p->recorder_arg, 'F', ptr, 0, stream);
     pthread_mutex_unlock(&p->mu);
     return GMLAKE_OK;
+}
+
+void gml_pool_set_recorder(gml_pool *p, gml_pool_recorder fn, void *arg)
+{
+    p->recorder = fn;
+    p->recorder_arg = arg;
 }
 
 size_t gml_pool_alloc_size(gml_pool *p, uintptr_t ptr)
@@ -598,10 +610,20 @@ int gml_pool_reset(gml_pool *p)
     int rc = GMLAKE_OK;
     if (!p->dead) {
         const char *why;
+        for (size_t i = 0; p->recorder && i < p->live.cap; i++)
+            if (p->live.slot[i].key) /* destroyed: freed once the device was done with it */
+                p->recorder(p->recorder_arg, 'F', p->live.slot[i].key, 0, GML_STREAM_NONE);
         gml_addrmap_free(&p->live);
+        gml_stitch kept = p->st;
         gml_stitch_destroy(&p->st);
         rc = gml_heap_reset(&p->heap);
         gml_stitch_init(&p->st, &p->heap, &p->set, &why); /* its settings passed at creation */
+        /* the counters go on: every stitched range torn down, every allocation ended */
+        p->st.stitches = kept.stitches;
+        p->st.reuses = kept.reuses;
+        p->st.patches = kept.patches;
+        p->st.evictions = kept.evictions + kept.count;
+        p->frees += p->nlive;
         p->active = p->nlive = 0;
         p->seen_churns = p->churn_until = p->no_growth_until = 0;
         memset(p->emptied, 0, sizeof p->emptied);
@@ -743,9 +765,11 @@ static int check_locked(gml_pool *p, char *why, size_t whylen)
         if (!gml_vec_push(&used, b))
             goto oom;
     }
-    if (nlive != p->nlive || nlive != p->live.n || active != p->active) {
-        snprintf(why, whylen, "counters say %lu live / %lu active bytes, records say %lu / %lu",
-                 (unsigned long)p->nlive, (unsigned long)p->active, (unsigned long)nlive,
+    if (nlive != p->nlive || nlive != p->live.n || active != p->active ||
+        p->allocations != p->frees + p->nlive) {
+        snprintf(why, whylen, "counters say %lu live / %lu active bytes (%lu allocations, %lu "
+                 "frees), records say %lu / %lu", (unsigned long)p->nlive, (unsigned long)p->active,
+                 (unsigned long)p->allocations, (unsigned long)p->frees, (unsigned long)nlive,
                  (unsigned long)active);
         rc = GMLAKE_ERR_CORRUPT;
         goto out;

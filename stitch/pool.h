@@ -64,6 +64,13 @@ gml_pool *gml_sim_pool_create(size_t capacity, bool backed, const gml_pool_setti
 void gml_sim_pool_destroy(gml_pool *p);
 
 int gml_pool_alloc(gml_pool *p, size_t size, gml_stream stream, uintptr_t *out);
+/* The pool's recorder (the preload layer's trace): called with the pool lock held, so in the
+ * order the pool served them whatever the threads, on each successful allocation ('A', its
+ * pointer, the bytes asked for, its stream), each free ('F', the pointer, 0, its stream) and each
+ * allocation a reset destroys ('F', the pointer, 0, GML_STREAM_NONE).  It must not call into the
+ * pool.  Set before the pool serves anyone (NULL: none, the default). */
+typedef void (*gml_pool_recorder)(void *arg, char op, uintptr_t ptr, size_t size, gml_stream stream);
+void gml_pool_set_recorder(gml_pool *p, gml_pool_recorder fn, void *arg);
 int gml_pool_free(gml_pool *p, uintptr_t ptr, gml_stream stream);
 /* Size asked for by the live allocation at ptr, 0 if ptr is not one. */
 size_t gml_pool_alloc_size(gml_pool *p, uintptr_t ptr);
@@ -108,8 +115,10 @@ void gml_pool_trim(gml_pool *p);
 /* The device's primary context is about to be reset (cudaDeviceReset), which destroys every
  * allocation and event of it: waits for the device, then returns every chunk (those of live
  * allocations too) and destroys every stitched range and event, and forgets every allocation and
- * stream; the pool is as gml_pool_create made it, over the same arena (its peaks and counters of
- * calls kept).  No other thread may use the pool meanwhile (CUDA asks the same of the program).
+ * stream; the pool is as gml_pool_create made it, over the same arena (its peaks and counters
+ * kept: what it destroyed counted as freed, its stitched ranges as torn down; each allocation it
+ * destroyed is given to the recorder as a free with no stream).  No other thread may use the
+ * pool meanwhile (CUDA asks the same of the program).
  * GMLAKE_OK, or GMLAKE_ERR_NOMEM where host memory ran out re-making the books: the pool then
  * serves nothing (every allocation answers GMLAKE_ERR_DEVICE, which the preload layer passes to
  * CUDA). */

@@ -466,8 +466,10 @@ static int patch(gml_stitch *st, gml_bin *bin, size_t need, size_t req, const gm
     gml_heap_relock(h);
     gml_stitch_evict_done(st, &evict);
     gml_stitch_unlinked_done(st, sb);
+    st->patching--; /* counted below: an eviction, or a patch */
     TAILQ_REMOVE(&st->making, nb, lru);
-    if (rc != GMLAKE_OK) {
+    if (rc != GMLAKE_OK) { /* sb's mapping is gone (or its range left reserved): a teardown */
+        st->evictions++;
         gml_stitch_parts_home(st, nb, NULL);
         drop_record(nb);
         return rc;

@@ -79,7 +79,9 @@
  *  tail_cut before its end (less than its last); the parts of a live block tile exactly the home
  *  bytes it hands out, in order; S2 a
  *  chunk's pins = the stitched blocks (live, cached or being torn down) that map it; S3 the
- *  counters, the LRU and the size index agree with the records.  A stitched block being made (its
+ *  counters, the LRU and the size index agree with the records, and every stitched block made is
+ *  mapped now, was torn down or was used up by a patch, or is being patched (stitches = count +
+ *  evictions + patches + patching).  A stitched block being made (its
  *  driver calls run without the pool lock) holds its parts already, is not pinned, counted nor on
  *  the LRU yet; one being torn down holds no parts, is pinned, and is neither counted nor on the
  *  LRU any more.
@@ -138,9 +140,13 @@ typedef struct gml_stitch {
     struct gml_sblock_tree cached;   /* cached ones by (size, most recently used first) */
     size_t count, bytes;             /* stitched blocks mapped now and their virtual bytes */
     uint64_t clock;
-    uint64_t stitches, reuses, evictions; /* evictions: counted when unlinked */
+    uint64_t stitches, reuses, evictions; /* evictions: counted when unlinked (and a block a
+                                        failed patch used up) */
     uint64_t patches;                /* stitches made by patching a stale cached block (of
                                         `stitches`) */
+    size_t patching;                 /* stale blocks unlinked by patches under way, whose
+                                        outcome (a patch or an eviction) is not counted yet:
+                                        stitches = count + evictions + patches + patching */
     uint64_t churns;                 /* new stitched blocks whose auto GC tore cached ones down */
 } gml_stitch;
 

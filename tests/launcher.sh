@@ -99,6 +99,7 @@ check "per-process stats file under WORLD_SIZE>1" '[ -s "$tmp/stats.rank1.json" 
 check "per-process trace file (no extension)" '[ -s "$tmp/trace.rank1" ]'
 check "the stats are the process's" 'grep -q "\"allocations\":1," "$tmp/stats.rank1.json"'
 check "the stats give the driver time by kind of call" 'grep -Eq "\"device_seconds\":[0-9.]+,\"device_seconds_by_call\":\{\"chunk_create\":[0-9.]+," "$tmp/stats.rank1.json"'
+check "the stats give every field of gmlake_stats" 'for f in active_bytes peak_active_bytes reserved_bytes peak_reserved_bytes allocations frees live_allocations failed_allocations stitches stitch_reuses stitch_evictions stitched_blocks stitched_bytes cache_releases chunk_size utilization device_calls free_bytes largest_free_bytes stitchable_bytes device_seconds device_seconds_by_call; do grep -q "\"$f\":" "$tmp/stats.rank1.json" || { echo "no $f"; missing=1; }; done; [ -z "${missing-}" ]'
 check "the stats give the pool's host time" 'grep -Eq "\"host_seconds_alloc\":0\.[0-9]*[1-9][0-9]*,\"host_seconds_free\":[0-9.]+\}$" "$tmp/stats.rank1.json"'
 LOCAL_RANK=3 "$g" run --set stats_file="$tmp/s-%r-%p-%%.json" -- "$prog" alloc >/dev/null
 check "%r %p %% expand" 'ls "$tmp" | grep -Eq "^s-3-[0-9]+-%\.json$"'

@@ -200,10 +200,9 @@ EXPORT cudaError_t cudaMemPoolGetAttribute(cudaMemPool_t p, enum cudaMemPoolAttr
 EXPORT cudaError_t cudaMemPoolSetAttribute(cudaMemPool_t p, enum cudaMemPoolAttr a, void *v)
 {
     ENTER();
+    /* as CUDA: a high watermark can only be reset to zero */
     bool high = a == cudaMemPoolAttrReservedMemHigh || a == cudaMemPoolAttrUsedMemHigh;
-    if (!v || (high && *(uint64_t *)v != 0))
-        return leave(cudaErrorInvalidValue);
-    return leave(cudaSuccess);
+    return leave(!v || (high && *(uint64_t *)v != 0) ? cudaErrorInvalidValue : cudaSuccess);
 }
 EXPORT cudaError_t cudaMemPoolTrimTo(cudaMemPool_t p, size_t keep)
 {

@@ -30,8 +30,6 @@ static void *t_calloc(size_t n, size_t s)
 struct gml_real gml_real;
 GML_TLS int gml_depth;
 void *gml_resolve_one(void **slot, const char *name) { return NULL; }
-bool gml_trace_free_begin(void) { return false; }
-void gml_trace_free_end(bool t, bool f, uintptr_t p, uintptr_t s) {}
 void gml_ipc_forget(uintptr_t b) {}
 void gml_log(int level, const char *fmt, ...) {}
 int gml_pool_sync(gml_pool *p) { return GMLAKE_OK; }

@@ -5,6 +5,7 @@
 #include "harness.h"
 #include <cuda.h>
 #include <cuda_runtime_api.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -258,4 +259,90 @@ Test(api, empty_cache_in_a_forked_child_leaves_the_pool_and_the_trace)
     cr_expect_eq(releases, 0, "no cache release in the parent's trace");
     gml_trace_free(&t);
     unlink(path);
+}
+
+/* What the next test starts in processes of their own (same environment): GML_ALLOCS allocations
+ * and frees, then, where GML_WAIT_FD names a pipe, a wait for its end to close; run alone it
+ * passes too. */
+Test(api, allocations_then_a_wait)
+{
+    const char *n = getenv("GML_ALLOCS"), *fd = getenv("GML_WAIT_FD");
+    for (int i = 0; i < (n ? atoi(n) : 1); i++) {
+        void *p;
+        cr_assert_eq(cudaMalloc(&p, MiB), cudaSuccess);
+        cr_assert_eq(cudaFree(p), cudaSuccess);
+    }
+    char c;
+    if (fd)
+        while (read(atoi(fd), &c, 1) > 0)
+            ;
+}
+
+/* Starts allocations_then_a_wait with `allocs` allocations, its standard error into err_fd and
+ * waiting on a pipe: the pipe's write end into *go (close it to let the process end). */
+static pid_t start_helper(int allocs, int err_fd, int *go)
+{
+    int fds[2];
+    cr_assert_eq(pipe2(fds, O_CLOEXEC), 0); /* no other helper holds its write end */
+    char a[16];
+    snprintf(a, sizeof a, "%d", allocs);
+    setenv("GML_ALLOCS", a, 1);
+    setenv("GML_WAIT_FD", "100", 1);
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_adddup2(&fa, err_fd, 2);
+    posix_spawn_file_actions_adddup2(&fa, fds[0], 100);
+    char *argv[] = {"/proc/self/exe", "api::allocations_then_a_wait", NULL};
+    extern char **environ;
+    pid_t pid;
+    cr_assert_eq(posix_spawn(&pid, "/proc/self/exe", &fa, NULL, argv, environ), 0);
+    posix_spawn_file_actions_destroy(&fa);
+    close(fds[0]);
+    *go = fds[1];
+    return pid;
+}
+
+static void end_helper(pid_t pid, int go)
+{
+    int st = 0;
+    close(go);
+    cr_assert_eq(waitpid(pid, &st, 0), pid);
+    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the helper allocated and freed");
+}
+
+/* Two processes with one environment, hence one stats_file (a program and a subprocess of it
+ * that allocates, no %p): the one that allocates first writes it at its exit, and the other one
+ * writes none and says so, whichever ends last.  Before, each wrote the file at its exit, so it
+ * held the statistics of the process that ended last, said to be nobody's in particular (and
+ * two ending at once could mix their lines). */
+Test(api, a_stats_file_two_processes_name_is_written_by_the_first_only)
+{
+    char path[] = "/tmp/gmlake-api-stats-XXXXXX", errs[] = "/tmp/gmlake-api-err-XXXXXX";
+    int fd = mkstemp(path), efd = mkostemp(errs, O_CLOEXEC);
+    cr_assert(fd >= 0 && efd >= 0);
+    close(fd);
+    unlink(path);
+    setenv("GMLAKE_STATS_FILE", path, 1);
+    int go1, go2, null = open("/dev/null", O_WRONLY | O_CLOEXEC);
+    pid_t first = start_helper(1, null, &go1);
+    for (int i = 0; i < 500 && access(path, F_OK) != 0; i++) /* its first allocation made */
+        usleep(10000);
+    pid_t second = start_helper(3, efd, &go2);
+    usleep(300000); /* the second one has allocated too */
+    end_helper(first, go1);
+    end_helper(second, go2);
+    close(null);
+    char stats[4096] = "", said[1024] = "";
+    int sfd = open(path, O_RDONLY);
+    cr_assert_geq(sfd, 0, "the stats file was written");
+    ssize_t n = read(sfd, stats, sizeof stats - 1), m = pread(efd, said, sizeof said - 1, 0);
+    close(sfd);
+    close(efd);
+    unlink(path);
+    unlink(errs);
+    stats[n > 0 ? n : 0] = 0;
+    said[m > 0 ? m : 0] = 0;
+    cr_expect(strstr(stats, "\"allocations\":1,") != NULL, "the first process's statistics: %s", stats);
+    cr_expect(strstr(said, "is written by another process") && strstr(said, path),
+              "the second process said why it writes none: %s", said);
 }

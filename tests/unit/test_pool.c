@@ -775,6 +775,19 @@ Test(pool, host_seconds_count_the_time_spent_allocating_and_freeing)
     fx_free(&f);
 }
 
+/* Six 6 MiB blocks, every other one freed, then 16 MiB, which only a stitch of the three holes
+ * serves: v the six (v[1], v[3], v[5] live), the stitched block returned. */
+static uintptr_t three_holes_stitched(gml_pool *p, uintptr_t v[6])
+{
+    for (int i = 0; i < 6; i++)
+        v[i] = must_alloc(p, 6 * MiB, 0);
+    for (int i = 0; i < 6; i += 2)
+        must_free(p, v[i], 0);
+    uintptr_t st = must_alloc(p, 16 * MiB, 0);
+    cr_assert_eq(stats_of(p).stitches, 1);
+    return st;
+}
+
 /* A device reset (gml_pool_reset, the preload layer's cudaDeviceReset): every chunk back to the
  * device, live ones too, stitched ranges and events destroyed, the books empty; the pool serves
  * again over the same arena. */
@@ -784,13 +797,7 @@ Test(pool, a_reset_gives_everything_back_and_the_pool_serves_again)
     gml_pool *p = f.pool;
     uintptr_t lo0, hi0, lo, hi;
     gml_pool_arena(p, &lo0, &hi0);
-    uintptr_t v[6];
-    for (int i = 0; i < 6; i++)
-        v[i] = must_alloc(p, 6 * MiB, 0);
-    for (int i = 0; i < 6; i += 2)
-        must_free(p, v[i], 0);
-    uintptr_t st = must_alloc(p, 16 * MiB, 0); /* only a stitch of the three holes fits */
-    cr_assert_eq(stats_of(p).stitches, 1);
+    uintptr_t v[6], st = three_holes_stitched(p, v);
     gml_stream s = 0x5100;
     gml_sim_launch(f.dev, s);
     uintptr_t a = must_alloc(p, 2 * MiB, s);
@@ -824,6 +831,53 @@ Test(pool, a_reset_gives_everything_back_and_the_pool_serves_again)
         cr_assert_eq(gml_sim_bytes_in_use(f.dev), 0);
         CHECK_POOL(p);
     }
+    fx_free(&f);
+}
+
+typedef struct destroyed {
+    uintptr_t ptr[8];
+    int n;
+} destroyed;
+
+static void note_destroyed(void *arg, char op, uintptr_t ptr, size_t size, gml_stream stream)
+{
+    destroyed *d = arg;
+    cr_assert(op == 'F' && size == 0 && stream == GML_STREAM_NONE, "%c %zu %#lx", op, size,
+              (unsigned long)stream);
+    cr_assert_lt(d->n, 8);
+    d->ptr[d->n++] = ptr;
+}
+
+/* What a reset destroys is given to the recorder as freed (the preload layer ends it in the
+ * trace) and counted as freed; the counters of what the pool did before it are kept, its
+ * stitched range counted as torn down.  Before, the stitching counters started again from zero
+ * (stitches 0 after a stitch, while allocations went on counting) and the destroyed allocations
+ * were neither freed nor live (allocations != frees + live). */
+Test(pool, a_reset_keeps_the_counters_and_names_what_it_destroyed)
+{
+    fixture f = fx_make(64 * MiB, true, NULL);
+    gml_pool *p = f.pool;
+    uintptr_t v[6], st = three_holes_stitched(p, v);
+    gmlake_stats b = stats_of(p);
+    destroyed d = {0};
+    gml_pool_set_recorder(p, note_destroyed, &d);
+    cr_assert_eq(gml_pool_reset(p), GMLAKE_OK);
+    cr_assert_eq(d.n, 4, "the live allocations: three home blocks and the stitched one");
+    uintptr_t want[4] = {v[1], v[3], v[5], st};
+    for (int i = 0; i < 4; i++) {
+        bool named = false;
+        for (int j = 0; j < d.n; j++)
+            named = named || d.ptr[j] == want[i];
+        cr_assert(named, "%#lx named", (unsigned long)want[i]);
+    }
+    gmlake_stats r = stats_of(p);
+    cr_assert_eq(r.allocations, b.allocations);
+    cr_assert_eq(r.frees, b.frees + 4, "what the reset destroyed ended");
+    cr_assert_eq(r.allocations, r.frees + r.live_allocations);
+    cr_assert_eq(r.stitches, 1, "the stitch made before the reset still counts");
+    cr_assert_eq(r.stitch_evictions, 1, "and its range was torn down");
+    cr_assert_eq(r.stitched_blocks, 0);
+    CHECK_POOL(p);
     fx_free(&f);
 }
 

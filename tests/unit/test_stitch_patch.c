@@ -153,6 +153,8 @@ Test(stitch_patch, a_failed_map_gives_everything_back)
     gml_block *b = NULL;
     cr_assert_eq(gml_stitch_alloc(&f->st, s.s1, 8 * MiB, 8 * MiB, false, &b), GMLAKE_ERR_DEVICE);
     cr_assert_eq(f->st.count, 0, "the stale block went with the failed patch");
+    cr_assert_eq(f->st.evictions, 1, "its mapping was torn down: an eviction");
+    cr_assert_eq(f->st.patches, 0);
     hf_check(f, 0);
     cr_assert_eq(gml_sim_reservation_count(f->dev), 1, "its range was freed");
     cr_assert_eq(gml_sim_mapping_count(f->dev), 8, "the home mappings only");
@@ -218,6 +220,7 @@ Test(stitch_patch, a_failed_unmap_fails_the_patch_and_maps_nothing)
         cr_assert_eq(hf_calls(f, GMLAKE_DC_MAP), maps, "nothing mapped after a failed unmap");
         cr_assert_eq(f->st.stitches, stitches);
         cr_assert_eq(f->st.count, 0);
+        cr_assert_eq(f->st.evictions, 1, "the block is gone, its range left reserved: an eviction");
         hf_check(f, 0);
         hf_free(f);
     }
