@@ -142,6 +142,7 @@ typedef struct gml_stitch {
     uint64_t patches;                /* stitches made by patching a stale cached block (of
                                         `stitches`) */
     uint64_t churns;                 /* new stitched blocks whose auto GC tore cached ones down */
+    uint64_t borrow_alls;            /* borrows (gml_borrow_all) that moved blocks */
 } gml_stitch;
 
 typedef GML_VEC(gml_sblock *) gml_sblock_vec;
