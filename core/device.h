@@ -11,13 +11,15 @@
  *    or more whole mappings.  A released chunk's memory returns to the device once it is unmapped
  *    everywhere.  va_free() needs the range to hold no mapping.
  *  - Events: event_record() captures the work submitted to a stream so far; event_query() says
- *    whether it has completed; event_sync() waits for it; synchronize() waits for the whole device
- *    (every stream of the device's context, whichever context is current on the calling thread).
+ *    whether it has completed; event_sync() waits for it; synchronize() waits for the device's
+ *    streams that stream_local() names, whichever context is current on the calling thread (on
+ *    CUDA those of the device's primary context, and of the current context if it is the device's).
  *  - Streams are named by keys (below).  A key of an implicit stream names one thread's or one
  *    context's stream: stream_here() says whether the calling thread can name it now, and only
  *    then may an event be created for it and recorded on it.  stream_local() says whether
- *    synchronize() waits for a stream at all (a stream-ordered free may name a stream of another
- *    device, whose work a synchronisation of this one does not wait for).
+ *    synchronize() waits for a stream at all, from any thread (a stream-ordered free may name a
+ *    stream of another device, or of another context of this device, whose work a
+ *    synchronisation of this one does not wait for).
  *
  * Implementations: sim (device_sim.c, host memory, for tests and replay) and cuda (device_cuda.c,
  * the driver API resolved at run time).  Callers go through the gml_dev_* wrappers below, which
@@ -91,7 +93,7 @@ typedef struct gml_device_ops {
     int (*stream_wait)(void *ctx, gml_stream s, gml_event ev);
     /* Whether the calling thread can name stream s now (NULL: always); see gml_dev_stream_here. */
     bool (*stream_here)(void *ctx, gml_stream s);
-    /* Whether s runs on this device, so that synchronize() waits for it (NULL: always). */
+    /* Whether synchronize() waits for s whichever context is current (NULL: always). */
     bool (*stream_local)(void *ctx, gml_stream s);
     /* The calling thread's current context (a CUcontext value), where event_create makes its
      * events: an event dies with its context (NULL: the device has one context, 0). */

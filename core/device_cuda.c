@@ -2,8 +2,10 @@
  * device_cuda.c — the device ops over the CUDA driver API.  No link-time libcuda: every function
  * is looked up through the resolver the caller gives (the interposer's reaches the real libcuda,
  * past its own hooks).  The pool's calls run in the caller's current context; the device records
- * the ordinal it was created for; a synchronisation waits for the context of that ordinal (the
- * current one if it is on the ordinal, else the primary one, pushed for the call).
+ * the ordinal it was created for; a synchronisation waits for the current context if it is on the
+ * ordinal and for the ordinal's primary context (pushed for the call), so that the streams it
+ * counts as local (those of the primary context: cu_stream_local) are waited for whichever
+ * context is current; another context's streams pass only by their own events.
  * Stream keys (device.h) become CU_STREAM_PER_THREAD / CU_STREAM_LEGACY: a per-thread default
  * stream is named only on its own thread and device, a legacy stream only in its context.
  *
@@ -63,6 +65,8 @@ typedef struct cuda_fns {
     CUresult (*thread_exchange_stream_capture_mode)(CUstreamCaptureMode *);
     CUresult (*stream_is_capturing)(CUstream, CUstreamCaptureStatus *);
     CUresult (*stream_get_ctx)(CUstream, CUcontext *);
+    CUresult (*primary_ctx_get_state)(CUdevice, unsigned int *, int *);
+    CUresult (*primary_ctx_release)(CUdevice);
     CUresult (*mem_export_to_shareable_handle)(void *, CUmemGenericAllocationHandle,
                                                CUmemAllocationHandleType, unsigned long long);
     CUresult (*mem_import_from_shareable_handle)(CUmemGenericAllocationHandle *, void *,
@@ -383,8 +387,47 @@ static int ctx_device(cuda_dev *d, CUcontext c)
     return (int)dev;
 }
 
-/* A per-thread stream is on the device its key names, a legacy stream on its context's device, a
- * created stream on its context's device (cuStreamGetCtx); not known: this device. */
+/* The device's primary context in *p if it is in use, referenced until let_primary_go (*temp: a
+ * reference of the caller's, where gmlake holds none for good: the program's last release must
+ * still end it); false when it is not in use (an inactive one is not made) or cannot be had. */
+static bool hold_primary(cuda_dev *d, CUcontext *p, bool *temp)
+{
+    *temp = false;
+    *p = __atomic_load_n(&d->primary, __ATOMIC_ACQUIRE);
+    if (*p)
+        return true;
+    unsigned flags = 0;
+    int active = 0;
+    if (!d->drv.primary_ctx_get_state || !d->drv.primary_ctx_release ||
+        d->drv.primary_ctx_get_state((CUdevice)d->ordinal, &flags, &active) != CUDA_SUCCESS || !active ||
+        d->drv.device_primary_ctx_retain(p, (CUdevice)d->ordinal) != CUDA_SUCCESS)
+        return false;
+    *temp = true;
+    return true;
+}
+
+static void let_primary_go(cuda_dev *d, bool temp)
+{
+    if (temp)
+        d->drv.primary_ctx_release((CUdevice)d->ordinal);
+}
+
+/* Whether context c is the device's primary context (not known: no). */
+static bool is_primary(cuda_dev *d, CUcontext c)
+{
+    CUcontext p;
+    bool temp, is = hold_primary(d, &p, &temp) && c == p;
+    let_primary_go(d, temp);
+    return is;
+}
+
+/* Whether synchronize() waits for stream s: a per-thread stream is on the device its key names (in
+ * its primary context, the runtime's); a legacy stream is its context's, a created stream its
+ * context's (cuStreamGetCtx): only one of this device's primary context is waited for by every
+ * synchronisation.  A stream of another context of this device is not: a synchronisation from a
+ * thread whose current context is the primary one leaves its work running (session 31: its frees
+ * served cudaMalloc after a cudaFree in the primary context while that work ran), so, as a stream
+ * of another device, it passes only by its own event.  Not known: this device's. */
 static bool cu_stream_local(void *ctx, gml_stream s)
 {
     cuda_dev *d = ctx;
@@ -396,7 +439,7 @@ static bool cu_stream_local(void *ctx, gml_stream s)
     else if (!d->drv.stream_get_ctx || d->drv.stream_get_ctx((CUstream)s, &c) != CUDA_SUCCESS)
         return true;
     int dev = ctx_device(d, c);
-    return dev < 0 || dev == d->ordinal;
+    return dev < 0 || (dev == d->ordinal && is_primary(d, c));
 }
 
 /* Whether stream s is not capturing a graph (work gmlake puts on a capturing stream would become a
@@ -442,23 +485,31 @@ static int cu_event_sync(void *ctx, gml_event ev)
     return st(RELAXED(d, d->drv.event_synchronize((CUevent)ev)));
 }
 
+/* The current context if it is on the ordinal (a cudaFree there waits for its work), and the
+ * primary context, whose streams are the ones the pool counts as passed after it (cu_stream_local). */
 static int cu_synchronize(void *ctx)
 {
     cuda_dev *d = ctx;
     CUdevice cur = -1;
+    CUcontext here = NULL, primary;
+    bool temp = false;
+    int rc;
     ensure_ctx(d);
-    if (d->drv.ctx_get_device(&cur) == CUDA_SUCCESS && cur == d->ordinal)
-        return st(d->drv.ctx_synchronize());
-    CUcontext primary;
-    int rc = st(primary_ctx(d, &primary));
-    if (rc != GMLAKE_OK)
+    if (d->drv.ctx_get_device(&cur) == CUDA_SUCCESS && cur == d->ordinal) {
+        rc = st(d->drv.ctx_synchronize());
+        if (rc != GMLAKE_OK || (d->drv.ctx_get_current(&here) == CUDA_SUCCESS && is_primary(d, here)) ||
+            !hold_primary(d, &primary, &temp))
+            return rc;
+    } else if ((rc = st(primary_ctx(d, &primary))) != GMLAKE_OK) {
         return rc;
+    }
     rc = st(d->drv.ctx_push_current(primary));
-    if (rc != GMLAKE_OK)
-        return rc;
-    rc = st(d->drv.ctx_synchronize());
-    CUcontext popped;
-    d->drv.ctx_pop_current(&popped);
+    if (rc == GMLAKE_OK) {
+        rc = st(d->drv.ctx_synchronize());
+        CUcontext popped;
+        d->drv.ctx_pop_current(&popped);
+    }
+    let_primary_go(d, temp);
     return rc;
 }
 
@@ -599,6 +650,8 @@ gml_device *gml_cuda_device_create(int ordinal, gml_sym_resolver resolve, const 
     *(void **)&d->drv.thread_exchange_stream_capture_mode = resolve("cuThreadExchangeStreamCaptureMode");
     *(void **)&d->drv.stream_is_capturing = resolve("cuStreamIsCapturing");
     *(void **)&d->drv.stream_get_ctx = resolve("cuStreamGetCtx");
+    *(void **)&d->drv.primary_ctx_get_state = resolve("cuDevicePrimaryCtxGetState");
+    *(void **)&d->drv.primary_ctx_release = resolve("cuDevicePrimaryCtxRelease_v2");
     *(void **)&d->drv.stream_wait_event = resolve("cuStreamWaitEvent");
     *(void **)&d->drv.mem_export_to_shareable_handle = resolve("cuMemExportToShareableHandle");
     *(void **)&d->drv.mem_import_from_shareable_handle = resolve("cuMemImportFromShareableHandle");

@@ -147,8 +147,9 @@ struct gml_bin {
     uint64_t ev_seq;                 /* heap->seq when ev was recorded (0: never) */
     uint64_t done_seq;               /* work up to this seq is known complete */
     bool retired;                    /* its stream was destroyed: no event is recorded any more */
-    bool foreign;                    /* its stream is another device's: a synchronisation of this
-                                        device does not cover it (heap->synced_seq), only its event */
+    bool foreign;                    /* its stream is another device's, or another context's than
+                                        the device's primary one: a synchronisation of this device
+                                        does not cover it (heap->synced_seq), only its event */
     uint64_t retire_seq;             /* retired: heap->seq at the retirement */
     bool want_record;                /* another thread needs an event only this stream's own thread
                                         (or context) can record: the next call on it records */
@@ -436,7 +437,8 @@ void gml_bins_destroy(gml_heap *p);
  * stream is known to be of ctx (its event was recorded there: an event and its stream share a
  * context; or ctx's legacy stream) is retired with no event recorded, since the stream ends with
  * the context, and, if `synced` (the caller synchronised ctx), its blocks are known to have
- * passed; else they wait for a synchronisation of the device.  A bin whose event was made in ctx
+ * passed; else they wait for a synchronisation of the device (a foreign bin's too: ctx's work
+ * ends with ctx, so a synchronisation after the end covers it).  A bin whose event was made in ctx
  * but never recorded only loses the event (its next record makes one where it is asked). */
 void gml_bins_context_ends(gml_heap *p, uintptr_t ctx, bool synced);
 /* ---- bins.c: the bins' trees, the one rule of cross-stream reuse, the miss indexes ---- */

@@ -259,6 +259,10 @@ static void context_ends(gml_heap *p, gml_bin *bin, uintptr_t ctx, bool synced)
         return;
     if (synced && bin->done_seq < p->seq)
         bin->done_seq = p->seq; /* its stream is ctx's, and ctx's work has completed */
+    if (!synced)
+        bin->foreign = false; /* ctx's work ends with it: a synchronisation of this device after
+                               * the end covers it (another context of this device, or another
+                               * device's) */
     if (bin->retired)
         gml_bin_settle(p, bin);
     else

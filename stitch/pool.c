@@ -68,6 +68,7 @@ struct gml_pool {
     unsigned empties;                /* such calls so far */
     gml_pool_recorder recorder;      /* NULL: none (gml_pool_set_recorder) */
     void *recorder_arg;
+    gml_pool_paths paths;            /* the slow path's steps taken (gml_pool_paths_get) */
 };
 
 static int check_locked(gml_pool *p, char *why, size_t whylen);
@@ -248,11 +249,12 @@ static bool regrowing(const gml_pool *p, size_t req)
  * and tear nothing down.  Never for GML_CHURN_WINDOW allocations after such a growth failed: the
  * device is full (or gmlake's memory_limit reached), and asking it again at every miss would
  * cost a failing driver call each. */
-static inline bool grow_first(const gml_pool *p, size_t req)
+static inline bool grow_first(const gml_pool *p, size_t req, bool *regrow)
 {
+    *regrow = false;
     if (p->allocations < p->no_growth_until)
         return false;
-    return regrowing(p, req) || req < p->set.frag_limit ||
+    return (*regrow = regrowing(p, req)) || req < p->set.frag_limit ||
            (p->allocations < p->churn_until && req < p->set.churn_limit);
 }
 
@@ -285,25 +287,28 @@ __attribute__((noinline)) static int alloc_slow(gml_pool *p, gml_bin *bin, int s
 {
     gml_heap *h = &p->heap;
     int rc;
-    if (gml_promote(h, bin, space, need) && try_fit(p, bin, space, need, req, out))
+    gml_pool_paths *n = &p->paths;
+    if (gml_promote(h, bin, space, need) && ++n->promotions && try_fit(p, bin, space, need, req, out))
         return GMLAKE_OK;
-    if (gml_borrow(h, bin, space, need) && try_fit(p, bin, space, need, req, out))
+    if (gml_borrow(h, bin, space, need) && ++n->borrows && try_fit(p, bin, space, need, req, out))
         return GMLAKE_OK;
-    if (gml_join_for(h, bin, space, need) && try_fit(p, bin, space, need, req, out))
+    if (gml_join_for(h, bin, space, need) && ++n->joins && try_fit(p, bin, space, need, req, out))
         return GMLAKE_OK;
     if (space == GML_SPACE_SMALL) {
         rc = gml_small_refill(h, bin);
-        if (rc == GMLAKE_OK && try_fit(p, bin, space, need, req, out))
+        if (rc == GMLAKE_OK && try_fit(p, bin, space, need, req, out) && ++n->small_refills)
             return GMLAKE_OK;
     } else {
-        if (gml_small_reclaim(h) && try_fit(p, bin, space, need, req, out))
+        if (gml_small_reclaim(h) && ++n->small_reclaims && try_fit(p, bin, space, need, req, out))
             return GMLAKE_OK;
         /* level 0 stitches first, unless the request should grow the pool first: then only a
          * cached stitched block serves it before growth (no device call), and it is stitched
          * once growth failed (the alternative is the last resort's synchronisation and
          * teardown, or the program's out-of-memory error) */
         int level = p->set.defrag_level;
-        bool first = level == 0 && grow_first(p, req), after_growth = level == 1 || first;
+        bool regrow = false, first = level == 0 && grow_first(p, req, &regrow);
+        bool after_growth = level == 1 || first;
+        n->regrowths += regrow;
         if (first && cached(p, bin, need, req, out))
             return GMLAKE_OK;
         if (level == 0 && !first && stitch(p, bin, need, req, out) == GMLAKE_OK)
@@ -382,7 +387,9 @@ int gml_pool_alloc(gml_pool *p, size_t size, gml_stream stream, uintptr_t *out)
         gml_bin_hold(bin); /* growth drops the lock: the bin stays even if its stream retires */
         rc = alloc_slow(p, bin, space, need, size, out);
         if (rc != GMLAKE_OK && !beyond_reach(p, need)) {
+            p->paths.last_resorts++;
             if (gml_bins_hold_blocks(&p->heap)) {
+                p->paths.last_resort_syncs++;
                 pthread_mutex_unlock(&p->mu);
                 gml_pool_sync(p);
                 pthread_mutex_lock(&p->mu);
@@ -706,6 +713,15 @@ void gml_pool_stats(gml_pool *p, gmlake_stats *o)
     o->free_bytes = hf.free_bytes;
     o->largest_free_bytes = hf.largest_free_bytes > cached ? hf.largest_free_bytes : cached;
     o->stitchable_bytes = hf.whole_extent_bytes + ends;
+}
+
+void gml_pool_paths_get(gml_pool *p, gml_pool_paths *out)
+{
+    pthread_mutex_lock(&p->mu);
+    *out = p->paths;
+    out->borrow_alls = p->st.borrow_alls;
+    out->patches = p->st.patches;
+    pthread_mutex_unlock(&p->mu);
 }
 
 void gml_pool_host_seconds(gml_pool *p, double *alloc_s, double *free_s)

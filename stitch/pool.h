@@ -146,6 +146,22 @@ void gml_pool_counters(gml_pool *p, gmlake_stats *out);
  * device calls included (gmlake_get_host_seconds). */
 void gml_pool_host_seconds(gml_pool *p, double *alloc_s, double *free_s);
 void gml_pool_reset_peaks(gml_pool *p);
+/* How often the slow path took each of its steps that decide cross-stream reuse, for tests that
+ * must show the paths they claim to cover were taken (test_stream_order). */
+typedef struct gml_pool_paths {
+    uint64_t promotions;        /* misses after which gml_promote moved blocks */
+    uint64_t borrows;           /* blocks taken from another stream's bin by a GPU-side wait */
+    uint64_t borrow_alls;       /* stitches that took other bins' free memory by waits
+                                   (stitch_borrow) */
+    uint64_t patches;           /* stitches that patched a stale cached stitched block */
+    uint64_t joins;             /* a free block of the asking bin joined its ready neighbours */
+    uint64_t small_refills;     /* small misses served after a refill of the small space */
+    uint64_t small_reclaims;    /* large misses after which free small chunks went large */
+    uint64_t regrowths;         /* large misses sent to growth first because the pool regrows */
+    uint64_t last_resorts;      /* misses that reached the last resort */
+    uint64_t last_resort_syncs; /* of those, the ones that synchronised the device first */
+} gml_pool_paths;
+void gml_pool_paths_get(gml_pool *p, gml_pool_paths *out);
 /* Whole-pool consistency check; GMLAKE_OK or GMLAKE_ERR_CORRUPT with a message in *why. */
 int gml_pool_check(gml_pool *p, char *why, size_t whylen);
 gml_device *gml_pool_device(gml_pool *p);

@@ -505,6 +505,7 @@ int gml_stitch_alloc(gml_stitch *st, gml_bin *bin, size_t need, size_t req, bool
      * the GPU (their frees are pending where the GPU runs far behind the host) */
     if (!used && st->borrow && may_grow && lack && need >= h->reserved / GML_BORROW_SHARE &&
         gml_borrow_all(h, bin, GML_SPACE_LARGE, lack)) {
+        st->borrow_alls++;
         if ((rc = gml_stitch_cache_take(st, bin, need, req, out)) == GMLAKE_OK ||
             take_fit(h, bin, need, req, out, &rc, false))
             goto out;

@@ -148,6 +148,7 @@ typedef struct gml_stitch {
                                         outcome (a patch or an eviction) is not counted yet:
                                         stitches = count + evictions + patches + patching */
     uint64_t churns;                 /* new stitched blocks whose auto GC tore cached ones down */
+    uint64_t borrow_alls;            /* borrows (gml_borrow_all) that moved blocks */
 } gml_stitch;
 
 typedef GML_VEC(gml_sblock *) gml_sblock_vec;

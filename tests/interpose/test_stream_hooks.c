@@ -182,6 +182,53 @@ Test(streams, the_legacy_streams_of_two_contexts_are_distinct)
     cr_assert_neq(q, p, "the legacy stream of another context took a block whose work ran");
 }
 
+/* A synchronisation covers the streams of the context it synchronised only (cuCtxSynchronize):
+ * a block freed on a stream of another context on the same device, whose work still runs, must
+ * not serve a stream-less request after a cudaFree in the primary context (session 31's review). */
+Test(streams, a_synchronisation_of_one_context_leaves_another_contexts_frees_pending)
+{
+    void *p, *q, *r;
+    CUstream s2;
+    CUcontext c2 = fake_cuda_ctx_create(0);
+    cr_assert_not_null(c2);
+    cr_assert_eq(cuCtxSetCurrent(c2), CUDA_SUCCESS);
+    cr_assert_eq(cuStreamCreate(&s2, 0), CUDA_SUCCESS);
+    cr_assert_eq(cudaMallocAsync(&p, 8 * MiB, (cudaStream_t)s2), cudaSuccess);
+    fake_cuda_launch(s2); /* work on p, still running */
+    cr_assert_eq(cudaFreeAsync(p, (cudaStream_t)s2), cudaSuccess);
+    fake_cuda_set_device(0); /* the primary context */
+    cr_assert_eq(cudaMalloc(&q, 2 * MiB), cudaSuccess);
+    cr_assert_eq(cudaFree(q), cudaSuccess); /* synchronises the primary context only */
+    cr_assert_eq(cudaMalloc(&r, 8 * MiB), cudaSuccess);
+    cr_assert_eq(cuCtxSetCurrent(c2), CUDA_SUCCESS);
+    uintptr_t a = (uintptr_t)p, b = (uintptr_t)r;
+    cr_assert(b >= a + 8 * MiB || a >= b + 8 * MiB || fake_cuda_pending(s2) == 0,
+              "cudaMalloc got bytes of a block whose work on another context's stream still runs");
+}
+
+/* The other way round: a cudaFree in another context of the device waits for the primary
+ * context's streams too, whose frees it then counts as passed (session 31's review). */
+Test(streams, a_cudaFree_in_another_context_waits_for_the_primary_contexts_streams)
+{
+    void *p, *q, *r;
+    cudaStream_t s1;
+    fake_cuda_set_device(0);
+    cr_assert_eq(cudaStreamCreate(&s1), cudaSuccess);
+    cr_assert_eq(cudaMallocAsync(&p, 8 * MiB, s1), cudaSuccess);
+    fake_cuda_launch((CUstream)s1); /* work on p, still running */
+    cr_assert_eq(cudaFreeAsync(p, s1), cudaSuccess);
+    CUcontext c2 = fake_cuda_ctx_create(0);
+    cr_assert_not_null(c2);
+    cr_assert_eq(cuCtxSetCurrent(c2), CUDA_SUCCESS);
+    cr_assert_eq(cudaMalloc(&q, 2 * MiB), cudaSuccess);
+    cr_assert_eq(cudaFree(q), cudaSuccess);
+    cr_assert_eq(cudaMalloc(&r, 8 * MiB), cudaSuccess);
+    fake_cuda_set_device(0);
+    uintptr_t a = (uintptr_t)p, b = (uintptr_t)r;
+    cr_assert(b >= a + 8 * MiB || a >= b + 8 * MiB || fake_cuda_pending((CUstream)s1) == 0,
+              "cudaMalloc got bytes of a block whose work on the primary context's stream still runs");
+}
+
 /* ---- cudaFree / cuMemFree ---- */
 
 Test(streams, cudaFree_waits_for_the_pointers_device)
