@@ -2,8 +2,8 @@
  * settings.h — the pool's settings as plain data, one struct for every tier below the pool, and
  * their defaults.  The defaults are the `def` texts of config/options.c's table (the one place they
  * are written); a field with no row there is 0, which means "the layer's own choice".
- * Who reads what: the heap (core/heap.h) the first group, stitching (stitch/stitch.h) the second,
- * the pool (stitch/pool.h) the third.  Each layer checks its own fields when it is created.
+ * Who reads what: the heap (core/heap.h) the first group, stitching (stitch/stitch.h) the second
+ * and the fourth, the pool (stitch/pool.h) the third.  Each layer checks its own fields when it is created.
  */
 #ifndef GML_SETTINGS_H
 #define GML_SETTINGS_H
