@@ -56,7 +56,8 @@ const gml_option gml_options[] = {
      "largest physical extent (one CUDA handle) growth creates; rounded down to whole chunks"},
     {"extent_share", NULL, GML_OPT_UINT, "480", 0, 1000000, NULL,
      "an extent is at most 1/extent_share of the most memory reserved at once so far, or of the "
-     "growth where that is larger (at least one chunk; 0: no bound but extent_size)"},
+     "growth where that is larger (4/extent_share while the pool, having given memory back, holds "
+     "less than that most; at least one chunk; 0: no bound but extent_size)"},
     {"stream_wait", NULL, GML_OPT_BOOL, "on", 0, 0, NULL,
      "a stream may take a block another stream freed while that stream's work may still run, by "
      "making its own work wait for it on the GPU (cuStreamWaitEvent), as CUDA's pool does; off: "

@@ -29,8 +29,9 @@ typedef struct gml_pool_settings {
     bool stream_wait;          /* a stream may take another's freed block by waiting for that
                                 * stream's work on the GPU (cuStreamWaitEvent) */
     unsigned extent_share;     /* an extent is at most 1/extent_share of the most memory
-                                * reserved at once so far (or of the growth, where larger), and
-                                * at least one chunk (0: no such bound) */
+                                * reserved at once so far (or of the growth, where larger), 4 x
+                                * that while the pool regrows below it (core/arena.c), and at
+                                * least one chunk (0: no such bound) */
     /* stitching */
     bool vmm_defragment;       /* stitching on */
     size_t frag_limit;         /* smallest request stitched while the pool may still grow */
