@@ -48,7 +48,8 @@ const gml_option gml_options[] = {
      "JSON statistics written at exit (empty: none)"},
     {"trace_file", NULL, GML_OPT_PATH, "", 0, 0, NULL,
      "record a gmlake-trace v1 of every allocation and free (empty: none); a trace is one device: "
-     "a process's devices after its first each get one with .devN before the extension"},
+     "a process's devices after its first each get one with .devN before the extension (a "
+     "trace_file that is no regular file, a FIFO or /dev/stdout, takes the first device's only)"},
     {"pytorch_backend", NULL, GML_OPT_BOOL, "on", 0, 0, NULL,
      "when neither PYTORCH_ALLOC_CONF nor PYTORCH_CUDA_ALLOC_CONF names an allocator backend, "
      "set backend:cudaMallocAsync so that PyTorch hands every tensor to gmlake"},
