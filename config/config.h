@@ -16,8 +16,9 @@
  *   exactly (GMLAKE_STITCH; GMLAKE_stitch is not it).  GMLake's original names (vmmDefragment,
  *   fragLimit, reuseLimit, defragLevel, autoGC) are aliases, spelt exactly so; when both are set,
  *   GMLAKE_<KEY> wins and a warning says so.  GMLAKE_SYSCONFDIR replaces SYSCONFDIR (tests,
- *   relocated installs), GMLAKE_CONFIG names a file, GMLAKE_WARNED_CONFIG is the library's own
- *   (interpose/settings.c); any other variable whose name starts with GMLAKE_ in any case is an
+ *   relocated installs), GMLAKE_CONFIG names a file; GMLAKE_WARNED_CONFIG
+ *   (interpose/settings.c), GMLAKE_PYTORCH_ROUTE and GMLAKE_WARNED_ROUTE (interpose/pytorch_env.c)
+ *   are the library's own (names.c, gml_env_not_a_setting); any other variable whose name starts with GMLAKE_ in any case is an
  *   error, reported with the closest name (a typo or a wrong case).  One function decides
  *   (gml_option_of_env, names.c), for the reader and for the check alike.
  * Values: blanks around a value are not part of it, for every type and every source.

@@ -48,7 +48,8 @@ const gml_option gml_options[] = {
      "JSON statistics written at exit (empty: none)"},
     {"trace_file", NULL, GML_OPT_PATH, "", 0, 0, NULL,
      "record a gmlake-trace v1 of every allocation and free (empty: none); a trace is one device: "
-     "a process's devices after its first each get one with .devN before the extension"},
+     "a process's devices after its first each get one with .devN before the extension (a "
+     "trace_file that is no regular file, a FIFO or /dev/stdout, takes the first device's only)"},
     {"pytorch_backend", NULL, GML_OPT_BOOL, "on", 0, 0, NULL,
      "when neither PYTORCH_ALLOC_CONF nor PYTORCH_CUDA_ALLOC_CONF names an allocator backend, "
      "set backend:cudaMallocAsync so that PyTorch hands every tensor to gmlake"},
@@ -56,7 +57,8 @@ const gml_option gml_options[] = {
      "largest physical extent (one CUDA handle) growth creates; rounded down to whole chunks"},
     {"extent_share", NULL, GML_OPT_UINT, "480", 0, 1000000, NULL,
      "an extent is at most 1/extent_share of the most memory reserved at once so far, or of the "
-     "growth where that is larger (at least one chunk; 0: no bound but extent_size)"},
+     "growth where that is larger (4/extent_share while the pool, having given memory back, holds "
+     "less than that most; at least one chunk; 0: no bound but extent_size)"},
     {"stream_wait", NULL, GML_OPT_BOOL, "on", 0, 0, NULL,
      "a stream may take a block another stream freed while that stream's work may still run, by "
      "making its own work wait for it on the GPU (cuStreamWaitEvent), as CUDA's pool does; off: "

@@ -2,8 +2,8 @@
  * settings.h — the pool's settings as plain data, one struct for every tier below the pool, and
  * their defaults.  The defaults are the `def` texts of config/options.c's table (the one place they
  * are written); a field with no row there is 0, which means "the layer's own choice".
- * Who reads what: the heap (core/heap.h) the first group, stitching (stitch/stitch.h) the second,
- * the pool (stitch/pool.h) the third.  Each layer checks its own fields when it is created.
+ * Who reads what: the heap (core/heap.h) the first group, stitching (stitch/stitch.h) the second
+ * and the fourth, the pool (stitch/pool.h) the third.  Each layer checks its own fields when it is created.
  */
 #ifndef GML_SETTINGS_H
 #define GML_SETTINGS_H
@@ -29,8 +29,9 @@ typedef struct gml_pool_settings {
     bool stream_wait;          /* a stream may take another's freed block by waiting for that
                                 * stream's work on the GPU (cuStreamWaitEvent) */
     unsigned extent_share;     /* an extent is at most 1/extent_share of the most memory
-                                * reserved at once so far (or of the growth, where larger), and
-                                * at least one chunk (0: no such bound) */
+                                * reserved at once so far (or of the growth, where larger), 4 x
+                                * that while the pool regrows below it (core/arena.c), and at
+                                * least one chunk (0: no such bound) */
     /* stitching */
     bool vmm_defragment;       /* stitching on */
     size_t frag_limit;         /* smallest request stitched while the pool may still grow */

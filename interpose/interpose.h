@@ -7,7 +7,8 @@
  *     CUDA symbol, and its CUDA prototype's type (runtime: RT_T of the declaration; driver: the
  *     PFN_* typedef).  It resolves with RTLD_NEXT, else the calling object's scope (runtime) or
  *     libcuda.so.1 (driver).
- *  2. Write the hook in hooks.c with exactly the CUDA prototype (the header declaration checks the
+ *  2. Write the hook in hooks.c (or the file of its concern: capture.c, pointer.c, reset.c,
+ *     hooktable.c's resolvers) with exactly the CUDA prototype (the header declaration checks the
  *     type; GML_CHECK_TYPE asserts it against the CUDA typedef as well) and export it with GML_HOOK.
  *     A runtime hook starts with GML_RT_ENTRY(); every real call goes through PASS.
  *  3. Add {name, hook} to the sorted table in hooktable.c (dlsym, cuGetProcAddress and

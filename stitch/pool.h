@@ -4,13 +4,13 @@
  * and owns what belongs to neither: the entry points and their lock, the map of live
  * allocations, the order of the slow path, statistics, the aggregated checker and destruction.
  *
- * Where it lives: stitch/ holds two tiers.  Tier 2, VMS (stitch.h, stitch.c, cache.c), works on
+ * Where it lives: stitch/ holds two tiers.  Tier 2, VMS (stitch.h, stitch.c, cache.c, map.c), works on
  * the heap's API only; tier 3, the pool, sits above it: pool.c (entry points, slow-path order,
  * statistics, check aggregation, destroy) and registry.c (device -> pool, the public gmlake_*
  * API; registry.h).  The pool is in stitch/ rather than core/ so that the directory graph stays
  * acyclic (interpose, tools -> stitch -> core -> config): in core/ it would call into stitch/,
  * which calls into core/.  The tier rule holds per file: no file includes a header of a tier
- * above its own, so stitch.h, stitch.c and cache.c never include pool.h or registry.h
+ * above its own, so stitch.h, stitch.c, cache.c and map.c never include pool.h or registry.h
  * (tests/tiers.sh checks every #include, file by file and directory by directory).
  *
  * Contract

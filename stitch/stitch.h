@@ -60,7 +60,9 @@
  * Decisions owned here: which chunks a stitch takes (choose_pieces, stitch.c); which cached block
  * serves a request (gml_stitch_cache_take, cache.c); when a stitched mapping is torn down
  * (gml_stitch_gc, cache.c).  The device calls of a stitched range (map, unmap) are map.c's, under both
- * stitch.c and cache.c: the decisions call down into the mechanism, never into each other.  Growth for a stitch is asked of the heap (gml_grow, GML_GROW_CHUNKS).
+ * stitch.c and cache.c: the decisions call down into the mechanism.  stitch.c calls cache.c (the
+ * cached block that serves, a patch's window, the auto GC's picks and teardowns for a new stitch),
+ * never the reverse (tests/calls.py: no circle).  Growth for a stitch is asked of the heap (gml_grow, GML_GROW_CHUNKS).
  *
  * Contract
  *  gml_stitch_alloc and gml_stitch_gc drop the lock named to the heap (gml_heap_set_lock) around

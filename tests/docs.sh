@@ -36,6 +36,20 @@ for o in $("$build/tools/gmlake-replay" --help | sed -n '1,/TRACE/p' | grep -o -
 done
 check "docs/gmlake.1 names every option of replay, import-snapshot and export-snapshot" \
   '[ -z "$missing" ] || { echo "not in docs/gmlake.1:$missing"; false; }'
+# gmlake replay --help names every pool setting its --set takes: those it replays, not the ones
+# it warns it does not use (the list stopped at memory_limit while six more were added)
+tiny=$(mktemp); printf '# gmlake-trace v1\nA 1000 4194304 0 1\nF 1000 0 0 2\n' >"$tiny"
+help=$("$build/tools/gmlake-replay" --help | tr '\n' ' ')
+unlisted=
+for kv in $("$build/tools/gmlake-config" | awk '{print $1 "=" $3}'); do
+  k=${kv%%=*}; [[ "$kv" == *= ]] && kv+=0
+  said=$("$build/tools/gmlake-replay" --policy gmlake --set "$kv" "$tiny" 2>&1 >/dev/null)
+  [[ "$said" == *"does not use"* ]] && continue
+  [[ "$help" =~ [^a-z_]$k[^a-z_] ]] || unlisted+=" $k"
+done
+rm -f "$tiny"
+check "gmlake replay --help names every pool setting --set takes" \
+  '[ -z "$unlisted" ] || { echo "not in gmlake-replay --help:$unlisted"; false; }'
 # ... and says what the README says of torch.compile's reduce-overhead under gmlake's default
 # (it works: gmlake turns graph trees off; the man page said that it fails)
 check "docs/gmlake.1: reduce-overhead works under the default route, as the README says" \

@@ -2,8 +2,8 @@
 # tiers.sh ROOT — the include graph follows the tiers (docs/ARCHITECTURE.md), checked two ways:
 #  1. per file: no source file includes a header of a tier above its own.  Tiers:
 #     0 config/ include/ < 1 core/ device layer (every core/ file but the heap's) < 2 the heap
-#     (core/heap.h, blocks.c, arena.c, streams.c, heap_check.c) < 3 stitch/ VMS (stitch.h,
-#     stitch.c, cache.c) < 4 stitch/ pool (pool.h, pool.c, registry.h, registry.c)
+#     (core/heap.h, blocks.c, arena.c, streams.c, bins.c, heap_check.c) < 3 stitch/ VMS (stitch.h,
+#     stitch.c, cache.c, map.c) < 4 stitch/ pool (pool.h, pool.c, registry.h, registry.c)
 #     < 5 tools/ interpose/.  stitch/ holds two tiers, so this is checked file by file.
 #  2. per directory: the graph of includes between config/, include/, core/, stitch/, tools/ and
 #     interpose/ has no cycle (tsort), and every edge goes down the order

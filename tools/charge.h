@@ -1,8 +1,10 @@
 /*
  * charge.h — what a policy's device calls are called and what each costs: the one place that
- * counts a call and charges its estimated driver time (core/cost.h).  Used by policy.c (gmlake's
- * pool as a policy, the replay) and by the models of PyTorch's allocators (tools/models/), which
- * sit under policy.c: a file of its own under both, so that neither calls the other back.
+ * counts a call and charges its estimated driver time (core/cost.h).  Used by the models of
+ * PyTorch's allocators (tools/models/: gml_policy_call), which sit under policy.c, and by
+ * replay.c (gml_call_name, the names it prints); policy.c includes it but calls neither (gmlake's
+ * pool policies read their calls and driver time from the pool's sim device).  A file of its own
+ * under its users, so that the models never call policy.c back.
  */
 #ifndef GML_CHARGE_H
 #define GML_CHARGE_H

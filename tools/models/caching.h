@@ -3,7 +3,7 @@
  * release: the decisions), expandable.c (expandable segments: pages mapped into one growing
  * virtual range) and common.c (the mechanism both use: block trees, blocks, splice, merge,
  * rounding).  Calls go one way: pytorch.c -> expandable.c -> common.c, pytorch.c -> common.c,
- * and all three -> ../charge.c; never back up.  Names follow CUDACachingAllocator.cpp, so that the two can be read side by
+ * and pytorch.c and expandable.c -> ../charge.c; never back up.  Names follow CUDACachingAllocator.cpp, so that the two can be read side by
  * side.  Only the two model sources include this.
  *
  * Invariants (checked by pt_check):
