@@ -45,6 +45,8 @@ check "... and prints the table: pytorch, expandable, gmlake" \
   '[[ "$out" == "mixtral_moe.trace.gz: "*$'"'"'\n  pytorch '"'"'*$'"'"'\n  expandable '"'"'*$'"'"'\n  gmlake '"'"'* ]]'
 check "... and says that it builds, with progress" \
   'grep -q "^gmlake: building .*first time" "$tmp/a.err" && grep -Eq "^\[[0-9]+/[0-9]+\] " "$tmp/a.err"'
+# the first command shows the build's progress: a compiler warning there reads as a broken tree
+check "... and the build prints no compiler warning" '! grep -A3 "warning:" "$tmp/a.err"'
 "${hide_criterion[@]}" "$tmp/a/scripts/gmlake" replay >/dev/null 2>"$tmp/a.err2"
 check "... and is quiet the second time" '[ ! -s "$tmp/a.err2" ] || { cat "$tmp/a.err2"; false; }'
 
@@ -53,6 +55,7 @@ copy b
 mkdir "$tmp/nocuda"
 out=$(CUDA_HOME=$tmp/nocuda "$tmp/b/scripts/gmlake" replay 2>"$tmp/b.err")
 check "no CUDA headers: replay prints the table" '[[ "$out" == *$'"'"'\n  gmlake '"'"'* ]] || { tail -n 20 "$tmp/b.err"; false; }'
+check "... and the build (Criterion's tests too) prints no compiler warning" '! grep -A3 "warning:" "$tmp/b.err"'
 check "... libgmlake is not built" '[ -x "$tmp/b/build/tools/gmlake-replay" ] && [ ! -e "$tmp/b/build/interpose/libgmlake.so" ]'
 err=$(CUDA_HOME=$tmp/nocuda "$tmp/b/scripts/gmlake" run -- true 2>&1)
 check "... run says no CUDA headers were found, and where it looked" \
