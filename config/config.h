@@ -89,10 +89,17 @@ extern const int gml_option_count;
  * it warned about, so that the processes it starts do not repeat it (pytorch_env.c). */
 #define GML_TORCH_WARNED_ENV "GMLAKE_WARNED_ROUTE"
 
+/* The files a load looks for: the system file, the user's, the one GMLAKE_CONFIG names. */
+#define GML_CONFIG_FILES 3
+enum { GML_FILE_ABSENT, GML_FILE_READ, GML_FILE_REFUSED }; /* refused: a message says why */
+
 typedef struct gml_config_report {
     char source[GML_OPTION_MAX][GML_SOURCE_MAX]; /* per option (index in gml_options): where its value came from */
     int errors;                      /* bad inputs seen */
     int warnings;
+    int files;                       /* the files looked for, in order, and what became of each */
+    char file[GML_CONFIG_FILES][GML_PATH_MAX + 64];
+    int file_state[GML_CONFIG_FILES];
 } gml_config_report;
 
 /* Fills c with the defaults. */
@@ -124,7 +131,7 @@ bool gml_option_is_pool(int i);
 int gml_config_check(const gml_config *c, size_t granularity, char *why, size_t len);
 /* gml_config_check, printing "PREFIX: invalid settings: WHY" to msgs when it fails. */
 int gml_config_check_print(const gml_config *c, size_t granularity, const char *prefix, FILE *msgs);
-/* `key = value  # source` for every option. */
+/* `key = value  # source` for every option, then a comment naming the files looked for. */
 void gml_config_print(FILE *out, const gml_config *c, const gml_config_report *rep);
 /* The current value of option i as text. */
 void gml_config_value_text(const gml_config *c, int i, char *buf, size_t len);

@@ -138,15 +138,17 @@ void gml_config_apply_text(gml_config *c, gml_config_report *rep, const char *te
 /* Reads a configuration file: opened without blocking (a FIFO or a device would block a plain
  * open or read for ever), then fstat on the descriptor itself (no race between a check and the
  * open): only a regular file of at most GML_CONFIG_FILE_MAX bytes is read. */
-static void apply_file(gml_config *c, gml_config_report *rep, const char *path, bool must_exist,
-                       FILE *msgs)
+static int read_file(gml_config *c, gml_config_report *rep, const char *path, bool must_exist,
+                     FILE *msgs)
 {
     int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
     if (fd < 0) {
-        if (must_exist || errno != ENOENT)
-            note(rep, msgs, true, "%s: cannot read the configuration file: %s", path, strerror(errno));
-        return;
+        if (!must_exist && errno == ENOENT)
+            return GML_FILE_ABSENT;
+        note(rep, msgs, true, "%s: cannot read the configuration file: %s", path, strerror(errno));
+        return GML_FILE_REFUSED;
     }
+    int state = GML_FILE_REFUSED;
     struct stat st;
     if (fstat(fd, &st) != 0) {
         note(rep, msgs, true, "%s: cannot read the configuration file: %s", path, strerror(errno));
@@ -174,11 +176,25 @@ static void apply_file(gml_config *c, gml_config_report *rep, const char *path, 
             note(rep, msgs, true, "%s: out of memory reading the configuration file", path);
         else if (got < 0)
             note(rep, msgs, true, "%s: read error: %s", path, strerror(errno));
-        else
+        else {
             gml_config_apply_text(c, rep, text, len, path, msgs);
+            state = GML_FILE_READ;
+        }
         free(text);
     }
     close(fd);
+    return state;
+}
+
+/* read_file, the file and what became of it noted in rep. */
+static void apply_file(gml_config *c, gml_config_report *rep, const char *path, bool must_exist,
+                       FILE *msgs)
+{
+    int state = read_file(c, rep, path, must_exist, msgs);
+    if (rep && rep->files < GML_CONFIG_FILES) {
+        snprintf(rep->file[rep->files], sizeof rep->file[0], "%s", path);
+        rep->file_state[rep->files++] = state;
+    }
 }
 
 /* The environment: every variable whose name starts with GMLAKE_ (in any case) either names a
@@ -282,4 +298,11 @@ void gml_config_print(FILE *out, const gml_config *c, const gml_config_report *r
         gml_config_value_text(c, i, v, sizeof v);
         fprintf(out, "%-18s = %-12s # %s\n", gml_options[i].key, v, rep ? rep->source[i] : "");
     }
+    if (!rep)
+        return;
+    static const char *const state[] = {"not there", "read", "not read: see above"};
+    fprintf(out, "# files, later ones winning (then GMLAKE_<KEY> variables):");
+    for (int i = 0; i < rep->files; i++)
+        fprintf(out, "%s %s (%s)", i ? "," : "", rep->file[i], state[rep->file_state[i]]);
+    fprintf(out, "%s\n", rep->files ? "" : " none");
 }

@@ -73,13 +73,16 @@ gml_ensure_build() {
 
 # gml_ensure_build's work, with the lock held (or none to take).
 gml_build_locked() {
-  local dir=$1 log rc
+  local dir=$1 abs log rc
   shift
-  log=$(cd "$dir" && pwd)/gmlake-build.log
+  abs=$(cd "$dir" && pwd)
+  log=$abs/gmlake-build.log
   : >"$log"
   if [ ! -f "$dir/build.ninja" ]; then
     echo "gmlake: building $dir (first time, ~15 s on two cores): meson setup, then ninja" >&2
-    if ! meson setup "$dir" "$gml_source_root" "$@" >>"$log" 2>&1; then
+    # from the source root: meson setup runs `ninja -t restat` in its working directory, which
+    # would mark another build folder's unchanged outputs out of date (tests/deps_rebuild.sh)
+    if ! (cd "$gml_source_root" && meson setup "$abs" "$gml_source_root" "$@") >>"$log" 2>&1; then
       echo "gmlake: 'meson setup $dir' failed:" >&2
       tail -n 25 "$log" >&2
       return 1

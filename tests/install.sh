@@ -5,9 +5,11 @@
 # importer and exporter too) and bundled trace, and installed its man pages, pkg-config file and Python package.
 # Usage: install.sh SOURCE
 set -u
-src=$1
+src=$(cd "$1" && pwd)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
+# not in a build folder (meson test's working directory): meson setup runs `ninja -t restat` there
+cd "$tmp" || exit 1
 prefix=$tmp/prefix
 log=$tmp/build.log
 # As the README says after the first command configured a build with the default prefix: the

@@ -156,6 +156,14 @@ GMLAKE_CONFIG="$tmp/small.conf" "$g" config --check >/dev/null 2>"$tmp/err"
 check "config --check: a file the pool would refuse is an error (1)" '[ $? -eq 1 ] && grep -q "small_limit must not exceed chunk_size" "$tmp/err"'
 "$g" config --check --set auto_gc=7 >/dev/null
 check "config --check passes on good settings" '[ $? -eq 0 ]'
+# where settings may come from: a file in the wrong place (/etc where the system file is
+# PREFIX/etc) was never named, every key just "# default"
+mkdir -p "$tmp/xdg/gmlake"
+printf 'auto_gc = 9\n' >"$tmp/xdg/gmlake/gmlake.conf"
+out=$(GMLAKE_SYSCONFDIR=$tmp/etc XDG_CONFIG_HOME=$tmp/xdg GMLAKE_CONFIG=$tmp/missing.conf "$g" config 2>/dev/null)
+check "config names the files it looks for, in order, and which it read" \
+  '[[ "$(tail -n 1 <<<"$out")" == "# files, later ones winning (then GMLAKE_<KEY> variables): $tmp/etc/gmlake.conf (not there), $tmp/xdg/gmlake/gmlake.conf (read), $tmp/missing.conf (not read: see above)" ]] ||
+   { tail -n 2 <<<"$out"; false; }'
 
 # --- run --config: a file that is missing, a folder or has errors is refused before the program
 # starts (exit 2), naming the file, as --set is (the program used to start, silently)

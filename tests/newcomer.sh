@@ -2,9 +2,11 @@
 # newcomer.sh — the README's first command (`scripts/gmlake replay`) as a newcomer meets it, each
 # time in a fresh copy of SOURCE's tracked files: with Criterion hidden from meson (its
 # pkg-config file left out, cmake turned off), without CUDA headers (CUDA_HOME an empty folder),
+# each build's progress free of compiler warnings,
 # after a build that fails (at `meson setup`, then at `ninja`), where every command must say
 # that the build failed and where to see why, and offline with a dependency missing (apt-get
-# fails), where every command must stop at one gmlake line that says what to install.
+# fails), where every command must stop at one gmlake line that says what to install, and
+# `scripts/test --help` or a mistyped setup is answered before anything is installed.
 # Usage: newcomer.sh SOURCE
 set -u
 src=$(cd "$1" && pwd)
@@ -45,6 +47,8 @@ check "... and prints the table: pytorch, expandable, gmlake" \
   '[[ "$out" == "mixtral_moe.trace.gz: "*$'"'"'\n  pytorch '"'"'*$'"'"'\n  expandable '"'"'*$'"'"'\n  gmlake '"'"'* ]]'
 check "... and says that it builds, with progress" \
   'grep -q "^gmlake: building .*first time" "$tmp/a.err" && grep -Eq "^\[[0-9]+/[0-9]+\] " "$tmp/a.err"'
+# the first command shows the build's progress: a compiler warning there reads as a broken tree
+check "... and the build prints no compiler warning" '! grep -A3 "warning:" "$tmp/a.err"'
 "${hide_criterion[@]}" "$tmp/a/scripts/gmlake" replay >/dev/null 2>"$tmp/a.err2"
 check "... and is quiet the second time" '[ ! -s "$tmp/a.err2" ] || { cat "$tmp/a.err2"; false; }'
 
@@ -53,6 +57,7 @@ copy b
 mkdir "$tmp/nocuda"
 out=$(CUDA_HOME=$tmp/nocuda "$tmp/b/scripts/gmlake" replay 2>"$tmp/b.err")
 check "no CUDA headers: replay prints the table" '[[ "$out" == *$'"'"'\n  gmlake '"'"'* ]] || { tail -n 20 "$tmp/b.err"; false; }'
+check "... and the build (Criterion's tests too) prints no compiler warning" '! grep -A3 "warning:" "$tmp/b.err"'
 check "... libgmlake is not built" '[ -x "$tmp/b/build/tools/gmlake-replay" ] && [ ! -e "$tmp/b/build/interpose/libgmlake.so" ]'
 err=$(CUDA_HOME=$tmp/nocuda "$tmp/b/scripts/gmlake" run -- true 2>&1)
 check "... run says no CUDA headers were found, and where it looked" \
@@ -141,6 +146,15 @@ offline_stops "offline, apt-get update fails: scripts/test stops, saying what to
 err=$(PATH=$tmp/e3.bin timeout 60 "$tmp/e/scripts/test" plain 2>&1 </dev/null)
 check "offline, clang missing: scripts/test stops, saying what to install" \
   '[ $? -ne 0 ] && [[ "$(tail -n 1 <<<"$err")" == "gmlake: could not install "*clang*" (apt-get update failed, see above); install them by hand, then run the command again" ]] ||
+   { echo "$err" | tail -n 8; false; }'
+# a usage question or a typo is answered before anything is installed (apt-get would fail here)
+out=$(PATH=$tmp/e3.bin timeout 60 "$tmp/e/scripts/test" --help 2>&1 </dev/null)
+check "offline, clang missing: 'scripts/test --help' prints its usage, installs nothing" \
+  '[ $? -eq 0 ] && [[ "$out" == "usage: scripts/test [plain|asan|tsan]..."* && "$out" != *"install"*"by hand"* ]] ||
+   { echo "$out" | tail -n 8; false; }'
+err=$(PATH=$tmp/e3.bin timeout 60 "$tmp/e/scripts/test" plian 2>&1 </dev/null)
+check "offline, clang missing: 'scripts/test plian' is refused, naming the setups, installs nothing" \
+  '[ $? -eq 2 ] && [ "$err" = "scripts/test: unknown setup '"'"'plian'"'"' (plain, asan, tsan; --help)" ] ||
    { echo "$err" | tail -n 8; false; }'
 check "e: nothing was built" '[ ! -e "$tmp/e/build/build.ninja" ]'
 

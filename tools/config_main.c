@@ -73,7 +73,8 @@ int main(int argc, char **argv)
         } else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
             printf("usage: gmlake config [--check] [--example] [--set key=value]...\n"
                    "Prints every gmlake setting, its value and where it came from (default,\n"
-                   "FILE:LINE or an environment variable).  --check exits 1 if any source has an\n"
+                   "FILE:LINE or an environment variable), then the files it looked for, in\n"
+                   "order, and which it read.  --check exits 1 if any source has an\n"
                    "error (a bad value, an unknown key or GMLAKE_* variable, settings the pool\n"
                    "would refuse); --example prints a commented configuration file.\n"
                    "--set key=value (repeatable; also --set=key=value) sets GMLAKE_<KEY> for this\n"

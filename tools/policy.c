@@ -329,8 +329,10 @@ int gml_policy_replay(gml_policy *p, const gml_trace *t, size_t check_every, gml
     res->seconds = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
     res->end_reserved = p->reserved;
     memcpy(res->calls, p->calls, sizeof res->calls);
-    res->calls_total = sum_calls(p->calls) - calls0;
-    res->calls_second_half = res->calls_total - sum_calls(res->calls_first_half);
+    /* as res->calls: since the policy was created (a pool's first reservation of address space
+     * included, as the pool's statistics on a GPU count it) */
+    res->calls_total = sum_calls(p->calls);
+    res->calls_second_half = res->calls_total - calls0 - sum_calls(res->calls_first_half);
     res->stitches = p->stitches;
     res->device_seconds = p->device_seconds - secs0;
     res->device_seconds_second_half = p->device_seconds - secs_half;

@@ -92,7 +92,8 @@ typedef struct gml_series {
 typedef struct gml_policy_result {
     uint64_t allocations, frees, failed;
     uint64_t peak_active, peak_reserved, end_reserved;
-    uint64_t calls_total, calls_second_half; /* made during the replay */
+    uint64_t calls_total;                    /* made since the policy was created: sum of calls */
+    uint64_t calls_second_half;              /* made in the second half of the trace */
     uint64_t calls[GML_CALL_COUNT];          /* made since the policy was created, by kind */
     uint64_t calls_first_half[GML_CALL_COUNT];
     uint64_t stitches;

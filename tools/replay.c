@@ -171,14 +171,6 @@ static void json_line(const char *trace, const run *x, const run *ref)
            r->device_seconds, r->device_seconds_second_half, r->seconds);
 }
 
-static uint64_t sum_calls(const gml_policy_result *r)
-{
-    uint64_t n = 0;
-    for (int k = 0; k < GML_CALL_COUNT; k++)
-        n += r->calls[k];
-    return n;
-}
-
 static void table(const char *trace, const gml_trace *t, const run *runs, size_t n, const run *ref)
 {
     const double mib = 1024.0 * 1024.0;
@@ -205,7 +197,7 @@ static void table(const char *trace, const gml_trace *t, const run *runs, size_t
         printf("  %-12s %10.1f MiB %10.1f MiB %7.2f%% %17s %12lu %14.4f %9lu %7lu%s\n",
                runs[i].policy, r->peak_active / mib, r->peak_reserved / mib,
                r->peak_reserved ? 100.0 * (double)r->peak_active / (double)r->peak_reserved : 0.0,
-               saved, (unsigned long)sum_calls(r), r->device_seconds, (unsigned long)r->stitches,
+               saved, (unsigned long)r->calls_total, r->device_seconds, (unsigned long)r->stitches,
                (unsigned long)r->failed, fits);
     }
     for (size_t i = 0; i < n; i++) {

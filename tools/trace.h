@@ -53,7 +53,8 @@ int gml_trace_keep_stream_ordered(gml_trace *t, size_t *dropped, char *err, size
 
 typedef struct gml_replay_result {
     uint64_t allocations, frees, failed;
-    uint64_t calls_total, calls_second_half; /* device calls (all kinds) */
+    uint64_t calls_total;       /* device calls (all kinds) since the pool was made, as stats' */
+    uint64_t calls_second_half; /* ... in the second half of the trace */
     uint64_t calls_first_half[GMLAKE_DC_COUNT];
     double device_seconds, device_seconds_second_half; /* estimated driver time (core/cost.h) */
     gmlake_stats stats;                      /* the pool's at the end */

@@ -249,7 +249,8 @@ static cudaError_t entry_point(const char *sym, void **fn, unsigned long long fl
 
 /* cudaEnableDefault: the legacy stream's functions, or in the _ptsz twins (a program built with
  * --default-stream per-thread) the per-thread stream's; the flags are the driver's numbers. */
-_Static_assert(cudaEnablePerThreadDefaultStream == CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, "flags");
+_Static_assert((int)cudaEnablePerThreadDefaultStream == (int)CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM,
+               "flags");
 static unsigned long long per_thread(unsigned long long flags)
 {
     return flags == cudaEnableDefault ? cudaEnablePerThreadDefaultStream : flags;

@@ -107,9 +107,9 @@ int main(int argc, char **argv)
     } else if (strcmp(mode, "devices") == 0) {
         void *again = NULL;
         unsigned lazy = cudaIpcMemLazyEnablePeerAccess;
-        if (cudaSetDevice(0) != cudaSuccess || (e = cudaIpcOpenMemHandle(&p, h, lazy)) != cudaSuccess)
+        if ((e = cudaSetDevice(0)) != cudaSuccess || (e = cudaIpcOpenMemHandle(&p, h, lazy)) != cudaSuccess)
             return fail("open on device 0", e);
-        if (cudaSetDevice(1) != cudaSuccess || (e = cudaIpcOpenMemHandle(&q, h, lazy)) != cudaSuccess)
+        if ((e = cudaSetDevice(1)) != cudaSuccess || (e = cudaIpcOpenMemHandle(&q, h, lazy)) != cudaSuccess)
             return fail("open on device 1", e);
         if (p == q)
             return fail("device 1 got device 0's mapping", 0);
