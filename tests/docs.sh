@@ -41,7 +41,7 @@ check "docs/gmlake.1 names every option of replay, import-snapshot and export-sn
 tiny=$(mktemp); printf '# gmlake-trace v1\nA 1000 4194304 0 1\nF 1000 0 0 2\n' >"$tiny"
 help=$("$build/tools/gmlake-replay" --help | tr '\n' ' ')
 unlisted=
-for kv in $("$build/tools/gmlake-config" | awk '{print $1 "=" $3}'); do
+for kv in $("$build/tools/gmlake-config" | awk '$1 !~ /^#/ {print $1 "=" $3}'); do
   k=${kv%%=*}; [[ "$kv" == *= ]] && kv+=0
   said=$("$build/tools/gmlake-replay" --policy gmlake --set "$kv" "$tiny" 2>&1 >/dev/null)
   [[ "$said" == *"does not use"* ]] && continue
