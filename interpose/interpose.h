@@ -333,6 +333,14 @@ bool gml_file_name(const char *pattern, bool per_process, char *out, size_t len)
  * to 2: where the program closed a standard stream, its own writes to it would land in gmlake's
  * file, and gmlake's lines in the file the program opens there next. */
 FILE *gml_fopen(const char *path, const char *mode);
+/* A file this process alone writes (stats_file, trace_file: another process started with the
+ * same environment may name it too): opened by gml_fopen for appending, not cut, and locked
+ * (flock, exclusive, which a forked child shares and an exec'ed one does not); NULL with *taken
+ * where another process holds the lock, NULL with errno where it cannot be opened.  A file system
+ * without such locks counts as free.  gml_file_restart cuts a claimed regular file to nothing
+ * (a device or a FIFO is written as it is); false with errno where that fails. */
+FILE *gml_file_claim(const char *path, bool *taken);
+bool gml_file_restart(FILE *f);
 
 /* Settings (settings.c).  The settings, loaded on first use (the log opened with them). */
 const gml_config *gml_cfg(void);

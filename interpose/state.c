@@ -12,12 +12,15 @@
  *    trace_file contains neither %p nor %r, each process writes its own: ".rank%r" is inserted
  *    before the file's extension (stats.json -> stats.rank3.json).  log_file is shared (log.c).
  * The expansion itself is config/filename.c's, the same one by which the settings refuse a
- * pattern that could expand past GML_PATH_MAX - 1 bytes.  They are opened by gml_fopen.
+ * pattern that could expand past GML_PATH_MAX - 1 bytes.  They are opened by gml_fopen, and stats_file and trace_file claimed by gml_file_claim (one process a file).
  */
+#include <errno.h>
 #include <fcntl.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/file.h>
+#include <sys/stat.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -78,4 +81,22 @@ FILE *gml_fopen(const char *path, const char *mode)
     }
     fclose(f);
     return g;
+}
+
+FILE *gml_file_claim(const char *path, bool *taken)
+{
+    *taken = false;
+    FILE *f = gml_fopen(path, "a");
+    if (f && flock(fileno(f), LOCK_EX | LOCK_NB) != 0 && errno == EWOULDBLOCK) {
+        fclose(f);
+        *taken = true;
+        return NULL;
+    }
+    return f;
+}
+
+bool gml_file_restart(FILE *f)
+{
+    struct stat st;
+    return fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode) || ftruncate(fileno(f), 0) == 0;
 }

@@ -16,9 +16,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/file.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include "stitch/registry.h"
 #include "interpose.h"
@@ -32,15 +29,13 @@ void gml_summary_claim(void)
     if (claimed || !stats_path[0])
         return;
     claimed = true;
-    stats_out = gml_fopen(stats_path, "a"); /* not cut: another process may own it */
-    if (!stats_out) {
-        gml_log(GML_LOG_ERROR, "cannot write stats_file %s: %s", stats_path, strerror(errno));
-    } else if (flock(fileno(stats_out), LOCK_EX | LOCK_NB) != 0 && errno == EWOULDBLOCK) {
-        fclose(stats_out);
-        stats_out = NULL;
+    bool taken;
+    stats_out = gml_file_claim(stats_path, &taken); /* not cut: another process may own it */
+    if (taken)
         gml_log(GML_LOG_ERROR, "stats_file %s is written by another process; this one writes no "
                 "statistics (%%p in stats_file names one file per process)", stats_path);
-    }
+    else if (!stats_out)
+        gml_log(GML_LOG_ERROR, "cannot write stats_file %s: %s", stats_path, strerror(errno));
 }
 
 static void write_stats(FILE *f, int d, gml_pool *p, const gmlake_stats *s)
@@ -80,8 +75,7 @@ static void at_exit(void)
     gml_depth++;
     /* claimed with the first pool: a process that served nothing has none */
     FILE *stats = stats_out;
-    struct stat st; /* a regular file starts again; a device or a FIFO is written as it is */
-    if (stats && fstat(fileno(stats), &st) == 0 && S_ISREG(st.st_mode) && ftruncate(fileno(stats), 0) != 0) {
+    if (stats && !gml_file_restart(stats)) { /* a regular file starts again */
         gml_log(GML_LOG_ERROR, "cannot write stats_file %s: %s", stats_path, strerror(errno));
         fclose(stats);
         stats = NULL;

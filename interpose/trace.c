@@ -5,7 +5,7 @@
  * trace_file, any other under trace_file with ".devN" before the extension (trace_name), each
  * file created on its device's first event, so a process that served nothing leaves no trace
  * file; another process recording into the same file (the same environment) records none there
- * and says so (trace_taken).  A write that fails (a full disk) is said once and ends that file's
+ * and says so (gml_file_claim, state.c).  A write that fails (a full disk) is said once and ends that file's
  * recording (trace_broken).
  * The pool records its allocations and frees itself, under its lock (gml_trace_record is each
  * pool's recorder, stitch/pool.h), so the trace is in the order the pool served them, whatever
@@ -17,13 +17,11 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/file.h>
 #include <sys/stat.h>
 #include <time.h>
-#include <unistd.h>
 
 #include "core/trace_format.h"
-#include "stitch/registry.h"
+#include "stitch/registry.h" /* GML_MAX_DEVICES */
 #include "interpose.h"
 
 typedef struct trace_file {
@@ -61,16 +59,6 @@ static bool trace_broken(trace_file *t)
     return true;
 }
 
-/* Whether another process holds the trace file open for its own trace (a program started with
- * the same environment: a subprocess, a spawned worker that allocates): it holds an exclusive
- * lock on it (flock, which a forked child shares and an exec'ed one, the descriptor being
- * close-on-exec, does not); else this process takes the lock.  A file system without such locks
- * is taken as free. */
-static bool trace_taken(FILE *f)
-{
-    return flock(fileno(f), LOCK_EX | LOCK_NB) != 0 && errno == EWOULDBLOCK;
-}
-
 /* The name of device d's trace (trace_mu held): trace_path for the first device to record, else
  * with ".devN" before its extension; NULL, or why there is none: a trace_file that is no regular
  * file (a FIFO, /dev/stdout) takes the first device's trace only, and a name must fit. */
@@ -106,17 +94,14 @@ static trace_file *trace_open(int d)
                 d, why);
         return NULL;
     }
-    t->out = gml_fopen(t->path, "a");
-    if (t->out && trace_taken(t->out)) {
-        fclose(t->out);
-        t->out = NULL;
+    bool taken;
+    t->out = gml_file_claim(t->path, &taken);
+    if (taken) {
         gml_log(GML_LOG_ERROR, "trace_file %s is being recorded by another process; this one "
                 "records no trace there (%%p in trace_file names one file per process)", t->path);
         return NULL;
     }
-    struct stat st; /* a regular file starts again; a device or a FIFO is written as it is */
-    if (t->out && fstat(fileno(t->out), &st) == 0 && S_ISREG(st.st_mode) &&
-        ftruncate(fileno(t->out), 0) != 0) {
+    if (t->out && !gml_file_restart(t->out)) {
         int e = errno;
         fclose(t->out);
         t->out = NULL;
